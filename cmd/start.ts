@@ -1,0 +1,30 @@
+import type { Command } from "commander";
+import { resolveConfig } from "../server/config";
+import { startKiln } from "../server/main";
+
+export function startCommand(program: Command): void {
+  program
+    .command("start")
+    .description("start the Kiln server")
+    .option("--port <n>", "port to listen on (0 picks a free one)", "7070")
+    .option("--host <host>", "address to listen on", "127.0.0.1")
+    .option("--data-dir <dir>", "where all state lives", ".kiln")
+    .option("--ephemeral", "keep state in a temporary folder removed at exit")
+    .option("--plan <plan>", "plan of the default account: hobby or superagent", "superagent")
+    .option("--regions <list>", "function regions this instance simulates, comma-separated", "local")
+    .option("--database-url <url>", "production profile: keep the control store in this PostgreSQL database (or KILN_DATABASE_URL)")
+    .option("--min-cli-version <v>", "answer 426 to CLIs older than this (or KILN_MIN_CLI_VERSION)")
+    .action(async (opts) => {
+      const config = resolveConfig(opts);
+      const running = await startKiln(config);
+      console.log(`Kiln listening on ${running.url}`);
+      let signals = 0;
+      const shutdown = async () => {
+        if (++signals > 1) process.exit(1); // a second Ctrl-C stops at once
+        await running.stop();
+        process.exit(0);
+      };
+      process.on("SIGINT", shutdown);
+      process.on("SIGTERM", shutdown);
+    });
+}

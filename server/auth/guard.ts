@@ -1,0 +1,102 @@
+import { timingSafeEqual } from "node:crypto";
+import type { Kiln } from "../context";
+import { conflictCode, forbidden, HttpError, notFound, tooManyRequests, unauthorized } from "../http/errors";
+import { FixedWindowLimiter } from "../http/rate-limit";
+import type { ProjectRecord } from "../projects/service";
+import type { AuthRule, Principal } from "./principal";
+
+export const MSG = {
+  missing: "authentication required: send Authorization: Bearer <token>",
+  invalid: "invalid token",
+  validationFailed: "failed to validate token",
+  tooMany: "too many requests with unrecognized credentials; retry later",
+  wrongProject: "project access token is not valid for this project",
+  readOnly: "project access token is read-only",
+  credentialRead: "reading credentials requires a full-scope project access token",
+  accountScoped: "project access tokens cannot be used on account-scoped endpoints; use a platform token",
+  tokenManagement: "project access tokens cannot manage project access tokens; use a platform token",
+  platformOnly: "this endpoint requires a platform token",
+  management: "this endpoint requires a platform token or a project access token",
+  projectNotFound: "project not found",
+} as const;
+
+export function bearerOf(request: Request): string | null {
+  const h = request.headers.get("authorization");
+  if (!h) return null;
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(h);
+  return m ? m[1]! : "";
+}
+
+/** Applies a route's AuthRule: who may call it, and which project it acts on. */
+export class Guard {
+  private readonly failures: FixedWindowLimiter;
+
+  constructor(private readonly kiln: Kiln) {
+    this.failures = new FixedWindowLimiter(kiln.config.authFailureLimit, 60_000, () => kiln.clock.nowMs());
+  }
+
+  async authorize(
+    rule: AuthRule,
+    request: Request,
+    params: { projectId?: string },
+    ip: string,
+  ): Promise<{ principal: Principal | null; project: ProjectRecord | null }> {
+    if (rule.kind === "none") return { principal: null, project: null };
+    if (rule.kind === "admin") return { principal: this.admin(request, ip), project: null };
+
+    const principal = await this.authenticate(request, ip);
+    if (rule.kind === "account") {
+      if (principal.kind === "platform") return { principal, project: null };
+      throw forbidden(principal.kind === "project_token" ? MSG.accountScoped : MSG.platformOnly);
+    }
+
+    // Project-scoped management route.
+    const projectId = params.projectId!;
+    if (principal.kind === "project_token") {
+      if (principal.projectId !== projectId) throw forbidden(MSG.wrongProject);
+      if (rule.platformOnly) throw forbidden(MSG.tokenManagement);
+      if (principal.scope === "read_only") {
+        if (rule.access === "write") throw forbidden(MSG.readOnly);
+        if (rule.access === "credential") throw forbidden(MSG.credentialRead);
+      }
+      this.kiln.usage.record(principal.tokenId);
+    } else if (principal.kind !== "platform") {
+      throw forbidden(rule.platformOnly ? MSG.platformOnly : MSG.management);
+    }
+    const project = await this.kiln.projects.findVisible(projectId);
+    if (!project || project.account_id !== principal.accountId) throw notFound(MSG.projectNotFound);
+    if (project.status === "deleting" && rule.access === "write" && !rule.allowDeleting) throw conflictCode("project_deleting");
+    return { principal, project };
+  }
+
+  /** Any live credential, or 401/429. Exposed for routes with their own rules (functions, locks). */
+  async authenticate(request: Request, ip: string): Promise<Principal> {
+    const secret = bearerOf(request);
+    if (secret === null) throw unauthorized(MSG.missing);
+    let principal: Principal | null;
+    try {
+      principal = secret ? await this.kiln.credentials.resolve(secret) : null;
+    } catch (err) {
+      this.kiln.log.error("credential validation failed", err);
+      throw new HttpError(500, { error: MSG.validationFailed });
+    }
+    if (principal) return principal;
+    // Unrecognized credentials are rationed per source address; valid ones never reach this.
+    const r = this.failures.hit(ip);
+    if (!r.allowed) throw tooManyRequests(MSG.tooMany, r.retryAfterSeconds);
+    throw unauthorized(MSG.invalid);
+  }
+
+  private admin(request: Request, ip: string): Principal {
+    const configured = this.kiln.config.adminToken;
+    if (!configured) throw notFound();
+    const secret = bearerOf(request);
+    if (secret === null) throw unauthorized(MSG.missing);
+    const a = Buffer.from(secret);
+    const b = Buffer.from(configured);
+    if (a.length === b.length && timingSafeEqual(a, b)) return { kind: "admin" };
+    const r = this.failures.hit(ip);
+    if (!r.allowed) throw tooManyRequests(MSG.tooMany, r.retryAfterSeconds);
+    throw unauthorized(MSG.invalid);
+  }
+}

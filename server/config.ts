@@ -1,0 +1,102 @@
+import { resolve } from "node:path";
+
+export type PlanName = "hobby" | "superagent";
+
+/** Everything `kiln start` can be told, resolved from flags first, then environment, then defaults. */
+export interface Config {
+  host: string;
+  port: number;
+  dataDir: string;
+  ephemeral: boolean;
+  plan: PlanName;
+  /** Regions this instance simulates; the first one serves requests (`X-Service-Region`). */
+  regions: string[];
+  /** Production profile: the control store lives in this PostgreSQL database. */
+  databaseUrl?: string;
+  platformToken?: string;
+  adminToken?: string;
+  /** CLIs older than this get 426. */
+  minCliVersion?: string;
+  /** Live (unrevoked) project access tokens per project. */
+  accessTokenLimit: number;
+  /** Unrecognized credentials accepted per source address per minute before 429. */
+  authFailureLimit: number;
+  /** OpenAPI description fetches per address per minute. */
+  openapiFetchLimit: number;
+  /** How long a verified credential is trusted without asking the store (other instances' revocations). */
+  credentialCacheMs: number;
+  /** Fault injection for tests: name -> how many times to fail. */
+  faults: Record<string, number>;
+  /** Check every response against its declared schema (tests turn this on). */
+  validateResponses: boolean;
+}
+
+export interface StartOptions {
+  port?: string | number;
+  host?: string;
+  dataDir?: string;
+  ephemeral?: boolean;
+  plan?: string;
+  regions?: string;
+  databaseUrl?: string;
+  minCliVersion?: string;
+}
+
+function intEnv(name: string, fallback: number): number {
+  const v = process.env[name];
+  if (v === undefined || v === "") return fallback;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer, got "${v}"`);
+  return n;
+}
+
+/** `KILN_FAULTS=project-cleanup:1,other:2` */
+function parseFaults(spec: string | undefined): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const part of (spec ?? "").split(",").map((s) => s.trim()).filter(Boolean)) {
+    const [name, count] = part.split(":");
+    out[name!] = count ? Number(count) : 1;
+  }
+  return out;
+}
+
+const REGION_RE = /^[a-z0-9][a-z0-9-]{0,62}$/;
+
+export function resolveConfig(opts: StartOptions, env = process.env): Config {
+  const port = Number(opts.port ?? env.KILN_PORT ?? 7070);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port must be 0-65535, got "${opts.port}"`);
+  const plan = (opts.plan ?? env.KILN_PLAN ?? "superagent").toLowerCase();
+  if (plan !== "hobby" && plan !== "superagent") throw new Error(`--plan must be hobby or superagent, got "${opts.plan}"`);
+  const regions = (opts.regions ?? env.KILN_REGIONS ?? "local").split(",").map((r) => r.trim()).filter(Boolean);
+  if (regions.length === 0 || regions.some((r) => !REGION_RE.test(r)))
+    throw new Error(`--regions must be a comma-separated list of lowercase labels, got "${opts.regions}"`);
+  const platformToken = env.KILN_PLATFORM_TOKEN || undefined;
+  if (platformToken && !/^pk-[A-Za-z0-9_-]{16,}$/.test(platformToken))
+    throw new Error("KILN_PLATFORM_TOKEN must start with pk- followed by at least 16 letters or digits");
+  return {
+    host: opts.host ?? env.KILN_HOST ?? "127.0.0.1",
+    port,
+    dataDir: resolve(opts.dataDir ?? env.KILN_DATA_DIR ?? ".kiln"),
+    ephemeral: Boolean(opts.ephemeral),
+    plan,
+    regions: [...new Set(regions)],
+    databaseUrl: opts.databaseUrl ?? (env.KILN_DATABASE_URL || undefined),
+    platformToken,
+    adminToken: env.KILN_ADMIN_TOKEN || undefined,
+    minCliVersion: opts.minCliVersion ?? (env.KILN_MIN_CLI_VERSION || undefined),
+    accessTokenLimit: intEnv("KILN_ACCESS_TOKEN_LIMIT", 100),
+    authFailureLimit: intEnv("KILN_AUTH_FAILURE_LIMIT", 60),
+    openapiFetchLimit: intEnv("KILN_OPENAPI_FETCH_LIMIT", 30),
+    credentialCacheMs: intEnv("KILN_CREDENTIAL_CACHE_MS", 2000),
+    faults: parseFaults(env.KILN_FAULTS),
+    validateResponses: env.KILN_VALIDATE_RESPONSES === "1",
+  };
+}
+
+/** Takes one injected failure of the given name, if any are left. */
+export function takeFault(config: Config, name: string): boolean {
+  const left = config.faults[name] ?? 0;
+  if (left <= 0) return false;
+  config.faults[name] = left - 1;
+  return true;
+}

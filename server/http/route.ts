@@ -1,0 +1,152 @@
+import type { Elysia } from "elysia";
+import { z } from "zod";
+import type { AuthRule, Principal } from "../auth/principal";
+import type { Kiln } from "../context";
+import type { ProjectRecord } from "../projects/service";
+import { badRequest, errorResponse, HttpError, jsonResponse } from "./errors";
+
+export type Method = "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE";
+
+export interface ResponseSpec {
+  description: string;
+  schema?: z.ZodType;
+  contentType?: string;
+}
+
+/**
+ * One API route: its transport contract (path, method, schemas, auth) and the handler that calls
+ * into a service. The OpenAPI description is generated from these definitions, so a route exists in
+ * the document exactly when it exists in the server.
+ */
+export interface RouteDef<P = any, Q = any, B = any> {
+  method: Method;
+  /** OpenAPI-style path: `/projects/{projectId}`. */
+  path: string;
+  summary: string;
+  tag: string;
+  auth: AuthRule;
+  params?: z.ZodType<P>;
+  query?: z.ZodType<Q>;
+  body?: z.ZodType<B>;
+  responses: Record<number, ResponseSpec>;
+  /** Extra methods served by the same handler (HEAD beside GET). */
+  alsoHead?: boolean;
+  handler: (ctx: RouteContext<P, Q, B>) => Promise<Reply> | Reply;
+}
+
+export interface RouteContext<P, Q, B> {
+  kiln: Kiln;
+  request: Request;
+  ip: string;
+  params: P;
+  query: Q;
+  body: B;
+  principal: Principal | null;
+  /** The project of a project-scoped route, loaded and authorized by the guard. */
+  project: ProjectRecord | null;
+}
+
+export type Reply = Response | { status: number; body?: unknown; headers?: Record<string, string> };
+
+export const reply = {
+  ok: (body: unknown, headers?: Record<string, string>): Reply => ({ status: 200, body, headers }),
+  created: (body: unknown): Reply => ({ status: 201, body }),
+  accepted: (body: unknown): Reply => ({ status: 202, body }),
+  noContent: (): Reply => ({ status: 204 }),
+};
+
+/** Names where a validation problem sits, e.g. `body field 'name': expected string`. */
+export function describeZodError(where: string, error: z.ZodError): string {
+  const parts = error.issues.slice(0, 5).map((i) => {
+    const field = i.path.length ? i.path.join(".") : "";
+    const msg = i.message.replace(/^Invalid input: /, "");
+    return field ? `${where} field '${field}': ${msg}` : `${where}: ${msg}`;
+  });
+  return `invalid request: ${parts.join("; ")}`;
+}
+
+function parseWith<T>(schema: z.ZodType<T> | undefined, value: unknown, where: string): T {
+  if (!schema) return undefined as T;
+  const r = schema.safeParse(value);
+  if (!r.success) throw badRequest(describeZodError(where, r.error));
+  return r.data;
+}
+
+async function readJsonBody(request: Request): Promise<unknown> {
+  const text = await request.text();
+  if (text.trim() === "") return {};
+  // Lenient about Content-Type (curl -d sends form encoding) but strict about the JSON itself.
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw badRequest("request body is not valid JSON");
+  }
+}
+
+function queryObject(url: URL): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of url.searchParams) out[k] = v;
+  return out;
+}
+
+export class Router {
+  readonly routes: RouteDef[] = [];
+
+  add<P, Q, B>(def: RouteDef<P, Q, B>): this {
+    this.routes.push(def as RouteDef);
+    return this;
+  }
+
+  /** Registers every route with Elysia, wrapping each handler in validation, auth and error mapping. */
+  bind(app: Elysia<any, any, any, any, any, any, any>, kiln: Kiln, ipOf: (r: Request) => string): void {
+    for (const def of this.routes) {
+      const elysiaPath = def.path.replace(/\{(\w+)\}/g, ":$1");
+      const run = async ({ request, params }: { request: Request; params: Record<string, string> }) => {
+        try {
+          return await this.execute(def, kiln, request, params, ipOf(request));
+        } catch (err) {
+          return kiln.http.renderError(err, request);
+        }
+      };
+      const methods: Method[] = def.alsoHead ? [def.method, "HEAD"] : [def.method];
+      for (const m of methods) app.route(m, elysiaPath, run as any);
+    }
+  }
+
+  private async execute(def: RouteDef, kiln: Kiln, request: Request, rawParams: Record<string, string>, ip: string) {
+    const url = new URL(request.url);
+    const params = parseWith(def.params, decodeParams(rawParams), "path");
+    const query = parseWith(def.query, queryObject(url), "query");
+    const { principal, project } = await kiln.guard.authorize(def.auth, request, params as any, ip);
+    const body = def.body ? parseWith(def.body, await readJsonBody(request), "body") : undefined;
+    const out = await def.handler({ kiln, request, ip, params, query, body, principal, project });
+    if (out instanceof Response) return out;
+    if (kiln.config.validateResponses) checkResponse(def, out);
+    return jsonResponse(out.status, out.body, out.headers);
+  }
+}
+
+function decodeParams(p: Record<string, string>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(p ?? {})) {
+    try {
+      out[k] = decodeURIComponent(v);
+    } catch {
+      out[k] = v;
+    }
+  }
+  return out;
+}
+
+/** Test-mode guard that the document tells the truth: a response that does not match its schema is a 500. */
+function checkResponse(def: RouteDef, out: { status: number; body?: unknown }) {
+  const spec = def.responses[out.status];
+  if (!spec) throw new Error(`${def.method} ${def.path} answered ${out.status}, which its definition does not declare`);
+  if (spec.schema && out.body !== undefined) {
+    const r = spec.schema.safeParse(out.body);
+    if (!r.success)
+      throw new Error(`${def.method} ${def.path} ${out.status} response does not match its schema: ${describeZodError("response", r.error)}`);
+  }
+}
+
+export { errorResponse, HttpError };

@@ -1,0 +1,115 @@
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { accessTokenRoutes } from "./access-tokens/routes";
+import { AccessTokensService } from "./access-tokens/service";
+import { TokenUsage } from "./access-tokens/usage";
+import { accountRoutes } from "./accounts/routes";
+import { AccountsService } from "./accounts/service";
+import { Credentials } from "./auth/credentials";
+import { Guard } from "./auth/guard";
+import { clock } from "./clock";
+import type { Config } from "./config";
+import type { Kiln } from "./context";
+import { healthRoutes } from "./health/routes";
+import { openApiRoutes } from "./http/openapi";
+import { Router } from "./http/route";
+import { renderError, serveHttp } from "./http/server";
+import { keyRoutes } from "./keys/routes";
+import { KeysService } from "./keys/service";
+import { createLogger, type Logger } from "./log";
+import { projectRoutes } from "./projects/routes";
+import { ProjectsService } from "./projects/service";
+import { openControlStore } from "./store/open-store";
+import { variableRoutes } from "./variables/routes";
+import { VariablesService } from "./variables/service";
+
+export interface RunningKiln {
+  url: string;
+  port: number;
+  kiln: Kiln;
+  stop(): Promise<void>;
+}
+
+/** One Kiln per data dir: a second instance would corrupt the embedded databases. */
+function lockDataDir(dataDir: string): () => void {
+  const file = join(dataDir, "kiln.pid");
+  if (existsSync(file)) {
+    const pid = Number(readFileSync(file, "utf8").trim());
+    if (pid && pid !== process.pid) {
+      let alive = false;
+      try {
+        process.kill(pid, 0);
+        alive = true;
+      } catch {}
+      if (alive) throw new Error(`data dir ${dataDir} is in use by another Kiln (pid ${pid}); stop it or pass another --data-dir`);
+    }
+  }
+  writeFileSync(file, String(process.pid));
+  return () => rmSync(file, { force: true });
+}
+
+/** Every area's routes, in the order the OpenAPI document lists them. */
+export function buildRouter(config: Config): Router {
+  const router = new Router();
+  healthRoutes(router);
+  accountRoutes(router);
+  projectRoutes(router);
+  accessTokenRoutes(router);
+  keyRoutes(router);
+  variableRoutes(router);
+  openApiRoutes(router, { fetchLimit: config.openapiFetchLimit, now: () => clock.nowMs() });
+  return router;
+}
+
+export async function startKiln(config: Config, out: { print: (line: string) => void; log?: Logger } = { print: console.log }): Promise<RunningKiln> {
+  const log = out.log ?? createLogger();
+  if (config.ephemeral) config.dataDir = mkdtempSync(join(tmpdir(), "kiln-ephemeral-"));
+  mkdirSync(config.dataDir, { recursive: true });
+  const unlock = lockDataDir(config.dataDir);
+  const now = () => clock.now();
+
+  let store;
+  try {
+    store = await openControlStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl });
+  } catch (err) {
+    unlock();
+    throw err;
+  }
+  const credentials = new Credentials(store, config, () => clock.nowMs());
+  const usage = new TokenUsage(store, now, log);
+  const kiln = { config, clock, log, store, credentials, usage } as Kiln;
+  kiln.http = { renderError: (err, req) => renderError(kiln, err, req) };
+  kiln.accounts = new AccountsService(store, now);
+  kiln.projects = new ProjectsService(store, config, now, (id) => credentials.evictProject(id), log);
+  kiln.tokens = new AccessTokensService(store, config, now, usage, (id) => credentials.evict((p) => "tokenId" in p && p.tokenId === id));
+  kiln.keys = new KeysService(store, now, (id) => credentials.evict((p) => "keyId" in p && p.keyId === id));
+  kiln.variables = new VariablesService(store, now, Number(process.env.KILN_VARIABLE_PROPAGATION_MS ?? 200));
+  kiln.guard = new Guard(kiln);
+
+  // What a project owns, set up with it and removed with it.
+  kiln.projects.registerSetup((tx, projectId) => kiln.keys.createAnonKey(projectId, { name: "default" }, tx).then(() => {}));
+  kiln.projects.registerCleanup("keys", (id) => kiln.keys.removeAll(id));
+  kiln.projects.registerCleanup("variables", (id) => kiln.variables.removeAll(id));
+
+  await kiln.accounts.ensureDefault(config, out.print);
+  await kiln.variables.settlePending();
+  await kiln.projects.resumeDeletions();
+  usage.start();
+
+  const server = serveHttp(kiln, buildRouter(config));
+  const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
+
+  let stopping: Promise<void> | null = null;
+  const stop = () =>
+    (stopping ??= (async () => {
+      await server.stop(false); // stop accepting; in-flight requests finish
+      await kiln.projects.drain();
+      await kiln.variables.settlePending().catch(() => {});
+      await usage.stop().catch((e) => log.error("final usage flush failed", e));
+      await store.close();
+      unlock();
+      if (config.ephemeral) rmSync(config.dataDir, { recursive: true, force: true });
+    })());
+  return { url, port: server.port!, kiln, stop };
+}

@@ -1,0 +1,141 @@
+import type { ControlStore } from "./store";
+
+/**
+ * Versioned schema migrations, applied in order at start and recorded in `kiln_migrations`.
+ * Never edit a released migration: add a new one. The embedded template data dir is keyed by the
+ * hash of this list, so a new migration also makes a new template.
+ */
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+export const MIGRATIONS: Migration[] = [
+  {
+    version: 1,
+    name: "foundation",
+    sql: `
+      create table accounts (
+        id text primary key,
+        plan text not null,
+        is_default boolean not null default false,
+        created_at timestamptz not null
+      );
+      create table platform_tokens (
+        id text primary key,
+        account_id text not null references accounts(id) on delete cascade,
+        token_hash text not null unique,
+        token_prefix text not null,
+        created_at timestamptz not null
+      );
+      create table projects (
+        id text primary key,
+        account_id text not null references accounts(id),
+        name text not null,
+        status text not null,
+        all_regions boolean not null,
+        selected_regions jsonb not null default '[]',
+        failure text,
+        created_at timestamptz not null,
+        updated_at timestamptz not null
+      );
+      create index projects_by_account on projects (account_id, status, created_at, id);
+      create table access_tokens (
+        id text primary key,
+        project_id text not null references projects(id),
+        name text not null,
+        token_hash text not null unique,
+        token_prefix text not null,
+        scope text not null,
+        token_source text not null,
+        expires_at timestamptz,
+        revoked_at timestamptz,
+        last_used_at timestamptz,
+        all_time_requests integer not null default 0,
+        created_at timestamptz not null
+      );
+      -- a name is held by every token that is not revoked (expired ones included)
+      create unique index access_tokens_name_held on access_tokens (project_id, name) where revoked_at is null;
+      create index access_tokens_by_project on access_tokens (project_id, created_at);
+      create table access_token_usage (
+        token_id text not null references access_tokens(id) on delete cascade,
+        day date not null,
+        requests integer not null,
+        primary key (token_id, day)
+      );
+      create table service_keys (
+        id text primary key,
+        project_id text not null references projects(id),
+        name text not null,
+        key_hash text not null unique,
+        key_prefix text not null,
+        permissions jsonb,
+        created_at timestamptz not null,
+        updated_at timestamptz not null
+      );
+      create table anon_keys (
+        id text primary key,
+        project_id text not null references projects(id),
+        name text not null,
+        key text not null unique,
+        permissions jsonb not null,
+        created_at timestamptz not null
+      );
+      create table variables (
+        id text primary key,
+        project_id text not null references projects(id),
+        name text not null,
+        value text not null,
+        status text not null,
+        current_sync_id text not null,
+        created_at timestamptz not null,
+        updated_at timestamptz not null,
+        unique (project_id, name)
+      );
+    `,
+  },
+];
+
+/** Identifies the schema a template data dir was made with. */
+export function migrationsFingerprint(): string {
+  const h = new Bun.CryptoHasher("sha256");
+  for (const m of MIGRATIONS) h.update(`${m.version}:${m.sql}`);
+  return h.digest("hex").slice(0, 16);
+}
+
+/**
+ * Applies pending migrations. An advisory lock serialises several Kiln instances starting against
+ * one PostgreSQL server at the same moment.
+ */
+export async function migrate(store: ControlStore): Promise<number> {
+  await store.query(`select pg_advisory_lock(7420001)`);
+  try {
+    await store.query(
+      `create table if not exists kiln_migrations (version integer primary key, name text not null, applied_at timestamptz not null default now())`,
+    );
+    const done = new Set(
+      (await store.query<{ version: number }>(`select version from kiln_migrations`)).map((r) => r.version),
+    );
+    let applied = 0;
+    for (const m of MIGRATIONS) {
+      if (done.has(m.version)) continue;
+      await store.transaction(async (tx) => {
+        for (const stmt of splitStatements(m.sql)) await tx.query(stmt);
+        await tx.query(`insert into kiln_migrations (version, name) values ($1, $2)`, [m.version, m.name]);
+      });
+      applied++;
+    }
+    return applied;
+  } finally {
+    await store.query(`select pg_advisory_unlock(7420001)`);
+  }
+}
+
+/** Migrations hold plain DDL (no functions with bodies), so splitting on `;` is safe. */
+function splitStatements(sql: string): string[] {
+  return sql
+    .split(/;\s*(?:\n|$)/)
+    .map((s) => s.replace(/^\s*--.*$/gm, "").trim())
+    .filter(Boolean);
+}

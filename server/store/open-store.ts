@@ -1,0 +1,24 @@
+import { existsSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { migrate } from "./migrations";
+import { openPglite, PgliteStore } from "./pglite-store";
+import { PostgresStore } from "./postgres-store";
+import type { ControlStore } from "./store";
+import { createFromTemplate } from "./template";
+
+/** Opens the control store the configuration names and brings its schema up to date. */
+export async function openControlStore(opts: { dataDir: string; databaseUrl?: string }): Promise<ControlStore> {
+  let store: ControlStore;
+  if (opts.databaseUrl) {
+    store = new PostgresStore(opts.databaseUrl);
+  } else {
+    const dir = join(opts.dataDir, "control");
+    if (!existsSync(join(dir, "PG_VERSION"))) {
+      mkdirSync(opts.dataDir, { recursive: true });
+      await createFromTemplate(dir);
+    }
+    store = new PgliteStore(await openPglite(dir));
+  }
+  await migrate(store);
+  return store;
+}

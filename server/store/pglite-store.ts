@@ -1,0 +1,38 @@
+import { PGlite } from "@electric-sql/pglite";
+import type { ControlStore, Row, Sql } from "./store";
+
+/**
+ * Settings for every embedded PGlite instance: a small shared_buffers keeps an open instance at
+ * tens of MB instead of hundreds, which matters on a laptop and in CI.
+ */
+export const PGLITE_CONF = ["shared_buffers=8MB", "work_mem=2MB", "maintenance_work_mem=8MB"];
+
+export async function openPglite(dataDir: string): Promise<PGlite> {
+  const db = new PGlite(dataDir, { postgresqlconf: PGLITE_CONF });
+  await db.waitReady;
+  return db;
+}
+
+function clean(params?: unknown[]): unknown[] | undefined {
+  return params?.map((p) => (p === undefined ? null : p));
+}
+
+/** The embedded control store: one PGlite instance in `<data-dir>/control`. */
+export class PgliteStore implements ControlStore {
+  readonly kind = "pglite" as const;
+  constructor(private readonly db: PGlite) {}
+
+  async query<T extends Row = Row>(text: string, params?: unknown[]): Promise<T[]> {
+    return (await this.db.query<T>(text, clean(params))).rows;
+  }
+
+  transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T> {
+    return this.db.transaction(async (tx) =>
+      fn({ query: async <R extends Row>(text: string, params?: unknown[]) => (await tx.query<R>(text, clean(params))).rows }),
+    );
+  }
+
+  async close(): Promise<void> {
+    if (!this.db.closed) await this.db.close();
+  }
+}

@@ -1,0 +1,25 @@
+/**
+ * The control store: where Kiln keeps accounts, projects, tokens, keys and variables.
+ * Services speak SQL through this small interface; the engines (embedded PGlite, a real PostgreSQL
+ * server) differ only in how they connect. Both see the same schema and the same migrations, so the
+ * SQL in the services is written once and must run unchanged on both.
+ *
+ * Conventions that keep both engines returning the same JS values:
+ * - timestamps are `timestamptz`, written from JS (ISO strings) and read back as Date;
+ * - counters are `integer` (never int8, which the two drivers return differently);
+ * - structured values are `jsonb`, passed as JSON text with an explicit `::jsonb` cast.
+ */
+export type Row = Record<string, any>;
+
+export interface Sql {
+  query<T extends Row = Row>(text: string, params?: unknown[]): Promise<T[]>;
+}
+
+export interface ControlStore extends Sql {
+  readonly kind: "pglite" | "postgres";
+  transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T>;
+  close(): Promise<void>;
+}
+
+/** Raised when the store itself cannot answer (connection lost, engine crashed): a 503/500, never a 4xx. */
+export class StoreUnavailableError extends Error {}
