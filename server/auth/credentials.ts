@@ -1,4 +1,4 @@
-import type { Config, PlanName } from "../config";
+import { takeFault, type Config, type PlanName } from "../config";
 import { hashSecret } from "../ids";
 import type { ControlStore } from "../store/store";
 import type { Principal } from "./principal";
@@ -39,6 +39,7 @@ export class Credentials {
   }
 
   private async lookup(secret: string, hash: string): Promise<Principal | null> {
+    if (takeFault(this.config, "credential-store")) throw new Error("injected fault: credential-store");
     const kind = secret.slice(0, 3);
     if (kind === "pk-") {
       const [r] = await this.store.query<{ id: string; account_id: string; plan: PlanName }>(

@@ -32,7 +32,7 @@ export class KeysService {
     const at = this.now().toISOString();
     const [r] = await this.store.query(
       `insert into service_keys (id, project_id, name, key_hash, key_prefix, permissions, created_at, updated_at)
-       values ($1, $2, $3, $4, $5, $6::jsonb, $7, $7) returning *`,
+       values ($1, $2, $3, $4, $5, $6::text::jsonb, $7, $7) returning *`,
       [newId(), projectId, input.name, hashSecret(key), secretPrefix(key), input.permissions ? JSON.stringify(input.permissions) : null, at],
     );
     return { ...serviceKeyView(r!), key };
@@ -57,7 +57,7 @@ export class KeysService {
     const cur = await this.serviceKeyRow(projectId, keyId);
     const permissions = input.permissions === undefined ? cur.permissions : input.permissions;
     const [r] = await this.store.query(
-      `update service_keys set name = $3, permissions = $4::jsonb, updated_at = $5 where id = $1 and project_id = $2 returning *`,
+      `update service_keys set name = $3, permissions = $4::text::jsonb, updated_at = $5 where id = $1 and project_id = $2 returning *`,
       [keyId, projectId, input.name ?? cur.name, permissions === null ? null : JSON.stringify(permissions), this.now().toISOString()],
     );
     this.evict(keyId);
@@ -72,7 +72,7 @@ export class KeysService {
 
   async createAnonKey(projectId: string, input: { name: string; permissions?: string[] }, tx: Sql = this.store) {
     const [r] = await tx.query(
-      `insert into anon_keys (id, project_id, name, key, permissions, created_at) values ($1, $2, $3, $4, $5::jsonb, $6) returning *`,
+      `insert into anon_keys (id, project_id, name, key, permissions, created_at) values ($1, $2, $3, $4, $5::text::jsonb, $6) returning *`,
       [newId(), projectId, input.name, newSecret("ak"), JSON.stringify(input.permissions ?? []), this.now().toISOString()],
     );
     return anonKeyView(r!);

@@ -115,7 +115,7 @@ export class ProjectsService {
       const at = this.now().toISOString();
       const [row] = await tx.query(
         `insert into projects (id, account_id, name, status, all_regions, selected_regions, created_at, updated_at)
-         values ($1, $2, $3, 'active', $4, $5::jsonb, $6, $6) returning *`,
+         values ($1, $2, $3, 'active', $4, $5::text::jsonb, $6, $6) returning *`,
         [newId(), accountId, input.name, allRegions, JSON.stringify(allRegions ? [] : selected), at],
       );
       for (const setup of this.creators) await setup(tx, row!.id);
@@ -135,7 +135,7 @@ export class ProjectsService {
     if (input.selected_regions && input.selected_regions.length > 0 && input.all_regions === undefined) allRegions = false;
     this.checkRegions(plan, allRegions, selected);
     const [row] = await this.store.query(
-      `update projects set name = $2, all_regions = $3, selected_regions = $4::jsonb, updated_at = $5
+      `update projects set name = $2, all_regions = $3, selected_regions = $4::text::jsonb, updated_at = $5
         where id = $1 and status <> 'deleted' returning *`,
       [project.id, input.name ?? project.name, allRegions, JSON.stringify(allRegions ? [] : selected), this.now().toISOString()],
     );

@@ -1,0 +1,137 @@
+// HTTP conventions shared by every route: error shapes, validation messages, service headers,
+// CLI version handling, credential failures and their rationing, the admin route.
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { createProject, removeDir, secret, startKiln, type TestKiln } from "../support/kiln";
+
+describe("HTTP conventions", () => {
+  let k: TestKiln;
+  beforeAll(async () => {
+    k = await startKiln({ args: ["--min-cli-version", "0.0.5"], env: { KILN_FAULTS: "credential-store:1" } });
+  });
+  afterAll(async () => {
+    await k.stop();
+    removeDir(k.dataDir);
+  });
+
+  test("a failed credential check is a 500 'failed to validate token', never a 401", async () => {
+    // The first lookup fails by injection (KILN_FAULTS=credential-store:1).
+    const r = await k.api("GET", "/projects");
+    expect(r.status).toBe(500);
+    expect(r.body).toEqual({ error: "failed to validate token" });
+    expect((await k.api("GET", "/projects")).status).toBe(200);
+  });
+
+  test("unknown routes are 404 in the error shape, with the service headers", async () => {
+    const r = await k.api("GET", "/no/such/route");
+    expect(r.status).toBe(404);
+    expect(r.body).toEqual({ error: expect.stringContaining("/no/such/route") });
+    expect(r.headers.get("x-service-version")).toMatch(/^local-\d+\.\d+\.\d+/);
+    expect(r.headers.get("x-service-region")).toBe("local");
+  });
+
+  test("validation errors are 400 and name the field", async () => {
+    const r = await k.api("POST", "/projects", { body: { name: 42 } });
+    expect(r.status).toBe(400);
+    expect(r.body.error).toContain("'name'");
+    const q = await k.api("GET", "/projects?page=0");
+    expect(q.status).toBe(400);
+    expect(q.body.error).toContain("'page'");
+    const lim = await k.api("GET", "/projects?page=1&limit=101");
+    expect(lim.status).toBe(400);
+    expect(lim.body.error).toContain("'limit'");
+  });
+
+  test("malformed JSON is a 400, not a 500", async () => {
+    const r = await k.api("POST", "/projects", { body: "{not json" });
+    expect(r.status).toBe(400);
+    expect(r.body).toEqual({ error: "request body is not valid JSON" });
+  });
+
+  test("missing and unknown credentials are 401 in the error shape", async () => {
+    const none = await k.api("GET", "/projects", { token: null });
+    expect(none.status).toBe(401);
+    expect(typeof none.body.error).toBe("string");
+    const bad = await k.api("GET", "/projects", { token: "pk-doesnotexist00000000000000" });
+    expect(bad.status).toBe(401);
+    expect(bad.body).toEqual({ error: "invalid token" });
+  });
+
+  test("CLI versions: older than the minimum is 426, older than the latest gets an upgrade hint", async () => {
+    const old = await k.api("GET", "/projects", { headers: { "X-Service-CLI-Version": "0.0.4" } });
+    expect(old.status).toBe(426);
+    expect(old.body.error).toContain("0.0.5");
+    expect(old.headers.get("x-service-cli-instruction")).toBe("require_version_upgrade");
+    const older = await k.api("GET", "/projects", { headers: { "X-Service-CLI-Version": "0.0.9" } });
+    expect(older.status).toBe(200);
+    expect(older.headers.get("x-service-cli-instruction")).toBe("suggestion_version_upgrade");
+    const current = await k.api("GET", "/projects", { headers: { "X-Service-CLI-Version": "99.0.0" } });
+    expect(current.status).toBe(200);
+    expect(current.headers.get("x-service-cli-instruction")).toBeNull();
+    const none = await k.api("GET", "/projects");
+    expect(none.status).toBe(200);
+    expect(none.headers.get("x-service-cli-instruction")).toBeNull();
+  });
+
+  test("project management endpoints send no rate-limit headers", async () => {
+    const r = await k.api("GET", "/projects");
+    expect(r.headers.get("x-ratelimit-limit")).toBeNull();
+  });
+
+  test("admin accounts: 401 with a wrong admin token, 201 with the right one; each account sees only its own projects", async () => {
+    expect((await k.api("POST", "/admin/accounts", { token: "nope", body: { plan: "hobby" } })).status).toBe(401);
+    const bad = await k.api("POST", "/admin/accounts", { token: k.adminToken, body: { plan: "gold" } });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error).toContain("'plan'");
+    const r = await k.api("POST", "/admin/accounts", { token: k.adminToken, body: { plan: "hobby" } });
+    expect(r.status).toBe(201);
+    expect(r.body).toEqual({ id: expect.any(String), plan: "hobby", platform_token: expect.stringMatching(/^pk-/) });
+    const mine = await createProject(k, "default-account-project");
+    const other = r.body.platform_token;
+    expect((await k.api("GET", "/projects", { token: other })).body.total).toBe(0);
+    // Another account's project is simply not found.
+    expect((await k.api("GET", `/projects/${mine.id}`, { token: other })).status).toBe(404);
+    expect((await k.api("DELETE", `/projects/${mine.id}`, { token: other })).status).toBe(404);
+    expect((await k.api("GET", `/projects/${mine.id}`)).status).toBe(200);
+  });
+
+  test("hobby accounts cannot restrict regions (403); superagent accounts can", async () => {
+    const hobby = (await k.api("POST", "/admin/accounts", { token: k.adminToken, body: { plan: "hobby" } })).body.platform_token;
+    const r = await k.api("POST", "/projects", { token: hobby, body: { name: "x", all_regions: false, selected_regions: ["local"] } });
+    expect(r.status).toBe(403);
+    expect(r.body.error).toMatch(/SUPERAGENT/);
+    const ok = await k.api("POST", "/projects", { body: { name: "x", all_regions: false, selected_regions: ["local"] } });
+    expect(ok.status).toBe(201);
+    expect(ok.body.selected_regions).toEqual(["local"]);
+  });
+});
+
+describe("admin routes without KILN_ADMIN_TOKEN", () => {
+  test("every /admin route answers 404", async () => {
+    const k = await startKiln({ env: { KILN_ADMIN_TOKEN: "" } });
+    try {
+      const r = await k.api("POST", "/admin/accounts", { token: "anything", body: { plan: "hobby" } });
+      expect(r.status).toBe(404);
+      expect(typeof r.body.error).toBe("string");
+    } finally {
+      await k.stop();
+      removeDir(k.dataDir);
+    }
+  });
+});
+
+describe("rationing unrecognized credentials", () => {
+  test("repeated unknown credentials from one address get 429 with Retry-After; valid tokens are never limited", async () => {
+    const k = await startKiln({ env: { KILN_AUTH_FAILURE_LIMIT: "5" } });
+    try {
+      for (let i = 0; i < 5; i++) expect((await k.api("GET", "/projects", { token: secret("pk") })).status).toBe(401);
+      const limited = await k.api("GET", "/projects", { token: secret("pt") });
+      expect(limited.status).toBe(429);
+      expect(Number(limited.headers.get("retry-after"))).toBeGreaterThan(0);
+      expect(typeof limited.body.error).toBe("string");
+      for (let i = 0; i < 20; i++) expect((await k.api("GET", "/projects")).status).toBe(200);
+    } finally {
+      await k.stop();
+      removeDir(k.dataDir);
+    }
+  });
+});

@@ -1,0 +1,78 @@
+// `kiln start` as the contract describes it: flags, the listening line, /healthz, graceful stop,
+// restart on the same data dir, the generated platform token.
+import { existsSync, readFileSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, describe, expect, test } from "vitest";
+import { createProject, createToken, removeDir, startKiln, STORE } from "../support/kiln";
+
+describe("kiln start", () => {
+  const dirs: string[] = [];
+  afterAll(() => dirs.forEach(removeDir));
+
+  test("prints the listening line, answers /healthz without a credential, stops cleanly with exit 0", async () => {
+    const k = await startKiln();
+    dirs.push(k.dataDir);
+    expect(k.stdout).toMatch(/^Kiln listening on http:\/\/127\.0\.0\.1:\d+$/m);
+    const r = await k.api("GET", "/healthz", { token: null });
+    expect(r.status).toBe(200);
+    expect(r.body).toEqual({ status: "ok" });
+    expect(r.headers.get("x-service-version")).toBe(`local-${JSON.parse(readFileSync("package.json", "utf8")).version}`);
+    expect(r.headers.get("x-service-region")).toBe("local");
+    expect(await k.stop()).toBe(0);
+    // The data dir lock is released at a clean stop.
+    expect(existsSync(join(k.dataDir, "kiln.pid"))).toBe(false);
+  });
+
+  test("a restart on the same data dir finds projects and tokens as they were", async () => {
+    const k = await startKiln();
+    dirs.push(k.dataDir);
+    const p = await createProject(k, "survivor");
+    const t = await createToken(k, p.id, { name: "ci" });
+    expect(await k.stop()).toBe(0);
+    const k2 = await startKiln({ dataDir: k.dataDir, databaseUrl: k.databaseUrl, env: { KILN_PLATFORM_TOKEN: k.token } });
+    const got = await k2.api("GET", `/projects/${p.id}`);
+    expect(got.status).toBe(200);
+    expect(got.body.name).toBe("survivor");
+    const viaToken = await k2.api("GET", `/projects/${p.id}`, { token: t.token });
+    expect(viaToken.status).toBe(200);
+    const tokens = await k2.api("GET", `/projects/${p.id}/access-tokens`);
+    expect(tokens.body.data.map((x: any) => x.name)).toEqual(["ci"]);
+    await k2.stop();
+  });
+
+  test("without KILN_PLATFORM_TOKEN a token is generated, printed once and saved with mode 0600", async () => {
+    const k = await startKiln({ generatedToken: true });
+    dirs.push(k.dataDir);
+    expect(k.token).toMatch(/^pk-[A-Za-z0-9]{40}$/);
+    const file = join(k.dataDir, "credentials.json");
+    expect(JSON.parse(readFileSync(file, "utf8"))).toEqual({ platform_token: k.token });
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+    expect((await k.api("GET", "/projects")).status).toBe(200);
+    await k.stop();
+    const k2 = await startKiln({ dataDir: k.dataDir, databaseUrl: k.databaseUrl, generatedToken: true });
+    expect(k2.stdout).not.toContain("pk-"); // printed once only
+    expect((await k2.api("GET", "/projects", { token: k.token })).status).toBe(200);
+    await k2.stop();
+  });
+
+  test("a second Kiln on a data dir in use is refused", async () => {
+    const k = await startKiln();
+    dirs.push(k.dataDir);
+    await expect(startKiln({ dataDir: k.dataDir, databaseUrl: k.databaseUrl })).rejects.toThrow(/in use by another Kiln/);
+    await k.stop();
+  });
+
+  test("--ephemeral keeps state in a temporary folder removed at exit", async () => {
+    const k = await startKiln({ args: ["--ephemeral"] });
+    dirs.push(k.dataDir);
+    await createProject(k);
+    expect(await k.stop()).toBe(0);
+    // The folder given by --data-dir was never used; the temporary one is gone.
+    if (STORE === "embedded") expect(existsSync(join(k.dataDir, "control"))).toBe(false);
+  });
+
+  test("bad flags fail fast with a clear message", async () => {
+    await expect(startKiln({ args: ["--plan", "gold"] })).rejects.toThrow(/--plan must be hobby or superagent/);
+    await expect(startKiln({ args: ["--regions", "Bad Region"] })).rejects.toThrow(/--regions/);
+  });
+});

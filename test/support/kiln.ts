@@ -1,0 +1,177 @@
+// Starts a real `kiln start` process for black-box tests and speaks HTTP to it.
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import postgres from "postgres";
+import { inject } from "vitest";
+
+export const ROOT = resolve(import.meta.dirname, "../..");
+export const BUN = join(ROOT, "node_modules/.bin/bun");
+export const KILN = join(ROOT, "cmd/kiln.ts");
+
+/** Which control store this vitest project tests: `embedded` (PGlite) or `postgres`. */
+export const STORE = (process.env.KILN_TEST_STORE ?? "embedded") as "embedded" | "postgres";
+
+export interface KilnOptions {
+  env?: Record<string, string | undefined>;
+  args?: string[];
+  dataDir?: string;
+  /** Keep the database across restarts (postgres store). */
+  databaseUrl?: string;
+  /** Do not set KILN_PLATFORM_TOKEN (let Kiln generate one). */
+  generatedToken?: boolean;
+}
+
+export interface ApiResponse<T = any> {
+  status: number;
+  headers: Headers;
+  body: T;
+  text: string;
+}
+
+export interface TestKiln {
+  url: string;
+  token: string;
+  adminToken: string;
+  dataDir: string;
+  databaseUrl?: string;
+  stdout: string;
+  stderr: string;
+  proc: ChildProcess;
+  api<T = any>(method: string, path: string, opts?: { token?: string | null; body?: unknown; headers?: Record<string, string> }): Promise<ApiResponse<T>>;
+  /** SIGTERM and wait; resolves with the exit code. */
+  stop(): Promise<number | null>;
+}
+
+export function secret(prefix: string): string {
+  return `${prefix}-${randomBytes(24).toString("hex")}`;
+}
+
+/** A fresh, empty database on the test PostgreSQL server. */
+export async function freshDatabase(): Promise<string> {
+  const admin = inject("pgUrl");
+  const name = `kiln_${randomBytes(6).toString("hex")}`;
+  const sql = postgres(admin, { max: 1, onnotice: () => {} });
+  await sql.unsafe(`create database ${name}`);
+  await sql.end();
+  const u = new URL(admin);
+  u.pathname = `/${name}`;
+  return u.toString();
+}
+
+export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
+  const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), "kiln-test-"));
+  const databaseUrl = opts.databaseUrl ?? (STORE === "postgres" ? await freshDatabase() : undefined);
+  const token = opts.generatedToken ? "" : (opts.env?.KILN_PLATFORM_TOKEN ?? secret("pk"));
+  const adminToken = opts.env?.KILN_ADMIN_TOKEN ?? secret("admin");
+  const args = [KILN, "start", "--port", "0", "--data-dir", dataDir, ...(databaseUrl ? ["--database-url", databaseUrl] : []), ...(opts.args ?? [])];
+  const env: Record<string, string | undefined> = {
+    ...process.env,
+    KILN_VALIDATE_RESPONSES: "1",
+    KILN_LOG: "quiet",
+    KILN_ADMIN_TOKEN: adminToken,
+    KILN_PLATFORM_TOKEN: token || undefined,
+    ...opts.env,
+  };
+  for (const k of Object.keys(env)) if (env[k] === undefined) delete env[k];
+  const proc = spawn(BUN, args, { cwd: ROOT, env: env as NodeJS.ProcessEnv, stdio: ["ignore", "pipe", "pipe"] });
+  let stdout = "";
+  let stderr = "";
+  proc.stderr!.on("data", (d) => (stderr += d));
+  const url = await new Promise<string>((ok, fail) => {
+    const timer = setTimeout(() => fail(new Error(`kiln did not start in 30 s\n${stdout}\n${stderr}`)), 30_000);
+    proc.stdout!.on("data", (d) => {
+      stdout += d;
+      const m = /Kiln listening on (http:\/\/\S+)/.exec(stdout);
+      if (m) {
+        clearTimeout(timer);
+        ok(m[1]!);
+      }
+    });
+    proc.once("exit", (code) => {
+      clearTimeout(timer);
+      fail(new Error(`kiln exited with ${code} before listening\n${stdout}\n${stderr}`));
+    });
+  });
+  const platformToken = token || /(pk-[A-Za-z0-9]+)/.exec(stdout)?.[1] || "";
+  const k: TestKiln = {
+    url,
+    token: platformToken,
+    adminToken,
+    dataDir,
+    databaseUrl,
+    get stdout() {
+      return stdout;
+    },
+    get stderr() {
+      return stderr;
+    },
+    proc,
+    async api(method, path, o = {}) {
+      const headers: Record<string, string> = { ...o.headers };
+      const bearer = o.token === undefined ? platformToken : o.token;
+      if (bearer !== null) headers.authorization = `Bearer ${bearer}`;
+      let body: string | undefined;
+      if (o.body !== undefined) {
+        body = typeof o.body === "string" ? o.body : JSON.stringify(o.body);
+        headers["content-type"] ??= "application/json";
+      }
+      const res = await fetch(url + path, { method, headers, body });
+      const text = await res.text();
+      let parsed: any = text;
+      try {
+        parsed = text ? JSON.parse(text) : undefined;
+      } catch {}
+      return { status: res.status, headers: res.headers, body: parsed, text };
+    },
+    stop() {
+      return new Promise((ok) => {
+        if (proc.exitCode !== null) return ok(proc.exitCode);
+        proc.once("exit", (code) => ok(code));
+        proc.kill("SIGTERM");
+      });
+    },
+  };
+  running.add(k);
+  proc.once("exit", () => running.delete(k));
+  return k;
+}
+
+const running = new Set<TestKiln>();
+process.on("exit", () => {
+  for (const k of running) k.proc.kill("SIGKILL");
+});
+
+/** Removes a data dir a test made. */
+export function removeDir(dir: string) {
+  rmSync(dir, { recursive: true, force: true });
+}
+
+/** Creates a project with the platform token and returns it. */
+export async function createProject(k: TestKiln, name = `p-${randomBytes(4).toString("hex")}`, token?: string) {
+  const r = await k.api("POST", "/projects", { body: { name }, token });
+  if (r.status !== 201) throw new Error(`create project: ${r.status} ${r.text}\n${k.stderr}`);
+  return r.body as { id: string; name: string; status: string };
+}
+
+export async function createToken(k: TestKiln, projectId: string, body: Record<string, unknown> = {}) {
+  const r = await k.api("POST", `/projects/${projectId}/access-tokens`, {
+    body: { name: `t-${randomBytes(4).toString("hex")}`, scope: "full", ...body },
+  });
+  if (r.status !== 201) throw new Error(`create token: ${r.status} ${r.text}\n${k.stderr}`);
+  return r.body as { id: string; token: string; name: string; scope: string };
+}
+
+/** Polls until the predicate holds (async work such as deletion and propagation). */
+export async function eventually<T>(fn: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 10_000): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  let v = await fn();
+  while (!ok(v)) {
+    if (Date.now() > end) throw new Error(`condition not met in ${timeoutMs} ms; last value: ${JSON.stringify(v)}`);
+    await new Promise((r) => setTimeout(r, 50));
+    v = await fn();
+  }
+  return v;
+}
