@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { timestamp } from "../http/common-schemas";
 import { limitParam, pageParam, paginatedSchema, queryBool } from "../http/pagination";
 

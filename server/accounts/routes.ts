@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { errorSchema } from "../http/common-schemas";
 import { reply, type Router } from "../http/route";
 

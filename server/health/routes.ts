@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { reply, type Router } from "../http/route";
 
 export function healthRoutes(r: Router): void {

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { gzipSync } from "node:zlib";
 import YAML from "yaml";
-import { z } from "zod";
+import * as z from "zod";
 import { KILN_VERSION } from "../version";
 import { FixedWindowLimiter } from "./rate-limit";
 import type { RouteDef, Router } from "./route";

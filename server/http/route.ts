@@ -1,5 +1,5 @@
 import type { Elysia } from "elysia";
-import { z } from "zod";
+import * as z from "zod";
 import type { AuthRule, Principal } from "../auth/principal";
 import type { Kiln } from "../context";
 import type { ProjectRecord } from "../projects/service";

@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { timestamp } from "../http/common-schemas";
 
 /** Permission names Kiln knows; the spec names these two. */

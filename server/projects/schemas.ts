@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { limitParam, pageParam } from "../http/pagination";
 
 export const projectIdParams = z.object({ projectId: z.string().min(1) });

@@ -230,6 +230,7 @@ export class ProjectsService {
   private async cleanup(projectId: string): Promise<void> {
     try {
       if (takeFault(this.config, "project-cleanup")) throw new Error("injected fault: project-cleanup");
+      if (takeFault(this.config, "project-cleanup-delay")) await new Promise((r) => setTimeout(r, 1500));
       for (const c of this.cleanups) await c.run(projectId);
       await this.store.query(`update projects set status = 'deleted', updated_at = $2 where id = $1`, [projectId, this.now().toISOString()]);
     } catch (err) {

@@ -1,0 +1,45 @@
+import { describe, expect, test } from "vitest";
+import { Credentials } from "../../server/auth/credentials";
+import { resolveConfig } from "../../server/config";
+import { hashSecret } from "../../server/ids";
+import type { ControlStore } from "../../server/store/store";
+
+/** A store that answers the platform-token lookup and counts how often it is asked. */
+function countingStore(token: string) {
+  const calls = { n: 0 };
+  const store = {
+    kind: "pglite",
+    async query(_sql: string, params?: unknown[]) {
+      calls.n++;
+      return params?.[0] === hashSecret(token) ? [{ id: "t1", account_id: "a1", plan: "hobby" }] : [];
+    },
+    transaction: async (fn: any) => fn(store),
+    close: async () => {},
+  } as unknown as ControlStore;
+  return { store, calls };
+}
+
+describe("credential cache", () => {
+  test("a verified credential is not looked up again within the TTL; eviction forces a lookup", async () => {
+    const token = "pk-abcdefghijklmnopqrstuvwxyz";
+    const { store, calls } = countingStore(token);
+    let now = 1_000;
+    const creds = new Credentials(store, resolveConfig({}, { KILN_CREDENTIAL_CACHE_MS: "2000" }), () => now);
+    for (let i = 0; i < 50; i++) expect((await creds.resolve(token))?.kind).toBe("platform");
+    expect(calls.n).toBe(1);
+    creds.evict((p) => p.kind === "platform");
+    await creds.resolve(token);
+    expect(calls.n).toBe(2);
+    now += 2500; // past the TTL: asked again, so other instances' revocations are seen
+    await creds.resolve(token);
+    expect(calls.n).toBe(3);
+  });
+  test("unknown credentials are never cached as valid", async () => {
+    const { store, calls } = countingStore("pk-known-known-known-known");
+    const creds = new Credentials(store, resolveConfig({}, {}), () => 0);
+    expect(await creds.resolve("pk-unknown-unknown-unknown")).toBeNull();
+    expect(await creds.resolve("pk-unknown-unknown-unknown")).toBeNull();
+    expect(calls.n).toBe(2);
+    expect(await creds.resolve("zz-not-a-kiln-secret")).toBeNull();
+  });
+});
