@@ -1,9 +1,26 @@
 import { Command } from "commander";
 import { KILN_VERSION } from "../server/version";
+import { keysCommand } from "./commands/keys";
+import { loginCommand } from "./commands/login";
+import { projectsCommand } from "./commands/projects";
+import { tokensCommand } from "./commands/tokens";
+import { varsCommand } from "./commands/vars";
+import { internalCommand } from "./internal";
 import { startCommand } from "./start";
 
 export function buildProgram(): Command {
-  const program = new Command("kiln").version(KILN_VERSION).description("Kiln: the whole backend platform on one machine");
+  const program = new Command("kiln")
+    .version(KILN_VERSION)
+    .description("Kiln: the whole backend platform on one machine")
+    .option("--url <url>", "Kiln server address (or KILN_URL; default: kiln login's, else http://127.0.0.1:7070)")
+    .option("--token <token>", "credential (or KILN_TOKEN; default: kiln login's, else ./.kiln/credentials.json)")
+    .option("--json", "print JSON for scripts instead of tables");
   startCommand(program);
+  loginCommand(program);
+  projectsCommand(program);
+  tokensCommand(program);
+  keysCommand(program);
+  varsCommand(program);
+  internalCommand(program);
   return program;
 }

@@ -31,6 +31,18 @@ export interface RunningKiln {
   stop(): Promise<void>;
 }
 
+/** `KILN_TRACE_STARTUP=1` prints how long each start-up phase took (bench/startup uses it). */
+function startupTrace() {
+  const on = process.env.KILN_TRACE_STARTUP === "1";
+  let last = performance.now();
+  return (phase: string) => {
+    if (!on) return;
+    const now = performance.now();
+    console.error(`startup: ${phase} +${Math.round(now - last)} ms (${Math.round(now)} ms since process start)`);
+    last = now;
+  };
+}
+
 /** One Kiln per data dir: a second instance would corrupt the embedded databases. */
 function lockDataDir(dataDir: string): () => void {
   const file = join(dataDir, "kiln.pid");
@@ -64,6 +76,7 @@ export function buildRouter(config: Config): Router {
 
 export async function startKiln(config: Config, out: { print: (line: string) => void; log?: Logger } = { print: console.log }): Promise<RunningKiln> {
   const log = out.log ?? createLogger();
+  const trace = startupTrace();
   if (config.ephemeral) config.dataDir = mkdtempSync(join(tmpdir(), "kiln-ephemeral-"));
   mkdirSync(config.dataDir, { recursive: true });
   const unlock = lockDataDir(config.dataDir);
@@ -76,6 +89,7 @@ export async function startKiln(config: Config, out: { print: (line: string) => 
     unlock();
     throw err;
   }
+  trace("control store open");
   const credentials = new Credentials(store, config, () => clock.nowMs());
   const usage = new TokenUsage(store, now, log);
   const kiln = { config, clock, log, store, credentials, usage } as Kiln;
@@ -96,8 +110,10 @@ export async function startKiln(config: Config, out: { print: (line: string) => 
   await kiln.variables.settlePending();
   await kiln.projects.resumeDeletions();
   usage.start();
+  trace("state ready");
 
   const server = serveHttp(kiln, buildRouter(config));
+  trace("listening");
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
 
   let stopping: Promise<void> | null = null;

@@ -1,6 +1,5 @@
 import { createHash } from "node:crypto";
 import { gzipSync } from "node:zlib";
-import YAML from "yaml";
 import * as z from "zod";
 import { KILN_VERSION } from "../version";
 import { FixedWindowLimiter } from "./rate-limit";
@@ -79,7 +78,8 @@ function variant(body: Uint8Array): Variant {
 export function openApiRoutes(r: Router, opts: { fetchLimit: number; now: () => number }): void {
   const limiter = new FixedWindowLimiter(opts.fetchLimit, 60_000, opts.now);
   let docs: Record<"json" | "yaml", { plain: Variant; gzip: Variant }> | null = null;
-  const build = () => {
+  const build = async () => {
+    const { default: YAML } = await import("yaml"); // only when the document is first asked for
     const doc = buildOpenApi(r.routes);
     const make = (text: string) => {
       const plain = variant(new TextEncoder().encode(text));
@@ -101,14 +101,14 @@ export function openApiRoutes(r: Router, opts: { fetchLimit: number; now: () => 
         304: { description: "unchanged (If-None-Match)" },
         429: { description: "more than the allowed fetches per minute from this address" },
       },
-      handler: ({ request, ip }) => {
+      handler: async ({ request, ip }) => {
         const rl = limiter.hit(ip);
         if (!rl.allowed)
           return new Response(JSON.stringify({ error: "too many OpenAPI description fetches; retry later" }), {
             status: 429,
             headers: { "Content-Type": "application/json", "Retry-After": String(rl.retryAfterSeconds) },
           });
-        docs ??= build();
+        docs ??= await build();
         const gz = /\bgzip\b/.test(request.headers.get("accept-encoding") ?? "");
         const v = gz ? docs[format].gzip : docs[format].plain;
         const headers: Record<string, string> = {

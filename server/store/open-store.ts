@@ -2,7 +2,6 @@ import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { migrate } from "./migrations";
 import { openPglite, PgliteStore } from "./pglite-store";
-import { PostgresStore } from "./postgres-store";
 import type { ControlStore } from "./store";
 import { createFromTemplate } from "./template";
 
@@ -10,6 +9,8 @@ import { createFromTemplate } from "./template";
 export async function openControlStore(opts: { dataDir: string; databaseUrl?: string }): Promise<ControlStore> {
   let store: ControlStore;
   if (opts.databaseUrl) {
+    // Loaded only in the production profile: the embedded default never pays for it.
+    const { PostgresStore } = await import("./postgres-store");
     store = new PostgresStore(opts.databaseUrl);
   } else {
     const dir = join(opts.dataDir, "control");

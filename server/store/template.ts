@@ -1,4 +1,5 @@
-import { cpSync, existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
+import { cp } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { createRequire } from "node:module";
@@ -17,7 +18,7 @@ export function cacheRoot(): string {
 }
 
 export function controlTemplateDir(): string {
-  return join(cacheRoot(), "templates", `control-pglite${pglitePkg.version}-${migrationsFingerprint()}`);
+  return join(cacheRoot(), "templates", `control-v3-pglite${pglitePkg.version}-${migrationsFingerprint()}`);
 }
 
 /** Makes the template if it is missing; safe against concurrent makers (atomic rename). */
@@ -26,10 +27,11 @@ export async function ensureControlTemplate(): Promise<string> {
   if (existsSync(join(dir, "PG_VERSION"))) return dir;
   mkdirSync(join(dir, ".."), { recursive: true });
   const tmp = `${dir}.tmp-${process.pid}-${Date.now()}`;
-  const db = await openPglite(tmp);
+  // 1 MB WAL segments instead of 16 MB keep every copy of the template small.
+  const db = await openPglite(tmp, { initDbStartParams: ["--wal-segsize=1"] });
   const store = new PgliteStore(db);
   await migrate(store);
-  await store.close();
+  await slim(store, tmp);
   try {
     renameSync(tmp, dir);
   } catch {
@@ -39,11 +41,30 @@ export async function ensureControlTemplate(): Promise<string> {
   return dir;
 }
 
+/**
+ * Every start with a fresh data dir copies the template, so it is kept small (about a third of a
+ * plain initdb): the control store never creates databases, so template0/template1 go, and after a
+ * clean shutdown the WAL segments past the current one are only pre-allocated spares, which
+ * PostgreSQL recreates when it needs them.
+ */
+async function slim(store: PgliteStore, dir: string): Promise<void> {
+  await store.query(`update pg_database set datistemplate = false where datname in ('template0', 'template1')`);
+  await store.query(`drop database template0`);
+  await store.query(`drop database template1`);
+  await store.query(`checkpoint`);
+  const [{ seg }] = (await store.query(`select pg_walfile_name(pg_current_wal_insert_lsn()) as seg`)) as [{ seg: string }];
+  await store.close();
+  // Keep the current segment and the next (the shutdown checkpoint may spill into it).
+  const keepUpTo = (BigInt(`0x${seg}`) + 1n).toString(16).toUpperCase().padStart(24, "0");
+  const wal = join(dir, "pg_wal");
+  for (const f of readdirSync(wal)) if (/^[0-9A-F]{24}$/.test(f) && f > keepUpTo) rmSync(join(wal, f));
+}
+
 /** Fills `target` (which must not exist) with a copy of the template. */
 export async function createFromTemplate(target: string): Promise<void> {
   const tpl = await ensureControlTemplate();
   const tmp = `${target}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });
-  cpSync(tpl, tmp, { recursive: true });
+  await cp(tpl, tmp, { recursive: true });
   renameSync(tmp, target);
 }

@@ -1,0 +1,93 @@
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
+import { KILN_VERSION } from "../server/version";
+
+/** Where `kiln login` keeps the server address and credential. */
+export function configFile(): string {
+  const dir = process.env.KILN_CONFIG_DIR ?? join(process.env.XDG_CONFIG_HOME ?? join(homedir(), ".config"), "kiln");
+  return join(dir, "config.json");
+}
+
+export interface SavedConfig {
+  url?: string;
+  token?: string;
+}
+
+export function readConfig(): SavedConfig {
+  try {
+    return JSON.parse(readFileSync(configFile(), "utf8"));
+  } catch {
+    return {};
+  }
+}
+
+export function writeConfig(c: SavedConfig): string {
+  const file = configFile();
+  mkdirSync(join(file, ".."), { recursive: true });
+  writeFileSync(file, JSON.stringify(c, null, 2) + "\n", { mode: 0o600 });
+  return file;
+}
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly body: unknown,
+  ) {
+    const b = body as { error?: string; code?: string } | undefined;
+    super(`${status} ${b?.error ?? b?.code ?? (typeof body === "string" && body ? body : "request failed")}`);
+  }
+}
+
+export interface GlobalOptions {
+  url?: string;
+  token?: string;
+  json?: boolean;
+}
+
+/**
+ * Resolves where to talk and as whom: flags, then KILN_URL/KILN_TOKEN, then `kiln login`'s file,
+ * then a local Kiln started in this folder (`.kiln/credentials.json`).
+ */
+export function resolveTarget(g: GlobalOptions): { url: string; token?: string } {
+  const saved = readConfig();
+  const url = (g.url ?? process.env.KILN_URL ?? saved.url ?? "http://127.0.0.1:7070").replace(/\/+$/, "");
+  let token = g.token ?? process.env.KILN_TOKEN ?? saved.token;
+  if (!token) {
+    const local = join(process.env.KILN_DATA_DIR ?? ".kiln", "credentials.json");
+    if (existsSync(local)) {
+      try {
+        token = JSON.parse(readFileSync(local, "utf8")).platform_token;
+      } catch {}
+    }
+  }
+  return { url, token };
+}
+
+export class Client {
+  constructor(
+    readonly url: string,
+    readonly token?: string,
+  ) {}
+
+  async request<T = any>(method: string, path: string, body?: unknown): Promise<T> {
+    const headers: Record<string, string> = { "X-Service-CLI-Version": KILN_VERSION };
+    if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    let res: Response;
+    try {
+      res = await fetch(this.url + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    } catch (err) {
+      throw new Error(`cannot reach Kiln at ${this.url} (${(err as Error).message}); is \`kiln start\` running?`);
+    }
+    const text = await res.text();
+    let parsed: unknown = text;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {}
+    if (res.headers.get("x-service-cli-instruction") === "suggestion_version_upgrade")
+      console.error("kiln: a newer CLI is available for this server; consider upgrading");
+    if (!res.ok) throw new ApiError(res.status, parsed);
+    return parsed as T;
+  }
+}

@@ -1,0 +1,116 @@
+// The `kiln` CLI as people and scripts use it, against a real server.
+import { spawnSync } from "node:child_process";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { BUN, KILN, ROOT, removeDir, startKiln, type TestKiln } from "../support/kiln";
+
+describe("kiln CLI", () => {
+  let k: TestKiln;
+  let configDir: string;
+  beforeAll(async () => {
+    k = await startKiln();
+    configDir = mkdtempSync(join(tmpdir(), "kiln-cli-"));
+  });
+  afterAll(async () => {
+    await k.stop();
+    removeDir(k.dataDir);
+    removeDir(configDir);
+  });
+
+  const kiln = (...args: string[]) => {
+    const r = spawnSync(BUN, [KILN, ...args], {
+      cwd: ROOT,
+      env: { ...process.env, KILN_CONFIG_DIR: configDir, KILN_URL: k.url, KILN_TOKEN: undefined },
+      encoding: "utf8",
+    });
+    return { code: r.status, out: r.stdout, err: r.stderr };
+  };
+  const json = (...args: string[]) => {
+    const r = kiln("--json", ...args);
+    expect(r.code, r.err).toBe(0);
+    return JSON.parse(r.out);
+  };
+
+  test("login saves the token; later commands use it", () => {
+    const bad = kiln("login", "--token", "pk-wrongwrongwrongwrongwrong");
+    expect(bad.code).toBe(1);
+    expect(bad.err.trim()).toBe("kiln: 401 invalid token");
+    const r = kiln("login", "--token", k.token);
+    expect(r.code, r.err).toBe(0);
+    expect(r.out).toContain("Logged in");
+    expect(json("projects", "list").total).toBeGreaterThanOrEqual(0);
+  });
+
+  test("projects create/get/update/list/delete, as tables and as JSON", () => {
+    kiln("login", "--token", k.token);
+    const p = json("projects", "create", "cli-project");
+    expect(p).toMatchObject({ name: "cli-project", status: "active" });
+    const table = kiln("projects", "list");
+    expect(table.out).toMatch(/^ID\s+NAME\s+STATUS/);
+    expect(table.out).toContain("cli-project");
+    expect(json("projects", "get", p.id).cloud_application_name).toBeDefined();
+    expect(json("projects", "update", p.id, "--name", "renamed").name).toBe("renamed");
+    expect(json("projects", "list", "--search", "renam").data.map((x: any) => x.id)).toContain(p.id);
+    expect(json("projects", "delete", p.id).status).toBe("deleting");
+  });
+
+  test("tokens, keys and vars", () => {
+    kiln("login", "--token", k.token);
+    const p = json("projects", "create", "cli-creds");
+    const t = json("tokens", "create", "--project", p.id, "--name", "ci", "--scope", "read_only");
+    expect(t.token).toMatch(/^pt-/);
+    expect(json("tokens", "list", "--project", p.id).data.map((x: any) => x.name)).toEqual(["ci"]);
+    expect(json("tokens", "get", t.id, "--project", p.id).scope).toBe("read_only");
+    expect(json("tokens", "usage", "--project", p.id, "--days", "2").days).toBe(2);
+    expect(kiln("tokens", "usage", t.id, "--project", p.id).out).toContain("TOTAL");
+    expect(kiln("tokens", "revoke", t.id, "--project", p.id).code).toBe(0);
+    expect(json("tokens", "get", t.id, "--project", p.id).status).toBe("revoked");
+
+    const sk = json("keys", "service", "create", "worker", "--project", p.id, "--permissions", "locks.manage");
+    expect(sk).toMatchObject({ name: "worker", permissions: ["locks.manage"] });
+    expect(json("keys", "service", "update", sk.id, "--project", p.id, "--permissions", "full").permissions).toBeNull();
+    expect(json("keys", "service", "list", "--project", p.id).data).toHaveLength(1);
+    expect(kiln("keys", "service", "delete", sk.id, "--project", p.id).code).toBe(0);
+    expect(json("keys", "anon", "list", "--project", p.id).data[0].name).toBe("default");
+    const ak = json("keys", "anon", "create", "web", "--project", p.id, "--permissions", "functions.invoke");
+    expect(ak.key).toMatch(/^ak-/);
+    expect(kiln("keys", "anon", "delete", ak.id, "--project", p.id).code).toBe(0);
+
+    expect(json("vars", "set", "API_URL", "one", "--project", p.id).value).toBe("one");
+    expect(json("vars", "set", "API_URL", "two", "--project", p.id).value).toBe("two");
+    expect(kiln("vars", "get", "API_URL", "--project", p.id).out.trim()).toBe("two");
+    expect(kiln("vars", "list", "--project", p.id).out).toContain("API_URL");
+    expect(kiln("vars", "unset", "API_URL", "--project", p.id).code).toBe(0);
+    expect(kiln("vars", "get", "API_URL", "--project", p.id).err.trim()).toBe("kiln: 404 variable not found");
+  });
+
+  test("errors are one line with the HTTP status; missing flags are named", () => {
+    kiln("login", "--token", k.token);
+    const r = kiln("projects", "get", "does-not-exist");
+    expect(r.code).toBe(1);
+    expect(r.err.trim()).toBe("kiln: 404 project not found");
+    const v = kiln("tokens", "create", "--name", "x");
+    expect(v.code).not.toBe(0);
+    expect(v.err).toContain("--project");
+    const bad = kiln("keys", "service", "create", "x", "--project", "nope", "--permissions", "db.drop");
+    expect(bad.err.trim()).toMatch(/^kiln: (400|404) /);
+  });
+
+  test("the CLI sends its version: a server that requires a newer CLI answers 426", async () => {
+    const strict = await startKiln({ args: ["--min-cli-version", "99.0.0"] });
+    try {
+      const r = spawnSync(BUN, [KILN, "projects", "list", "--url", strict.url, "--token", strict.token], {
+        cwd: ROOT,
+        env: { ...process.env, KILN_CONFIG_DIR: configDir },
+        encoding: "utf8",
+      });
+      expect(r.status).toBe(1);
+      expect(r.stderr.trim()).toMatch(/^kiln: 426 .*99\.0\.0/);
+    } finally {
+      await strict.stop();
+      removeDir(strict.dataDir);
+    }
+  });
+});
