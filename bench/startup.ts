@@ -25,8 +25,8 @@ async function startOnce(dataDir: string): Promise<{ ms: number; rssMb: number; 
   const t0 = performance.now();
   const proc = spawn(BUN, [join(ROOT, "cmd/kiln.ts"), "start", "--port", String(port), "--data-dir", dataDir], {
     cwd: ROOT,
-    env: { ...process.env, KILN_PLATFORM_TOKEN: "pk-benchbenchbenchbenchbench", KILN_LOG: "quiet" },
-    stdio: "ignore",
+    env: { ...process.env, KILN_PLATFORM_TOKEN: "pk-benchbenchbenchbenchbench", KILN_LOG: "quiet", KILN_TRACE_STARTUP: process.env.KILN_TRACE_STARTUP ?? "" },
+    stdio: process.env.KILN_TRACE_STARTUP ? ["ignore", "ignore", "inherit"] : "ignore",
   });
   for (;;) {
     try {

@@ -15,8 +15,6 @@ export function startCommand(program: Command): void {
     .option("--min-cli-version <v>", "answer 426 to CLIs older than this (or KILN_MIN_CLI_VERSION)")
     .action(async (opts) => {
       const config = resolveConfig(opts);
-      // Start compiling the embedded engine before loading the rest of Kiln, so the two overlap.
-      if (!config.databaseUrl) void (await import("../server/store/pglite-store")).compiledPglite();
       const { startKiln } = await import("../server/main");
       const running = await startKiln(config);
       console.log(`Kiln listening on ${running.url}`);

@@ -60,11 +60,23 @@ async function slim(store: PgliteStore, dir: string): Promise<void> {
   for (const f of readdirSync(wal)) if (/^[0-9A-F]{24}$/.test(f) && f > keepUpTo) rmSync(join(wal, f));
 }
 
+/** The system `cp` copies the ~400 files several times faster than node:fs's recursive cp. */
+async function copyDir(from: string, to: string): Promise<void> {
+  try {
+    const proc = Bun.spawn(["cp", "-R", from, to], { stdout: "ignore", stderr: "ignore" });
+    if ((await proc.exited) === 0) return;
+  } catch {
+    // no cp on this system: fall through
+  }
+  rmSync(to, { recursive: true, force: true });
+  await cp(from, to, { recursive: true });
+}
+
 /** Fills `target` (which must not exist) with a copy of the template. */
 export async function createFromTemplate(target: string): Promise<void> {
   const tpl = await ensureControlTemplate();
   const tmp = `${target}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });
-  await cp(tpl, tmp, { recursive: true });
+  await copyDir(tpl, tmp);
   renameSync(tmp, target);
 }
