@@ -11,6 +11,9 @@ export const clock = {
   nowMs(): number {
     return Date.now() + offsetMs;
   },
+  offsetMs(): number {
+    return offsetMs;
+  },
   /** Moves the clock forward (test control); never backwards. */
   advance(ms: number): void {
     if (ms > 0) offsetMs += ms;

@@ -27,6 +27,15 @@ export interface Config {
   credentialCacheMs: number;
   /** Fault injection for tests: name -> how many times to fail. */
   faults: Record<string, number>;
+  /** Send email through this SMTP server instead of the local catcher (self-hosting). */
+  smtpUrl?: string;
+  mailFrom: string;
+  /** SMTP port of the local mail catcher (0: a free one). */
+  smtpPort: number;
+  /** Base address for links in emails; default: the listening address. */
+  publicUrl?: string;
+  /** Lets tests move time forward through /_kiln/clock. */
+  controllableClock: boolean;
   /** Check every response against its declared schema (tests turn this on). */
   validateResponses: boolean;
 }
@@ -40,6 +49,9 @@ export interface StartOptions {
   regions?: string;
   databaseUrl?: string;
   minCliVersion?: string;
+  smtpPort?: string | number;
+  publicUrl?: string;
+  controllableClock?: boolean;
 }
 
 function intEnv(name: string, fallback: number): number {
@@ -90,6 +102,11 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     credentialCacheMs: intEnv("KILN_CREDENTIAL_CACHE_MS", 2000),
     faults: parseFaults(env.KILN_FAULTS),
     validateResponses: env.KILN_VALIDATE_RESPONSES === "1",
+    controllableClock: Boolean(opts.controllableClock) || env.KILN_CONTROLLABLE_CLOCK === "1",
+    smtpUrl: env.KILN_SMTP_URL || undefined,
+    mailFrom: env.KILN_MAIL_FROM || "Kiln <no-reply@kiln.localhost>",
+    smtpPort: Number(opts.smtpPort ?? env.KILN_SMTP_PORT ?? 0),
+    publicUrl: (opts.publicUrl ?? env.KILN_PUBLIC_URL)?.replace(/\/+$/, "") || undefined,
   };
 }
 

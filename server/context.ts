@@ -10,6 +10,12 @@ import type { Logger } from "./log";
 import type { ProjectsService } from "./projects/service";
 import type { ControlStore } from "./store/store";
 import type { VariablesService } from "./variables/service";
+import type { AuthConfigService } from "./end-users/config";
+import type { AuthRateLimits } from "./end-users/rate-limits";
+import type { EndUsersService } from "./end-users/service";
+import type { SigningKeys } from "./end-users/signing-keys";
+import type { MailCatcher } from "../emulators/mail/catcher";
+import type { Mailer } from "../emulators/mail/mailer";
 
 /** Everything a route handler can reach: configuration, the store and the domain services. */
 export interface Kiln {
@@ -25,5 +31,15 @@ export interface Kiln {
   tokens: AccessTokensService;
   keys: KeysService;
   variables: VariablesService;
+  authConfig: AuthConfigService;
+  authLimits: AuthRateLimits;
+  signingKeys: SigningKeys;
+  endUsers: EndUsersService;
+  /** Where Kiln's email goes: the local catcher's SMTP port, or KILN_SMTP_URL. */
+  mailer: Mailer;
+  /** The local catcher, when Kiln is not configured to send real mail. */
+  mailCatcher: MailCatcher | null;
+  /** The address links in emails point at (`KILN_PUBLIC_URL`, else the listening address). */
+  publicUrl: string;
   http: { renderError(err: unknown, request: Request): Response };
 }

@@ -22,6 +22,15 @@ import { projectRoutes } from "./projects/routes";
 import { ProjectsService } from "./projects/service";
 import { openControlStore } from "./store/open-store";
 import { variableRoutes } from "./variables/routes";
+import { MailCatcher } from "../emulators/mail/catcher";
+import { createSmtpMailer } from "../emulators/mail/mailer";
+import { AuthConfigService } from "./end-users/config";
+import { AuthRateLimits } from "./end-users/rate-limits";
+import { endUserRoutes } from "./end-users/routes";
+import { EndUsersService } from "./end-users/service";
+import { SigningKeys } from "./end-users/signing-keys";
+import { mailCatcherRoutes } from "./emulators/mail-routes";
+import { clockRoutes } from "./testing/clock-routes";
 import { VariablesService } from "./variables/service";
 
 export interface RunningKiln {
@@ -61,8 +70,10 @@ function lockDataDir(dataDir: string): () => void {
   return () => rmSync(file, { force: true });
 }
 
+let smtpAddress = "";
+
 /** Every area's routes, in the order the OpenAPI document lists them. */
-export function buildRouter(config: Config): Router {
+export function buildRouter(config: Config, kiln?: Kiln): Router {
   const router = new Router();
   healthRoutes(router);
   accountRoutes(router);
@@ -70,6 +81,13 @@ export function buildRouter(config: Config): Router {
   accessTokenRoutes(router);
   keyRoutes(router);
   variableRoutes(router);
+  endUserRoutes(router);
+  mailCatcherRoutes(
+    router,
+    () => kiln?.mailCatcher ?? null,
+    () => smtpAddress,
+  );
+  clockRoutes(router, config.controllableClock);
   openApiRoutes(router, { fetchLimit: config.openapiFetchLimit, now: () => clock.nowMs() });
   return router;
 }
@@ -101,10 +119,41 @@ export async function startKiln(config: Config, out: { print: (line: string) => 
   kiln.variables = new VariablesService(store, now, Number(process.env.KILN_VARIABLE_PROPAGATION_MS ?? 200));
   kiln.guard = new Guard(kiln);
 
+  // Email: over SMTP to the built-in catcher, or to a real server when KILN_SMTP_URL is set.
+  if (config.smtpUrl) {
+    kiln.mailCatcher = null;
+    kiln.mailer = createSmtpMailer({ url: config.smtpUrl, from: config.mailFrom });
+  } else {
+    kiln.mailCatcher = new MailCatcher();
+    const smtp = await kiln.mailCatcher.start({ host: "127.0.0.1", port: config.smtpPort });
+    smtpAddress = `${smtp.host}:${smtp.port}`;
+    log.info(`mail catcher: SMTP on ${smtpAddress}, messages at /_emulators/mail`);
+    kiln.mailer = createSmtpMailer({ url: `smtp://${smtpAddress}`, from: config.mailFrom });
+  }
+  kiln.authConfig = new AuthConfigService(store, now);
+  kiln.authLimits = new AuthRateLimits(() => clock.nowMs());
+  kiln.signingKeys = new SigningKeys(store, now);
+  kiln.endUsers = new EndUsersService({
+    store,
+    now,
+    keys: kiln.signingKeys,
+    config: kiln.authConfig,
+    sendMail: (m) => void kiln.mailer.send(m).catch((e) => log.error(`sending mail to ${m.to} failed`, e)),
+    publicUrl: () => kiln.publicUrl,
+    evictSession: (id) => credentials.evict((p) => p.kind === "user" && p.sessionId === id),
+  });
+  credentials.userTokens = (jwt) => kiln.endUsers.principalOf(jwt);
+
   // What a project owns, set up with it and removed with it.
   kiln.projects.registerSetup((tx, projectId) => kiln.keys.createAnonKey(projectId, { name: "default" }, tx).then(() => {}));
   kiln.projects.registerCleanup("keys", (id) => kiln.keys.removeAll(id));
+  kiln.projects.registerSetup((tx, projectId) => kiln.signingKeys.create(projectId, tx).then(() => {}));
   kiln.projects.registerCleanup("variables", (id) => kiln.variables.removeAll(id));
+  kiln.projects.registerCleanup("end users", (id) => kiln.endUsers.removeAll(id));
+  kiln.projects.registerCleanup("auth settings", async (id) => {
+    await kiln.authConfig.remove(id);
+    await kiln.signingKeys.removeAll(id);
+  });
 
   await kiln.accounts.ensureDefault(config, out.print);
   await kiln.variables.settlePending();
@@ -112,9 +161,10 @@ export async function startKiln(config: Config, out: { print: (line: string) => 
   usage.start();
   trace("state ready");
 
-  const server = serveHttp(kiln, buildRouter(config));
+  const server = serveHttp(kiln, buildRouter(config, kiln));
   trace("listening");
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
+  kiln.publicUrl = config.publicUrl ?? url;
 
   let stopping: Promise<void> | null = null;
   const stop = () =>
@@ -123,6 +173,8 @@ export async function startKiln(config: Config, out: { print: (line: string) => 
       await kiln.projects.drain();
       await kiln.variables.settlePending().catch(() => {});
       await usage.stop().catch((e) => log.error("final usage flush failed", e));
+      await kiln.mailer.close().catch(() => {});
+      await kiln.mailCatcher?.stop().catch(() => {});
       await store.close();
       unlock();
       if (config.ephemeral) rmSync(config.dataDir, { recursive: true, force: true });

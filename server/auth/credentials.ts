@@ -15,6 +15,8 @@ interface CacheEntry {
  */
 export class Credentials {
   private readonly cache = new Map<string, CacheEntry>();
+  /** Verifies end-user JWTs; set by the end-users area, which owns the signing keys and sessions. */
+  userTokens: ((jwt: string) => Promise<Principal | null>) | null = null;
 
   constructor(
     private readonly store: ControlStore,
@@ -34,12 +36,13 @@ export class Credentials {
   }
 
   private stillValid(p: Principal): Principal | null {
-    if (p.kind === "project_token" && p.expiresAt !== null && p.expiresAt <= this.now()) return null;
+    if ((p.kind === "project_token" || p.kind === "user") && p.expiresAt !== null && p.expiresAt <= this.now()) return null;
     return p;
   }
 
   private async lookup(secret: string, hash: string): Promise<Principal | null> {
     if (takeFault(this.config, "credential-store")) throw new Error("injected fault: credential-store");
+    if (secret.startsWith("eyJ")) return this.userTokens ? this.userTokens(secret) : null;
     const kind = secret.slice(0, 3);
     if (kind === "pk-") {
       const [r] = await this.store.query<{ id: string; account_id: string; plan: PlanName }>(

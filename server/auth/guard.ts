@@ -1,6 +1,6 @@
 import { timingSafeEqual } from "node:crypto";
 import type { Kiln } from "../context";
-import { conflictCode, forbidden, HttpError, notFound, tooManyRequests, unauthorized } from "../http/errors";
+import { badRequest, conflictCode, forbidden, HttpError, notFound, tooManyRequests, unauthorized } from "../http/errors";
 import { FixedWindowLimiter } from "../http/rate-limit";
 import type { ProjectRecord } from "../projects/service";
 import type { AuthRule, Principal } from "./principal";
@@ -18,6 +18,9 @@ export const MSG = {
   platformOnly: "this endpoint requires a platform token",
   management: "this endpoint requires a platform token or a project access token",
   projectNotFound: "project not found",
+  anonOnly: "this endpoint requires the project's anon key (or a service key)",
+  userOnly: "this endpoint requires an end-user access token",
+  projectIdRequired: "project_id query parameter is required with a platform token",
 } as const;
 
 export function bearerOf(request: Request): string | null {
@@ -50,8 +53,25 @@ export class Guard {
       throw forbidden(principal.kind === "project_token" ? MSG.accountScoped : MSG.platformOnly);
     }
 
+    if (rule.kind === "anon") {
+      if (principal.kind === "anon_key" || principal.kind === "service_key") return { principal, project: null };
+      throw forbidden(MSG.anonOnly);
+    }
+    if (rule.kind === "user") {
+      if (principal.kind === "user") return { principal, project: null };
+      throw forbidden(MSG.userOnly);
+    }
+
     // Project-scoped management route.
-    const projectId = params.projectId!;
+    let projectId = params.projectId;
+    if (rule.projectFrom === "token-or-query") {
+      projectId =
+        principal.kind === "project_token"
+          ? (new URL(request.url).searchParams.get("project_id") ?? principal.projectId)
+          : (new URL(request.url).searchParams.get("project_id") ?? undefined);
+      if (!projectId) throw badRequest(MSG.projectIdRequired);
+    }
+    if (!projectId) throw new Error("project route without a project id");
     if (principal.kind === "project_token") {
       if (principal.projectId !== projectId) throw forbidden(MSG.wrongProject);
       if (rule.platformOnly) throw forbidden(MSG.tokenManagement);

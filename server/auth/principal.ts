@@ -13,6 +13,17 @@ export type Principal =
     }
   | { kind: "service_key"; keyId: string; projectId: string; permissions: string[] | null }
   | { kind: "anon_key"; keyId: string; projectId: string; permissions: string[] }
+  | {
+      kind: "user";
+      userId: string;
+      projectId: string;
+      email: string;
+      role: "authenticated";
+      sessionId: string;
+      expiresAt: number;
+      /** The bearer as presented (functions receive it in `__service_auth`). */
+      accessToken: string;
+    }
   | { kind: "admin" };
 
 export type PrincipalKind = Principal["kind"];
@@ -24,6 +35,10 @@ export type AuthRule =
   | { kind: "admin" }
   /** Account-scoped: platform tokens only. */
   | { kind: "account" }
+  /** Application credential of a project: an anon key (or a service key, which can do anything an anon key can). */
+  | { kind: "anon" }
+  /** An end user's access token. */
+  | { kind: "user" }
   /**
    * Project management under /projects/{projectId}: the owner's platform token or a project access
    * token bound to that project. `access` says what a read-only token may do:
@@ -36,4 +51,7 @@ export type AuthRule =
       access: "read" | "write" | "credential";
       platformOnly?: boolean;
       allowDeleting?: boolean;
+      /** Where the project comes from: the path (default) or, for `/auth/config`, the
+       *  project token itself or a `project_id` query parameter with a platform token. */
+      projectFrom?: "path" | "token-or-query";
     };

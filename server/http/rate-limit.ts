@@ -7,6 +7,7 @@ export class FixedWindowLimiter {
   private readonly windows = new Map<string, { start: number; count: number }>();
 
   constructor(
+    /** Default limit; `hit` may pass another per key (per-project settings). */
     private readonly limit: number,
     private readonly windowMs: number,
     private readonly now: () => number = Date.now,
@@ -25,22 +26,23 @@ export class FixedWindowLimiter {
   }
 
   /** Counts one hit; tells whether it is within the limit and when the window resets. */
-  hit(key: string): { allowed: boolean; remaining: number; resetMs: number; retryAfterSeconds: number } {
+  hit(key: string, limit = this.limit): { allowed: boolean; limit: number; remaining: number; resetMs: number; retryAfterSeconds: number } {
     const w = this.current(key);
     w.count++;
-    return this.describe(w);
+    return this.describe(w, 0, limit);
   }
 
   /** Whether the key is already over its limit, without counting. */
-  peek(key: string): { allowed: boolean; remaining: number; resetMs: number; retryAfterSeconds: number } {
-    return this.describe(this.current(key), 1);
+  peek(key: string, limit = this.limit) {
+    return this.describe(this.current(key), 1, limit);
   }
 
-  private describe(w: { start: number; count: number }, pending = 0) {
+  private describe(w: { start: number; count: number }, pending: number, limit: number) {
     const resetMs = w.start + this.windowMs;
     return {
-      allowed: w.count + pending <= this.limit,
-      remaining: Math.max(0, this.limit - w.count),
+      allowed: w.count + pending <= limit,
+      limit,
+      remaining: Math.max(0, limit - w.count),
       resetMs,
       retryAfterSeconds: Math.max(1, Math.ceil((resetMs - this.now()) / 1000)),
     };

@@ -117,7 +117,7 @@ export class Router {
     const url = new URL(request.url);
     const params = parseWith(def.params, decodeParams(rawParams), "path");
     const query = parseWith(def.query, queryObject(url), "query");
-    const { principal, project } = await kiln.guard.authorize(def.auth, request, params as any, ip);
+    const { principal, project } = await kiln.guard.authorize(def.auth, request, (params ?? {}) as { projectId?: string }, ip);
     const body = def.body ? parseWith(def.body, await readJsonBody(request), "body") : undefined;
     const out = await def.handler({ kiln, request, ip, params, query, body, principal, project });
     if (out instanceof Response) return out;

@@ -72,6 +72,11 @@ describe("HTTP conventions", () => {
     expect(none.headers.get("x-service-cli-instruction")).toBeNull();
   });
 
+  test("the controllable clock is off unless asked for", async () => {
+    expect((await k.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds: 5 } })).status).toBe(404);
+    expect((await k.api("GET", "/_kiln/clock", { token: null })).status).toBe(404);
+  });
+
   test("project management endpoints send no rate-limit headers", async () => {
     const r = await k.api("GET", "/projects");
     expect(r.headers.get("x-ratelimit-limit")).toBeNull();
