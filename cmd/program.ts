@@ -5,6 +5,8 @@ import { loginCommand } from "./commands/login";
 import { projectsCommand } from "./commands/projects";
 import { tokensCommand } from "./commands/tokens";
 import { varsCommand } from "./commands/vars";
+import { authCommand, mailCommand, usersCommand } from "./commands/end-users";
+import { emulatorsCommand } from "./commands/emulators";
 import { internalCommand } from "./internal";
 import { startCommand } from "./start";
 
@@ -21,6 +23,10 @@ export function buildProgram(): Command {
   tokensCommand(program);
   keysCommand(program);
   varsCommand(program);
+  usersCommand(program);
+  authCommand(program);
+  mailCommand(program);
+  emulatorsCommand(program);
   internalCommand(program);
   return program;
 }

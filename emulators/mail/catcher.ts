@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { AddressInfo } from "node:net";
-import { simpleParser, type ParsedMail } from "mailparser";
+import type { ParsedMail } from "mailparser";
 import { SMTPServer, type SMTPServerSession } from "smtp-server";
 
 /** One email as the catcher stores it and serves it as JSON. */
@@ -61,7 +61,9 @@ export class MailCatcher {
       // Apps configured with SMTP credentials still deliver here: any user and password is fine.
       onAuth: (auth, _session, callback) => callback(null, { user: auth.username ?? "anonymous" }),
       onData: (stream, session, callback) => {
-        simpleParser(stream)
+        // mailparser is heavy (~30 MB): loaded with the first message, not with Kiln.
+        import("mailparser")
+          .then(({ simpleParser }) => simpleParser(stream))
           .then((parsed) => {
             if (stream.sizeExceeded) {
               const err = new Error("message exceeds fixed maximum message size") as Error & { responseCode: number };

@@ -1,5 +1,5 @@
 import { isIP } from "node:net";
-import nodemailer from "nodemailer";
+import type { Transporter } from "nodemailer";
 
 /** How Kiln sends email: always SMTP, to the local catcher or to the server in `KILN_SMTP_URL`. */
 export interface Mailer {
@@ -17,7 +17,9 @@ export function createSmtpMailer(opts: { url: string; from: string }): Mailer {
   if (parsed.protocol !== "smtp:" && parsed.protocol !== "smtps:") {
     throw new Error(`unsupported mail URL scheme '${parsed.protocol}': use smtp:// or smtps://`);
   }
-  const transport = nodemailer.createTransport({
+  // nodemailer is loaded with the first email, not with Kiln (it weighs ~20 MB).
+  let transport: Promise<Transporter> | null = null;
+  const options = {
     url: opts.url,
     // One connection per message: Kiln sends rarely, and an idle pooled connection would outlive a
     // restarted catcher or a server's idle timeout.
@@ -29,10 +31,11 @@ export function createSmtpMailer(opts: { url: string; from: string }): Mailer {
     connectionTimeout: 10_000,
     greetingTimeout: 10_000,
     socketTimeout: 30_000,
-  });
+  };
+  const connect = () => (transport ??= import("nodemailer").then((m) => m.default.createTransport(options)));
   return {
     async send(msg) {
-      await transport.sendMail({
+      await (await connect()).sendMail({
         from: opts.from,
         to: msg.to,
         subject: msg.subject,
@@ -41,7 +44,7 @@ export function createSmtpMailer(opts: { url: string; from: string }): Mailer {
       });
     },
     async close() {
-      transport.close();
+      if (transport) (await transport).close();
     },
   };
 }

@@ -4,7 +4,7 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { BUN, KILN, ROOT, removeDir, startKiln, type TestKiln } from "../support/kiln";
+import { BUN, KILN, ROOT, eventually, removeDir, startKiln, type TestKiln } from "../support/kiln";
 
 describe("kiln CLI", () => {
   let k: TestKiln;
@@ -112,5 +112,75 @@ describe("kiln CLI", () => {
       await strict.stop();
       removeDir(strict.dataDir);
     }
+  });
+});
+
+describe("kiln CLI: end users, auth settings, mail", () => {
+  let k: TestKiln;
+  let configDir: string;
+  beforeAll(async () => {
+    k = await startKiln();
+    configDir = mkdtempSync(join(tmpdir(), "kiln-cli-"));
+  });
+  afterAll(async () => {
+    await k.stop();
+    removeDir(k.dataDir);
+    removeDir(configDir);
+  });
+  const kiln = (...args: string[]) => {
+    const r = spawnSync(BUN, [KILN, "--url", k.url, "--token", k.token, ...args], {
+      cwd: ROOT,
+      env: { ...process.env, KILN_CONFIG_DIR: configDir },
+      encoding: "utf8",
+    });
+    return { code: r.status, out: r.stdout, err: r.stderr };
+  };
+  const json = (...args: string[]) => {
+    const r = kiln("--json", ...args);
+    expect(r.code, r.err).toBe(0);
+    return JSON.parse(r.out);
+  };
+
+  test("users create/list/delete", () => {
+    const p = json("projects", "create", "cli-users");
+    const u = json("users", "create", "ada@example.com", "--project", p.id, "--password", "long enough");
+    expect(u).toMatchObject({ email: "ada@example.com", email_confirmed: true });
+    expect(kiln("users", "list", "--project", p.id).out).toContain("ada@example.com");
+    expect(json("users", "list", "--project", p.id, "--search", "ADA").total).toBe(1);
+    expect(kiln("users", "create", "ada@example.com", "--project", p.id).err.trim()).toMatch(/^kiln: 409 /);
+    expect(kiln("users", "delete", u.id, "--project", p.id).code).toBe(0);
+    expect(json("users", "list", "--project", p.id).total).toBe(0);
+  });
+
+  test("auth config get/set", () => {
+    const p = json("projects", "create", "cli-auth");
+    const set = json(
+      "auth", "config", "set", "--project", p.id,
+      "--redirect-urls", "http://localhost:3000/cb,https://app.example.com/cb",
+      "--require-email-confirmation", "true",
+      "--access-token-ttl", "900",
+      "--rate-limit", "signup=5", "forgot-password=2",
+    );
+    expect(set).toMatchObject({
+      allowed_redirect_urls: ["http://localhost:3000/cb", "https://app.example.com/cb"],
+      require_email_confirmation: true,
+      access_token_ttl_seconds: 900,
+      rate_limits: { signup: 5, forgot_password: 2, signin: 300 },
+    });
+    expect(json("auth", "config", "get", "--project", p.id).access_token_ttl_seconds).toBe(900);
+    const bad = kiln("auth", "config", "set", "--project", p.id, "--redirect-urls", "javascript:alert(1)");
+    expect(bad.code).toBe(1);
+    expect(bad.err).toMatch(/^kiln: 400 .*allowed_redirect_urls/);
+  });
+
+  test("mail lists the latest caught messages with their links", async () => {
+    const p = json("projects", "create", "cli-mail");
+    json("users", "create", "grace@example.com", "--project", p.id, "--password", "long enough");
+    const anon = json("keys", "anon", "list", "--project", p.id).data[0].key;
+    await k.api("POST", "/auth/forgot-password", { token: anon, body: { email: "grace@example.com" } });
+    await eventually(async () => kiln("mail", "--to", "grace@example.com").out, (out) => out.includes("Reset your password"));
+    const out = kiln("mail", "--to", "grace@example.com").out;
+    expect(out).toMatch(/to grace@example\.com\s+Reset your password/);
+    expect(out).toMatch(/http:\/\/127\.0\.0\.1:\d+\/auth\/reset-password\?token=/);
   });
 });
