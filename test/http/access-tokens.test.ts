@@ -1,17 +1,10 @@
 // Project access tokens: every rule and error row of the spec, and the Authentication rules
 // for project tokens.
-import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { createProject, createToken, removeDir, startKiln, type TestKiln } from "../support/kiln";
+import { describe, expect, test } from "vitest";
+import { createProject, createToken, useKiln, withKiln } from "../support/kiln";
 
 describe("project access tokens", () => {
-  let k: TestKiln;
-  beforeAll(async () => {
-    k = await startKiln({ env: { KILN_ACCESS_TOKEN_LIMIT: "3" } });
-  });
-  afterAll(async () => {
-    await k.stop();
-    removeDir(k.dataDir);
-  });
+  const k = useKiln({ env: { KILN_ACCESS_TOKEN_LIMIT: "3" } });
 
   test("create returns the secret once (pt-), token_source api; get and list never return it", async () => {
     const p = await createProject(k);
@@ -212,8 +205,7 @@ describe("project access tokens", () => {
 describe("tokens of a project being deleted", () => {
   test("token changes answer 409 project_deleting while the deletion runs; its tokens are already revoked", async () => {
     // KILN_FAULTS=project-cleanup-delay:1 holds the first deletion in `deleting` for 1.5 s.
-    const k = await startKiln({ env: { KILN_FAULTS: "project-cleanup-delay:1" } });
-    try {
+    await withKiln({ env: { KILN_FAULTS: "project-cleanup-delay:1" } }, async (k) => {
       const p = await createProject(k);
       const t = await createToken(k, p.id);
       expect((await k.api("DELETE", `/projects/${p.id}`)).body.status).toBe("deleting");
@@ -225,9 +217,6 @@ describe("tokens of a project being deleted", () => {
       expect(revoke.body).toEqual({ code: "project_deleting" });
       expect((await k.api("GET", `/projects/${p.id}/access-tokens/${t.id}`)).body.status).toBe("revoked");
       expect((await k.api("GET", `/projects/${p.id}`, { token: t.token })).status).toBe(401);
-    } finally {
-      await k.stop();
-      removeDir(k.dataDir);
-    }
+    });
   });
 });

@@ -1,17 +1,10 @@
 // HTTP conventions shared by every route: error shapes, validation messages, service headers,
 // CLI version handling, credential failures and their rationing, the admin route.
-import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { createProject, removeDir, secret, startKiln, type TestKiln } from "../support/kiln";
+import { describe, expect, test } from "vitest";
+import { createProject, secret, useKiln, withKiln } from "../support/kiln";
 
 describe("HTTP conventions", () => {
-  let k: TestKiln;
-  beforeAll(async () => {
-    k = await startKiln({ args: ["--min-cli-version", "0.0.5"], env: { KILN_FAULTS: "credential-store:1" } });
-  });
-  afterAll(async () => {
-    await k.stop();
-    removeDir(k.dataDir);
-  });
+  const k = useKiln({ args: ["--min-cli-version", "0.0.5"], env: { KILN_FAULTS: "credential-store:1" } });
 
   test("a failed credential check is a 500 'failed to validate token', never a 401", async () => {
     // The first lookup fails by injection (KILN_FAULTS=credential-store:1).
@@ -112,31 +105,23 @@ describe("HTTP conventions", () => {
 
 describe("admin routes without KILN_ADMIN_TOKEN", () => {
   test("every /admin route answers 404", async () => {
-    const k = await startKiln({ env: { KILN_ADMIN_TOKEN: "" } });
-    try {
+    await withKiln({ env: { KILN_ADMIN_TOKEN: "" } }, async (k) => {
       const r = await k.api("POST", "/admin/accounts", { token: "anything", body: { plan: "hobby" } });
       expect(r.status).toBe(404);
       expect(typeof r.body.error).toBe("string");
-    } finally {
-      await k.stop();
-      removeDir(k.dataDir);
-    }
+    });
   });
 });
 
 describe("rationing unrecognized credentials", () => {
   test("repeated unknown credentials from one address get 429 with Retry-After; valid tokens are never limited", async () => {
-    const k = await startKiln({ env: { KILN_AUTH_FAILURE_LIMIT: "5" } });
-    try {
+    await withKiln({ env: { KILN_AUTH_FAILURE_LIMIT: "5" } }, async (k) => {
       for (let i = 0; i < 5; i++) expect((await k.api("GET", "/projects", { token: secret("pk") })).status).toBe(401);
       const limited = await k.api("GET", "/projects", { token: secret("pt") });
       expect(limited.status).toBe(429);
       expect(Number(limited.headers.get("retry-after"))).toBeGreaterThan(0);
       expect(typeof limited.body.error).toBe("string");
       for (let i = 0; i < 20; i++) expect((await k.api("GET", "/projects")).status).toBe(200);
-    } finally {
-      await k.stop();
-      removeDir(k.dataDir);
-    }
+    });
   });
 });

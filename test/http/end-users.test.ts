@@ -1,17 +1,10 @@
 // End users: sign-up, sign-in, sessions, password reset, profile, auth config, rate limits, the
 // mail catcher. JWTs are verified with jose against the project's published keys.
 import { createRemoteJWKSet, decodeProtectedHeader, jwtVerify } from "jose";
-import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { createProject, createToken, eventually, removeDir, startKiln, type TestKiln } from "../support/kiln";
+import { describe, expect, test } from "vitest";
+import { createProject, createToken, eventually, useKiln } from "../support/kiln";
 
-let k: TestKiln;
-beforeAll(async () => {
-  k = await startKiln({ args: ["--controllable-clock"] });
-});
-afterAll(async () => {
-  await k.stop();
-  removeDir(k.dataDir);
-});
+const k = useKiln({ args: ["--controllable-clock"] });
 
 let n = 0;
 const email = (tag = "user") => `${tag}-${Date.now()}-${++n}@example.com`;

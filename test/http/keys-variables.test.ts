@@ -1,16 +1,9 @@
 // Service keys and anon keys (Kiln's contract shapes) and project variables.
-import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { createProject, createToken, eventually, removeDir, startKiln, type TestKiln } from "../support/kiln";
+import { describe, expect, test } from "vitest";
+import { createProject, createToken, eventually, useKiln } from "../support/kiln";
 
 describe("service keys", () => {
-  let k: TestKiln;
-  beforeAll(async () => {
-    k = await startKiln();
-  });
-  afterAll(async () => {
-    await k.stop();
-    removeDir(k.dataDir);
-  });
+  const k = useKiln();
 
   test("create: full role without permissions, scoped with them; the secret (sk-) appears only in the create response", async () => {
     const p = await createProject(k);
@@ -63,14 +56,7 @@ describe("service keys", () => {
 });
 
 describe("anon keys", () => {
-  let k: TestKiln;
-  beforeAll(async () => {
-    k = await startKiln();
-  });
-  afterAll(async () => {
-    await k.stop();
-    removeDir(k.dataDir);
-  });
+  const k = useKiln();
 
   test("every project is created with an anon key named default, permissions []", async () => {
     const p = await createProject(k);
@@ -101,14 +87,7 @@ describe("anon keys", () => {
 });
 
 describe("variables", () => {
-  let k: TestKiln;
-  beforeAll(async () => {
-    k = await startKiln();
-  });
-  afterAll(async () => {
-    await k.stop();
-    removeDir(k.dataDir);
-  });
+  const k = useKiln();
 
   test("POST creates with status provisioning, which becomes active after propagation", async () => {
     const p = await createProject(k);

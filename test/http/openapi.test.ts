@@ -1,18 +1,11 @@
 // The OpenAPI description: generated, self-contained, cacheable, rationed.
 import { gunzipSync } from "node:zlib";
 import YAML from "yaml";
-import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { removeDir, startKiln, type TestKiln } from "../support/kiln";
+import { describe, expect, test } from "vitest";
+import { useKiln, withKiln } from "../support/kiln";
 
 describe("OpenAPI description", () => {
-  let k: TestKiln;
-  beforeAll(async () => {
-    k = await startKiln({ env: { KILN_OPENAPI_FETCH_LIMIT: "1000" } });
-  });
-  afterAll(async () => {
-    await k.stop();
-    removeDir(k.dataDir);
-  });
+  const k = useKiln({ env: { KILN_OPENAPI_FETCH_LIMIT: "1000" } });
 
   const get = (path: string, headers: Record<string, string> = {}, method = "GET") =>
     fetch(k.url + path, { method, headers: { "accept-encoding": "identity", ...headers } });
@@ -93,8 +86,7 @@ describe("OpenAPI description", () => {
 
 describe("OpenAPI fetch ration", () => {
   test("30 fetches a minute per address, then 429 with Retry-After", async () => {
-    const k = await startKiln();
-    try {
+    await withKiln({}, async (k) => {
       for (let i = 0; i < 30; i++) expect((await fetch(`${k.url}/openapi.${i % 2 ? "json" : "yaml"}`)).status).toBe(200);
       const r = await fetch(`${k.url}/openapi.json`);
       expect(r.status).toBe(429);
@@ -102,9 +94,6 @@ describe("OpenAPI fetch ration", () => {
       expect((await r.json()).error).toEqual(expect.any(String));
       // Other routes are unaffected.
       expect((await fetch(`${k.url}/healthz`)).status).toBe(200);
-    } finally {
-      await k.stop();
-      removeDir(k.dataDir);
-    }
+    });
   });
 });

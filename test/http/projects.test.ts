@@ -1,6 +1,6 @@
 // Projects: every route, field and rule of the spec's Projects section.
-import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { createProject, createToken, eventually, removeDir, startKiln, type TestKiln } from "../support/kiln";
+import { describe, expect, test } from "vitest";
+import { createProject, createToken, eventually, type TestKiln, useKiln, withKiln } from "../support/kiln";
 
 /** A fresh account per test keeps listings independent of other tests. */
 async function account(k: TestKiln, plan = "superagent"): Promise<string> {
@@ -9,14 +9,7 @@ async function account(k: TestKiln, plan = "superagent"): Promise<string> {
 }
 
 describe("projects", () => {
-  let k: TestKiln;
-  beforeAll(async () => {
-    k = await startKiln({ args: ["--regions", "local,eu-west"] });
-  });
-  afterAll(async () => {
-    await k.stop();
-    removeDir(k.dataDir);
-  });
+  const k = useKiln({ args: ["--regions", "local,eu-west"] });
 
   test("create returns 201 with every field; get adds cloud_application_name", async () => {
     const r = await k.api("POST", "/projects", { body: { name: "alpha" } });
@@ -156,14 +149,7 @@ describe("projects", () => {
 
 describe("failed project deletion", () => {
   // This server injects one cleanup failure (KILN_FAULTS=project-cleanup:1).
-  let k: TestKiln;
-  beforeAll(async () => {
-    k = await startKiln({ env: { KILN_FAULTS: "project-cleanup:1" } });
-  });
-  afterAll(async () => {
-    await k.stop();
-    removeDir(k.dataDir);
-  });
+  const k = useKiln({ env: { KILN_FAULTS: "project-cleanup:1" } });
 
   test("a failed deletion cleanup leaves the project failed; deleting again retries it", async () => {
     const t = await account(k);
@@ -181,8 +167,7 @@ describe("failed project deletion", () => {
 
 describe("project cap", () => {
   test("an account may create 1,000 projects; the next is 403", async () => {
-    const k = await startKiln();
-    try {
+    await withKiln({}, async (k) => {
       const t = await account(k);
       for (let i = 0; i < 1000; i += 50)
         await Promise.all(Array.from({ length: 50 }, (_, j) => createProject(k, `bulk-${i + j}`, t)));
@@ -194,9 +179,6 @@ describe("project cap", () => {
       const one = (await k.api("GET", "/projects?limit=1", { token: t })).body.data[0];
       await k.api("DELETE", `/projects/${one.id}`, { token: t });
       await eventually(() => k.api("POST", "/projects", { token: t, body: { name: "replacement" } }), (r) => r.status === 201);
-    } finally {
-      await k.stop();
-      removeDir(k.dataDir);
-    }
+    });
   });
 });

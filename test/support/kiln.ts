@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import postgres from "postgres";
-import { inject } from "vitest";
+import { afterAll, beforeAll, inject } from "vitest";
 
 export const ROOT = resolve(import.meta.dirname, "../..");
 export const BUN = join(ROOT, "node_modules/.bin/bun");
@@ -174,4 +174,38 @@ export async function eventually<T>(fn: () => Promise<T>, ok: (v: T) => boolean,
     v = await fn();
   }
   return v;
+}
+
+/**
+ * One Kiln for the enclosing describe block (or file): started before its tests, stopped and removed
+ * after. The returned object forwards to the running instance.
+ */
+export function useKiln(opts: KilnOptions = {}): TestKiln {
+  let inst: TestKiln | undefined;
+  beforeAll(async () => {
+    inst = await startKiln(opts);
+  });
+  afterAll(async () => {
+    if (!inst) return;
+    await inst.stop();
+    removeDir(inst.dataDir);
+  });
+  return new Proxy({} as TestKiln, {
+    get(_, prop) {
+      if (!inst) throw new Error("Kiln is not started yet: use it inside a test or hook");
+      const v = (inst as any)[prop];
+      return typeof v === "function" ? v.bind(inst) : v;
+    },
+  });
+}
+
+/** A Kiln for a single test: started, handed to `fn`, and stopped and removed whatever happens. */
+export async function withKiln<T>(opts: KilnOptions, fn: (k: TestKiln) => Promise<T>): Promise<T> {
+  const k = await startKiln(opts);
+  try {
+    return await fn(k);
+  } finally {
+    await k.stop();
+    removeDir(k.dataDir);
+  }
 }
