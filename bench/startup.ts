@@ -23,7 +23,7 @@ function freePort(): Promise<number> {
 async function startOnce(dataDir: string): Promise<{ ms: number; rssMb: number; proc: ChildProcess }> {
   const port = await freePort();
   const t0 = performance.now();
-  const proc = spawn(BUN, [join(ROOT, "cmd/kiln.ts"), "start", "--port", String(port), "--data-dir", dataDir], {
+  const proc = spawn(BUN, [join(ROOT, "cmd/kiln.ts"), "start", "--port", String(port), "--pg-port", "0", "--data-dir", dataDir], {
     cwd: ROOT,
     env: { ...process.env, KILN_PLATFORM_TOKEN: "pk-benchbenchbenchbenchbench", KILN_LOG: "quiet", KILN_TRACE_STARTUP: process.env.KILN_TRACE_STARTUP ?? "" },
     stdio: process.env.KILN_TRACE_STARTUP ? ["ignore", "ignore", "inherit"] : "ignore",

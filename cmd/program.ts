@@ -6,6 +6,7 @@ import { projectsCommand } from "./commands/projects";
 import { tokensCommand } from "./commands/tokens";
 import { varsCommand } from "./commands/vars";
 import { authCommand, mailCommand, usersCommand } from "./commands/end-users";
+import { databasesCommand } from "./commands/databases";
 import { emulatorsCommand } from "./commands/emulators";
 import { internalCommand } from "./internal";
 import { startCommand } from "./start";
@@ -24,6 +25,7 @@ export function buildProgram(): Command {
   keysCommand(program);
   varsCommand(program);
   usersCommand(program);
+  databasesCommand(program);
   authCommand(program);
   mailCommand(program);
   emulatorsCommand(program);

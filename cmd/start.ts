@@ -12,6 +12,8 @@ export function startCommand(program: Command): void {
     .option("--plan <plan>", "plan of the default account: hobby or superagent", "superagent")
     .option("--regions <list>", "function regions this instance simulates, comma-separated", "local")
     .option("--database-url <url>", "production profile: keep the control store in this PostgreSQL database (or KILN_DATABASE_URL)")
+    .option("--postgres-url <url>", "production profile: keep managed databases on this PostgreSQL server (KILN_POSTGRES_URL)")
+    .option("--pg-port <n>", "port of the PostgreSQL wire listener in connection strings (0 picks a free one; KILN_PG_PORT)", "7432")
     .option("--smtp-port <n>", "SMTP port of the built-in mail catcher (0 picks a free one; KILN_SMTP_PORT)")
     .option("--public-url <url>", "address used in links Kiln mails out (KILN_PUBLIC_URL; default: the listening address)")
     .option("--controllable-clock", "let tests move Kiln's clock forward via POST /_kiln/clock/advance (KILN_CONTROLLABLE_CLOCK=1)")

@@ -34,6 +34,13 @@ export interface Config {
   smtpPort: number;
   /** Base address for links in emails; default: the listening address. */
   publicUrl?: string;
+  /** Production profile for managed databases: a PostgreSQL server that holds them. */
+  postgresUrl?: string;
+  /** Port of the PostgreSQL wire listener behind every connection string (0: a free one). */
+  pgPort: number;
+  /** Embedded databases: most PGlite instances open at once, and idle time before one closes. */
+  dbMaxOpen: number;
+  dbIdleCloseMs: number;
   /** Lets tests move time forward through /_kiln/clock. */
   controllableClock: boolean;
   /** Check every response against its declared schema (tests turn this on). */
@@ -52,6 +59,8 @@ export interface StartOptions {
   smtpPort?: string | number;
   publicUrl?: string;
   controllableClock?: boolean;
+  postgresUrl?: string;
+  pgPort?: string | number;
 }
 
 function intEnv(name: string, fallback: number): number {
@@ -103,6 +112,10 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     faults: parseFaults(env.KILN_FAULTS),
     validateResponses: env.KILN_VALIDATE_RESPONSES === "1",
     controllableClock: Boolean(opts.controllableClock) || env.KILN_CONTROLLABLE_CLOCK === "1",
+    postgresUrl: opts.postgresUrl ?? (env.KILN_POSTGRES_URL || undefined),
+    pgPort: Number(opts.pgPort ?? env.KILN_PG_PORT ?? 7432),
+    dbMaxOpen: intEnv("KILN_DB_MAX_OPEN", 10),
+    dbIdleCloseMs: intEnv("KILN_DB_IDLE_CLOSE_MS", 60_000),
     smtpUrl: env.KILN_SMTP_URL || undefined,
     mailFrom: env.KILN_MAIL_FROM || "Kiln <no-reply@kiln.localhost>",
     smtpPort: Number(opts.smtpPort ?? env.KILN_SMTP_PORT ?? 0),

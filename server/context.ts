@@ -15,6 +15,7 @@ import type { AuthRateLimits } from "./end-users/rate-limits";
 import type { EndUsersService } from "./end-users/service";
 import type { SigningKeys } from "./end-users/signing-keys";
 import type { MailCatcher } from "../emulators/mail/catcher";
+import type { DatabasesService } from "./databases/service";
 import type { Mailer } from "../emulators/mail/mailer";
 
 /** Everything a route handler can reach: configuration, the store and the domain services. */
@@ -35,6 +36,7 @@ export interface Kiln {
   authLimits: AuthRateLimits;
   signingKeys: SigningKeys;
   endUsers: EndUsersService;
+  databases: DatabasesService;
   /** Where Kiln's email goes: the local catcher's SMTP port, or KILN_SMTP_URL. */
   mailer: Mailer;
   /** The local catcher, when Kiln is not configured to send real mail. */

@@ -31,6 +31,13 @@ import { EndUsersService } from "./end-users/service";
 import { SigningKeys } from "./end-users/signing-keys";
 import { mailCatcherRoutes } from "./emulators/mail-routes";
 import { clockRoutes } from "./testing/clock-routes";
+import { EmbeddedEngine } from "./backends/databases/embedded";
+import type { DatabaseEngine } from "./backends/databases/engine";
+import { startWireListener } from "./backends/databases/wire/listener";
+import { DatabaseActivity } from "./databases/activity";
+import { databaseRoutes } from "./databases/routes";
+import { DatabasesService } from "./databases/service";
+import { DatabaseWireRouter } from "./databases/wire-router";
 import { VariablesService } from "./variables/service";
 
 export interface RunningKiln {
@@ -82,6 +89,7 @@ export function buildRouter(config: Config, kiln?: Kiln): Router {
   keyRoutes(router);
   variableRoutes(router);
   endUserRoutes(router);
+  databaseRoutes(router);
   mailCatcherRoutes(
     router,
     () => kiln?.mailCatcher ?? null,
@@ -144,11 +152,34 @@ export async function startKiln(config: Config, out: { print: (line: string) => 
   });
   credentials.userTokens = (jwt) => kiln.endUsers.principalOf(jwt);
 
+  // Managed databases: the engine, and the wire listener every connection string points at.
+  let engine: DatabaseEngine;
+  if (config.postgresUrl) {
+    const { PostgresEngine } = await import("./backends/databases/production");
+    const pg = new PostgresEngine(config.postgresUrl);
+    await pg.init();
+    engine = pg;
+  } else {
+    engine = new EmbeddedEngine({ dir: join(config.dataDir, "databases"), maxOpen: config.dbMaxOpen, idleCloseMs: config.dbIdleCloseMs });
+  }
+  const activity = new DatabaseActivity(store, now, log);
+  let wireAddress = { host: config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host, port: 0 };
+  kiln.databases = new DatabasesService(store, engine, now, activity, () => wireAddress, log);
+  const wire = await startWireListener({
+    host: config.host,
+    port: config.pgPort,
+    router: new DatabaseWireRouter(kiln.databases, store),
+    onError: (e) => log.error("database wire listener", e),
+  });
+  wireAddress = { ...wireAddress, port: wire.port };
+  activity.start();
+
   // What a project owns, set up with it and removed with it.
   kiln.projects.registerSetup((tx, projectId) => kiln.keys.createAnonKey(projectId, { name: "default" }, tx).then(() => {}));
   kiln.projects.registerCleanup("keys", (id) => kiln.keys.removeAll(id));
   kiln.projects.registerSetup((tx, projectId) => kiln.signingKeys.create(projectId, tx).then(() => {}));
   kiln.projects.registerCleanup("variables", (id) => kiln.variables.removeAll(id));
+  kiln.projects.registerCleanup("databases", (id) => kiln.databases.removeAll(id));
   kiln.projects.registerCleanup("end users", (id) => kiln.endUsers.removeAll(id));
   kiln.projects.registerCleanup("auth settings", async (id) => {
     await kiln.authConfig.remove(id);
@@ -158,7 +189,10 @@ export async function startKiln(config: Config, out: { print: (line: string) => 
   await kiln.accounts.ensureDefault(config, out.print);
   await kiln.variables.settlePending();
   await kiln.projects.resumeDeletions();
+  await kiln.databases.resumeProvisioning();
   usage.start();
+  const sampler = setInterval(() => void kiln.databases.sampleStorage().catch((e) => log.error("database storage sampling failed", e)), 60_000);
+  sampler.unref?.();
   trace("state ready");
 
   const server = serveHttp(kiln, buildRouter(config, kiln));
@@ -171,6 +205,11 @@ export async function startKiln(config: Config, out: { print: (line: string) => 
     (stopping ??= (async () => {
       await server.stop(false); // stop accepting; in-flight requests finish
       await kiln.projects.drain();
+      clearInterval(sampler);
+      await wire.close().catch(() => {});
+      await kiln.databases.drain();
+      await activity.stop();
+      await engine.close().catch((e) => log.error("closing databases failed", e));
       await kiln.variables.settlePending().catch(() => {});
       await usage.stop().catch((e) => log.error("final usage flush failed", e));
       await kiln.mailer.close().catch(() => {});

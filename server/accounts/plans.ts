@@ -31,7 +31,7 @@ export const PLANS: Record<PlanName, Plan> = {
     label: "SUPERAGENT",
     maxProjects: 1000,
     restrictRegions: true,
-    maxDatabases: 100,
+    maxDatabases: 10_000,
     databaseBackups: true,
     topQueries: true,
   },

@@ -22,7 +22,7 @@ export async function serveMailCatcher(o: { host: string; smtpPort: number; http
   } as unknown as Kiln;
   kiln.http = { renderError: (err, req) => renderError(kiln, err, req) };
   const app = new Elysia();
-  router.bind(app, kiln, () => "local");
+  router.bind(app, kiln, () => ({ ip: "local", arrivedAt: performance.now() }));
   app.onError(({ code, request, error }) =>
     code === "NOT_FOUND" ? errorResponse(new HttpError(404, { error: `no route for ${request.method} ${new URL(request.url).pathname}` })) : renderError(kiln, error, request),
   );

@@ -29,6 +29,8 @@ export interface RouteDef<P = any, Q = any, B = any> {
   query?: z.ZodType<Q>;
   body?: z.ZodType<B>;
   responses: Record<number, ResponseSpec>;
+  /** `handler`: the body is parsed as JSON but validated by the handler itself (after its own auth). */
+  bodyValidation?: "route" | "handler";
   /** Extra methods served by the same handler (HEAD beside GET). */
   alsoHead?: boolean;
   handler: (ctx: RouteContext<P, Q, B>) => Promise<Reply> | Reply;
@@ -38,6 +40,8 @@ export interface RouteContext<P, Q, B> {
   kiln: Kiln;
   request: Request;
   ip: string;
+  /** performance.now() when the request reached Kiln (for the X-Service-Proxy-Ms family). */
+  arrivedAt: number;
   params: P;
   query: Q;
   body: B;
@@ -98,12 +102,12 @@ export class Router {
   }
 
   /** Registers every route with Elysia, wrapping each handler in validation, auth and error mapping. */
-  bind(app: Elysia<any, any, any, any, any, any, any>, kiln: Kiln, ipOf: (r: Request) => string): void {
+  bind(app: Elysia<any, any, any, any, any, any, any>, kiln: Kiln, metaOf: (r: Request) => { ip: string; arrivedAt: number }): void {
     for (const def of this.routes) {
       const elysiaPath = def.path.replace(/\{(\w+)\}/g, ":$1");
       const run = async ({ request, params }: { request: Request; params: Record<string, string> }) => {
         try {
-          return await this.execute(def, kiln, request, params, ipOf(request));
+          return await this.execute(def, kiln, request, params, metaOf(request));
         } catch (err) {
           return kiln.http.renderError(err, request);
         }
@@ -113,13 +117,18 @@ export class Router {
     }
   }
 
-  private async execute(def: RouteDef, kiln: Kiln, request: Request, rawParams: Record<string, string>, ip: string) {
+  private async execute(def: RouteDef, kiln: Kiln, request: Request, rawParams: Record<string, string>, meta: { ip: string; arrivedAt: number }) {
+    const ip = meta.ip;
     const url = new URL(request.url);
     const params = parseWith(def.params, decodeParams(rawParams), "path");
     const query = parseWith(def.query, queryObject(url), "query");
     const { principal, project } = await kiln.guard.authorize(def.auth, request, (params ?? {}) as { projectId?: string }, ip);
-    const body = def.body ? parseWith(def.body, await readJsonBody(request), "body") : undefined;
-    const out = await def.handler({ kiln, request, ip, params, query, body, principal, project });
+    const body = def.body
+      ? def.bodyValidation === "handler"
+        ? await readJsonBody(request)
+        : parseWith(def.body, await readJsonBody(request), "body")
+      : undefined;
+    const out = await def.handler({ kiln, request, ip, arrivedAt: meta.arrivedAt, params, query, body, principal, project });
     if (out instanceof Response) return out;
     if (kiln.config.validateResponses) checkResponse(def, out);
     return jsonResponse(out.status, out.body, out.headers);

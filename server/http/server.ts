@@ -21,9 +21,9 @@ export function renderError(kiln: Kiln, err: unknown, request: Request): Respons
  * service headers on every response, errors included.
  */
 export function serveHttp(kiln: Kiln, router: Router) {
-  const ips = new WeakMap<Request, string>();
+  const meta = new WeakMap<Request, { ip: string; arrivedAt: number }>();
   const app = new Elysia({ normalize: false });
-  router.bind(app, kiln, (r) => ips.get(r) ?? "unknown");
+  router.bind(app, kiln, (r) => meta.get(r) ?? { ip: "unknown", arrivedAt: performance.now() });
   app.onError(({ code, request, error }) => {
     if (code === "NOT_FOUND") return errorResponse(new HttpError(404, { error: `no route for ${request.method} ${new URL(request.url).pathname}` }));
     if (code === "PARSE") return errorResponse(new HttpError(400, { error: "request body could not be parsed" }));
@@ -48,7 +48,7 @@ export function serveHttp(kiln: Kiln, router: Router) {
     port: kiln.config.port,
     idleTimeout: 60,
     async fetch(request, srv) {
-      ips.set(request, srv.requestIP(request)?.address ?? "unknown");
+      meta.set(request, { ip: srv.requestIP(request)?.address ?? "unknown", arrivedAt: performance.now() });
       const verdict = judgeCliVersion(request.headers.get("x-service-cli-version"), KILN_VERSION, kiln.config.minCliVersion);
       if (verdict === "require_upgrade") {
         const res = jsonResponse(

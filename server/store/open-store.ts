@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { migrate } from "./migrations";
 import { openPglite, PgliteStore } from "./pglite-store";
 import type { ControlStore } from "./store";
-import { createFromTemplate } from "./template";
+import { CONTROL_TEMPLATE, createFromTemplate } from "./template";
 
 /** Opens the control store the configuration names and brings its schema up to date. */
 export async function openControlStore(opts: { dataDir: string; databaseUrl?: string }): Promise<ControlStore> {
@@ -16,7 +16,7 @@ export async function openControlStore(opts: { dataDir: string; databaseUrl?: st
     const dir = join(opts.dataDir, "control");
     if (!existsSync(join(dir, "PG_VERSION"))) {
       mkdirSync(opts.dataDir, { recursive: true });
-      await createFromTemplate(dir);
+      await createFromTemplate(CONTROL_TEMPLATE, dir);
     }
     store = new PgliteStore(await openPglite(dir));
   }

@@ -9,7 +9,7 @@ import type { ControlStore, Row, Sql } from "./store";
  */
 export const PGLITE_CONF = ["shared_buffers=2MB", "work_mem=2MB", "maintenance_work_mem=8MB"];
 
-export async function openPglite(dataDir: string, extra: { initDbStartParams?: string[] } = {}): Promise<PGlite> {
+export async function openPglite(dataDir: string, extra: { initDbStartParams?: string[]; postgresqlconf?: string[] } = {}): Promise<PGlite> {
   const db = new PGlite(dataDir, { postgresqlconf: PGLITE_CONF, pgliteWasmModule: await compiledPglite(), ...extra });
   await db.waitReady;
   return db;

@@ -1,5 +1,6 @@
 import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { cp } from "node:fs/promises";
+import { createHash } from "node:crypto";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { createRequire } from "node:module";
@@ -7,9 +8,9 @@ import { migrate, migrationsFingerprint } from "./migrations";
 import { openPglite, PgliteStore } from "./pglite-store";
 
 /**
- * A fresh PGlite runs initdb for seconds. Instead, Kiln makes one closed, fully migrated data dir
- * per (PGlite version, schema) in a cache folder, once (at `npm ci` through postinstall, or at the
- * first start), and every new store is a copy of it: tens of milliseconds instead of seconds.
+ * A fresh PGlite runs initdb for seconds. Instead, Kiln makes one closed, prepared data dir per
+ * (kind, PGlite version, content) in a cache folder, once (at `npm ci` through postinstall, or at
+ * first use), and every new instance is a copy of it: tens of milliseconds instead of seconds.
  */
 const pglitePkg = createRequire(import.meta.url)("@electric-sql/pglite/package.json") as { version: string };
 
@@ -17,21 +18,33 @@ export function cacheRoot(): string {
   return process.env.KILN_CACHE_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "kiln");
 }
 
-export function controlTemplateDir(): string {
-  return join(cacheRoot(), "templates", `control-v3-pglite${pglitePkg.version}-${migrationsFingerprint()}`);
+export interface TemplateSpec {
+  /** Names the template family (`control`, `database`). */
+  kind: string;
+  /** Changes whenever `prepare` would produce something different. */
+  fingerprint: string;
+  prepare: (store: PgliteStore) => Promise<void>;
+  /** Databases the copies never need (a control store never creates databases; user ones might). */
+  drop: string[];
+}
+
+const TEMPLATE_FORMAT = 4;
+
+function templateDir(spec: TemplateSpec): string {
+  return join(cacheRoot(), "templates", `${spec.kind}-v${TEMPLATE_FORMAT}-pglite${pglitePkg.version}-${spec.fingerprint}`);
 }
 
 /** Makes the template if it is missing; safe against concurrent makers (atomic rename). */
-export async function ensureControlTemplate(): Promise<string> {
-  const dir = controlTemplateDir();
+export async function ensureTemplate(spec: TemplateSpec): Promise<string> {
+  const dir = templateDir(spec);
   if (existsSync(join(dir, "PG_VERSION"))) return dir;
   mkdirSync(join(dir, ".."), { recursive: true });
   const tmp = `${dir}.tmp-${process.pid}-${Date.now()}`;
   // 1 MB WAL segments instead of 16 MB keep every copy of the template small.
   const db = await openPglite(tmp, { initDbStartParams: ["--wal-segsize=1"] });
   const store = new PgliteStore(db);
-  await migrate(store);
-  await slim(store, tmp);
+  await spec.prepare(store);
+  await slim(store, tmp, spec.drop);
   try {
     renameSync(tmp, dir);
   } catch {
@@ -42,15 +55,15 @@ export async function ensureControlTemplate(): Promise<string> {
 }
 
 /**
- * Every start with a fresh data dir copies the template, so it is kept small (about a third of a
- * plain initdb): the control store never creates databases, so template0/template1 go, and after a
- * clean shutdown the WAL segments past the current one are only pre-allocated spares, which
- * PostgreSQL recreates when it needs them.
+ * Every copy costs its size in writes, so templates are kept small: unneeded template databases go,
+ * and after a clean shutdown the WAL segments past the current one are only pre-allocated spares,
+ * which PostgreSQL recreates when it needs them.
  */
-async function slim(store: PgliteStore, dir: string): Promise<void> {
-  await store.query(`update pg_database set datistemplate = false where datname in ('template0', 'template1')`);
-  await store.query(`drop database template0`);
-  await store.query(`drop database template1`);
+async function slim(store: PgliteStore, dir: string, drop: string[]): Promise<void> {
+  for (const name of drop) {
+    await store.query(`update pg_database set datistemplate = false where datname = $1`, [name]);
+    await store.query(`drop database ${name}`);
+  }
   await store.query(`checkpoint`);
   const [{ seg }] = (await store.query(`select pg_walfile_name(pg_current_wal_insert_lsn()) as seg`)) as [{ seg: string }];
   await store.close();
@@ -60,7 +73,7 @@ async function slim(store: PgliteStore, dir: string): Promise<void> {
   for (const f of readdirSync(wal)) if (/^[0-9A-F]{24}$/.test(f) && f > keepUpTo) rmSync(join(wal, f));
 }
 
-/** The system `cp` copies the ~400 files several times faster than node:fs's recursive cp. */
+/** The system `cp` copies the hundreds of small files several times faster than node:fs's recursive cp. */
 async function copyDir(from: string, to: string): Promise<void> {
   try {
     const proc = Bun.spawn(["cp", "-R", from, to], { stdout: "ignore", stderr: "ignore" });
@@ -73,10 +86,28 @@ async function copyDir(from: string, to: string): Promise<void> {
 }
 
 /** Fills `target` (which must not exist) with a copy of the template. */
-export async function createFromTemplate(target: string): Promise<void> {
-  const tpl = await ensureControlTemplate();
+export async function createFromTemplate(spec: TemplateSpec, target: string): Promise<void> {
+  const tpl = await ensureTemplate(spec);
   const tmp = `${target}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });
   await copyDir(tpl, tmp);
   renameSync(tmp, target);
 }
+
+export function fingerprintOf(parts: string[]): string {
+  const h = createHash("sha256");
+  for (const p of parts) h.update(p).update("\0");
+  return h.digest("hex").slice(0, 16);
+}
+
+/** The control store's template: migrated, with no template databases. */
+export const CONTROL_TEMPLATE: TemplateSpec = {
+  kind: "control",
+  get fingerprint() {
+    return migrationsFingerprint();
+  },
+  prepare: async (store) => {
+    await migrate(store);
+  },
+  drop: ["template0", "template1"],
+};

@@ -66,7 +66,9 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
   const databaseUrl = opts.databaseUrl ?? (STORE === "postgres" ? await freshDatabase() : undefined);
   const token = opts.generatedToken ? "" : (opts.env?.KILN_PLATFORM_TOKEN ?? secret("pk"));
   const adminToken = opts.env?.KILN_ADMIN_TOKEN ?? secret("admin");
-  const args = [KILN, "start", "--port", "0", "--data-dir", dataDir, ...(databaseUrl ? ["--database-url", databaseUrl] : []), ...(opts.args ?? [])];
+  // The postgres project runs the production profile: control store and managed databases on PostgreSQL.
+  const production = databaseUrl ? ["--database-url", databaseUrl, "--postgres-url", inject("pgUrl")] : [];
+  const args = [KILN, "start", "--port", "0", "--pg-port", "0", "--data-dir", dataDir, ...production, ...(opts.args ?? [])];
   const env: Record<string, string | undefined> = {
     ...process.env,
     KILN_VALIDATE_RESPONSES: "1",

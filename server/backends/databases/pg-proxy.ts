@@ -1,0 +1,170 @@
+import { createHash, createHmac, pbkdf2Sync, randomBytes } from "node:crypto";
+import { connect, type Socket } from "node:net";
+
+/**
+ * A raw PostgreSQL connection used as a pipe: Kiln's wire listener authenticates the client itself,
+ * then hands its messages to a backend connection opened here with the database's internal
+ * credentials, after putting the session into the client's access mode.
+ */
+export interface ProxyTarget {
+  host: string;
+  port: number;
+  user: string;
+  password: string;
+  database: string;
+  applicationName: string;
+}
+
+function cstr(s: string): Buffer {
+  return Buffer.concat([Buffer.from(s, "utf8"), Buffer.from([0])]);
+}
+
+function message(type: string, body: Buffer): Buffer {
+  const head = Buffer.alloc(5);
+  head.write(type, 0, "ascii");
+  head.writeInt32BE(body.length + 4, 1);
+  return Buffer.concat([head, body]);
+}
+
+function startupMessage(params: Record<string, string>): Buffer {
+  const parts = Object.entries(params).flatMap(([k, v]) => [cstr(k), cstr(v)]);
+  const body = Buffer.concat([Buffer.from([0, 3, 0, 0]), ...parts, Buffer.from([0])]);
+  const len = Buffer.alloc(4);
+  len.writeInt32BE(body.length + 4);
+  return Buffer.concat([len, body]);
+}
+
+/** Splits a byte stream into complete backend messages. */
+class Framer {
+  private buf: Buffer = Buffer.alloc(0);
+  push(chunk: Buffer): { type: string; body: Buffer; raw: Buffer }[] {
+    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+    const out: { type: string; body: Buffer; raw: Buffer }[] = [];
+    while (this.buf.length >= 5) {
+      const len = this.buf.readInt32BE(1);
+      if (this.buf.length < len + 1) break;
+      const raw = this.buf.subarray(0, len + 1);
+      out.push({ type: String.fromCharCode(raw[0]!), body: raw.subarray(5), raw });
+      this.buf = this.buf.subarray(len + 1);
+    }
+    return out;
+  }
+  rest(): Buffer {
+    const r = this.buf;
+    this.buf = Buffer.alloc(0);
+    return r;
+  }
+}
+
+function errorText(body: Buffer): string {
+  const fields: Record<string, string> = {};
+  let i = 0;
+  while (i < body.length && body[i] !== 0) {
+    const code = String.fromCharCode(body[i]!);
+    const end = body.indexOf(0, i + 1);
+    fields[code] = body.toString("utf8", i + 1, end);
+    i = end + 1;
+  }
+  return fields.M ?? "backend error";
+}
+
+const hmac = (key: Buffer, data: string) => createHmac("sha256", key).update(data).digest();
+
+export interface ProxyConnection {
+  parameters: Record<string, string>;
+  write(data: Uint8Array): void;
+  onData(fn: (data: Uint8Array) => void): void;
+  onClose(fn: () => void): void;
+  end(): void;
+}
+
+/** Connects, authenticates (SCRAM-SHA-256, MD5 or cleartext), runs `init`, and returns the pipe. */
+export function openProxy(t: ProxyTarget, init: string[], timeoutMs = 10_000): Promise<ProxyConnection> {
+  return new Promise((resolve, reject) => {
+    const sock: Socket = connect({ host: t.host, port: t.port });
+    const framer = new Framer();
+    const parameters: Record<string, string> = {};
+    let phase: "auth" | "init" | "ready" = "auth";
+    let scram: { nonce: string; clientFirstBare: string; serverSignature?: Buffer } | null = null;
+    const timer = setTimeout(() => fail(new Error("timed out connecting to the database server")), timeoutMs);
+    const fail = (err: Error) => {
+      clearTimeout(timer);
+      sock.destroy();
+      reject(err);
+    };
+    sock.once("error", (e) => phase !== "ready" && fail(e));
+    sock.once("connect", () =>
+      sock.write(startupMessage({ user: t.user, database: t.database, application_name: t.applicationName, client_encoding: "UTF8" })),
+    );
+    const onData = (chunk: Buffer) => {
+      for (const m of framer.push(chunk)) {
+        if (m.type === "E") return fail(new Error(errorText(m.body)));
+        if (m.type === "R") {
+          const code = m.body.readInt32BE(0);
+          if (code === 0) continue; // AuthenticationOk
+          if (code === 3) sock.write(message("p", cstr(t.password)));
+          else if (code === 5) {
+            const salt = m.body.subarray(4, 8);
+            const inner = createHash("md5").update(t.password + t.user).digest("hex");
+            const outer = createHash("md5").update(Buffer.concat([Buffer.from(inner), salt])).digest("hex");
+            sock.write(message("p", cstr(`md5${outer}`)));
+          } else if (code === 10) {
+            const nonce = randomBytes(18).toString("base64");
+            const clientFirstBare = `n=*,r=${nonce}`;
+            scram = { nonce, clientFirstBare };
+            const data = Buffer.from(`n,,${clientFirstBare}`);
+            const len = Buffer.alloc(4);
+            len.writeInt32BE(data.length);
+            sock.write(message("p", Buffer.concat([cstr("SCRAM-SHA-256"), len, data])));
+          } else if (code === 11 && scram) {
+            const serverFirst = m.body.subarray(4).toString();
+            const attrs = Object.fromEntries(serverFirst.split(",").map((kv) => [kv[0], kv.slice(2)]));
+            if (!attrs.r?.startsWith(scram.nonce)) return fail(new Error("SCRAM nonce mismatch"));
+            const salted = pbkdf2Sync(t.password, Buffer.from(attrs.s!, "base64"), Number(attrs.i), 32, "sha256");
+            const clientKey = hmac(salted, "Client Key");
+            const storedKey = createHash("sha256").update(clientKey).digest();
+            const finalNoProof = `c=biws,r=${attrs.r}`;
+            const authMessage = `${scram.clientFirstBare},${serverFirst},${finalNoProof}`;
+            const signature = hmac(storedKey, authMessage);
+            const proof = Buffer.from(clientKey.map((b, i) => b ^ signature[i]!));
+            scram.serverSignature = hmac(hmac(salted, "Server Key"), authMessage);
+            sock.write(message("p", Buffer.from(`${finalNoProof},p=${proof.toString("base64")}`)));
+          } else if (code === 12 && scram) {
+            const v = m.body.subarray(4).toString().replace(/^v=/, "");
+            if (!scram.serverSignature || Buffer.from(v, "base64").compare(scram.serverSignature) !== 0)
+              return fail(new Error("the database server failed SCRAM verification"));
+          } else return fail(new Error(`unsupported authentication request ${code} from the database server`));
+        } else if (m.type === "S") {
+          const [k, v] = m.body.toString("utf8").split("\0");
+          parameters[k!] = v!;
+        } else if (m.type === "Z") {
+          if (phase === "auth" && init.length > 0) {
+            phase = "init";
+            sock.write(message("Q", cstr(init.join("; "))));
+          } else {
+            phase = "ready";
+            clearTimeout(timer);
+            sock.off("data", onData);
+            const leftover = framer.rest();
+            let forward: ((d: Uint8Array) => void) | null = null;
+            const pending: Uint8Array[] = leftover.length ? [leftover] : [];
+            sock.on("data", (d: Buffer) => (forward ? forward(d) : pending.push(d)));
+            resolve({
+              parameters,
+              write: (d) => sock.write(d),
+              onData: (fn) => {
+                forward = fn;
+                for (const p of pending.splice(0)) fn(p);
+              },
+              onClose: (fn) => sock.once("close", fn),
+              end: () => sock.end(),
+            });
+            return;
+          }
+        }
+        // BackendKeyData, notices and init's own results are not the client's business.
+      }
+    };
+    sock.on("data", onData);
+  });
+}

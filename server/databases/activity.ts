@@ -1,0 +1,126 @@
+import { createHash } from "node:crypto";
+import type { ControlStore } from "../store/store";
+
+interface QueryAgg {
+  databaseId: string;
+  queryId: string;
+  query: string;
+  role: string;
+  calls: number;
+  totalMs: number;
+  minMs: number;
+  maxMs: number;
+  rows: number;
+}
+
+interface UsageAgg {
+  written: number;
+  transfer: number;
+  computeMs: number;
+  activeMs: number;
+}
+
+/** Statements that differ only in spacing or case of keywords count as one query. */
+export function normalizeQuery(text: string): string {
+  return text.replace(/\s+/g, " ").trim();
+}
+
+export function queryIdOf(normalized: string): string {
+  return createHash("sha256").update(normalized).digest("hex").slice(0, 16);
+}
+
+/**
+ * What databases do, from every path (HTTP query API and wire clients): per-statement calls and
+ * times (top queries) and hourly usage (stats). Counted in memory, written to the control store
+ * every second; reads flush first.
+ */
+export class DatabaseActivity {
+  private queries = new Map<string, QueryAgg>();
+  private usage = new Map<string, UsageAgg>();
+  private timer: ReturnType<typeof setInterval> | null = null;
+  private flushing: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly store: ControlStore,
+    private readonly now: () => Date,
+    private readonly log: { error: (m: string, e?: unknown) => void },
+  ) {}
+
+  start(): void {
+    this.timer = setInterval(() => void this.flush().catch((e) => this.log.error("database activity flush failed", e)), 1000);
+    this.timer.unref?.();
+  }
+
+  recordQuery(databaseId: string, text: string, role: string, ms: number, rows: number): void {
+    const query = normalizeQuery(text);
+    if (!query) return;
+    const queryId = queryIdOf(query);
+    const key = `${databaseId}|${queryId}|${role}`;
+    const q = this.queries.get(key);
+    if (!q) this.queries.set(key, { databaseId, queryId, query, role, calls: 1, totalMs: ms, minMs: ms, maxMs: ms, rows });
+    else {
+      q.calls++;
+      q.totalMs += ms;
+      q.minMs = Math.min(q.minMs, ms);
+      q.maxMs = Math.max(q.maxMs, ms);
+      q.rows += rows;
+    }
+  }
+
+  recordUsage(databaseId: string, u: Partial<UsageAgg>): void {
+    const hour = new Date(this.now());
+    hour.setUTCMinutes(0, 0, 0);
+    const key = `${databaseId}|${hour.toISOString()}`;
+    const cur = this.usage.get(key) ?? { written: 0, transfer: 0, computeMs: 0, activeMs: 0 };
+    cur.written += u.written ?? 0;
+    cur.transfer += u.transfer ?? 0;
+    cur.computeMs += u.computeMs ?? 0;
+    cur.activeMs += u.activeMs ?? 0;
+    this.usage.set(key, cur);
+  }
+
+  flush(): Promise<void> {
+    this.flushing = this.flushing.then(() => this.write());
+    return this.flushing;
+  }
+
+  private async write(): Promise<void> {
+    if (this.queries.size === 0 && this.usage.size === 0) return;
+    const queries = this.queries;
+    const usage = this.usage;
+    this.queries = new Map();
+    this.usage = new Map();
+    await this.store.transaction(async (tx) => {
+      for (const q of queries.values())
+        await tx.query(
+          `insert into database_query_stats (database_id, query_id, query, role, calls, total_ms, min_ms, max_ms, rows_processed)
+           values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+           on conflict (database_id, query_id, role) do update set
+             calls = database_query_stats.calls + excluded.calls,
+             total_ms = database_query_stats.total_ms + excluded.total_ms,
+             min_ms = least(database_query_stats.min_ms, excluded.min_ms),
+             max_ms = greatest(database_query_stats.max_ms, excluded.max_ms),
+             rows_processed = database_query_stats.rows_processed + excluded.rows_processed`,
+          [q.databaseId, q.queryId, q.query.slice(0, 4000), q.role, q.calls, q.totalMs, q.minMs, q.maxMs, q.rows],
+        );
+      for (const [key, u] of usage) {
+        const [databaseId, hour] = key.split("|");
+        await tx.query(
+          `insert into database_usage (database_id, hour, data_written_bytes, data_transfer_bytes, compute_ms, active_ms)
+           values ($1, $2::timestamptz, $3, $4, $5, $6)
+           on conflict (database_id, hour) do update set
+             data_written_bytes = database_usage.data_written_bytes + excluded.data_written_bytes,
+             data_transfer_bytes = database_usage.data_transfer_bytes + excluded.data_transfer_bytes,
+             compute_ms = database_usage.compute_ms + excluded.compute_ms,
+             active_ms = database_usage.active_ms + excluded.active_ms`,
+          [databaseId, hour, Math.round(u.written), Math.round(u.transfer), u.computeMs, u.activeMs],
+        );
+      }
+    });
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    await this.flush().catch(() => {});
+  }
+}

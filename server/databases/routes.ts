@@ -1,0 +1,255 @@
+import * as z from "zod";
+import type { Principal } from "../auth/principal";
+import type { Kiln } from "../context";
+import { errorSchema } from "../http/common-schemas";
+import { forbidden, HttpError, jsonResponse, unauthorized } from "../http/errors";
+import { reply, type Router } from "../http/route";
+import { projectIdParams } from "../projects/schemas";
+import { plan as planOf } from "../accounts/plans";
+import { takeFault } from "../config";
+import { DatabaseQueryError, type AccessMode } from "../backends/databases/engine";
+import { buildQuery, queryBodies } from "./query-builder";
+import {
+  createDatabaseBody,
+  createdDatabaseSchema,
+  databaseListSchema,
+  databaseParams,
+  databaseSchema,
+  queryParams,
+  queryResultSchema,
+  regionsSchema,
+  resetPasswordSchema,
+  statsQuery,
+  statsSchema,
+  topQueriesQuery,
+  topQuerySchema,
+  versionsSchema,
+} from "./schemas";
+import { DEFAULT_PG_VERSION, PG_VERSIONS, REGIONS } from "./service";
+
+const tag = "Databases";
+const errors = { 400: errorSchema, 401: errorSchema, 403: errorSchema, 404: errorSchema, 409: errorSchema };
+/** Databases carry connection strings: read-only project tokens may not read them. */
+const credentialRead = { kind: "project", access: "credential" } as const;
+const write = { kind: "project", access: "write" } as const;
+
+async function planFor(kiln: Kiln, p: Principal | null, accountId: string) {
+  return p?.kind === "platform" ? p.plan : kiln.accounts.planOf(accountId);
+}
+
+export function databaseRoutes(r: Router): void {
+  r.add({
+    method: "GET",
+    path: "/databases/regions",
+    tag,
+    summary: "Regions a database can be placed in",
+    auth: { kind: "none" },
+    responses: { 200: { description: "regions", schema: regionsSchema } },
+    handler: () => reply.ok(REGIONS.map((x) => ({ id: x.id, name: x.name }))),
+  });
+
+  r.add({
+    method: "GET",
+    path: "/databases/versions",
+    tag,
+    summary: "PostgreSQL versions: what pg_version accepts and what actually runs here",
+    auth: { kind: "none" },
+    responses: { 200: { description: "versions", schema: versionsSchema } },
+    handler: ({ kiln }) =>
+      reply.ok({
+        versions: [...PG_VERSIONS],
+        default: DEFAULT_PG_VERSION,
+        engine: {
+          kind: kiln.databases.engine.kind,
+          server_versions: kiln.databases.engine.serverVersions(),
+          note:
+            kiln.databases.engine.kind === "embedded"
+              ? "The embedded engine (PGlite) runs one PostgreSQL version for every database; pg_version is recorded, not emulated. Use the production profile (--postgres-url) to run on a server of your choice."
+              : "Databases run on the PostgreSQL server given by --postgres-url; pg_version is recorded, and the server's own version is what runs.",
+        },
+      }),
+  });
+
+  r.add({
+    method: "GET",
+    path: "/projects/{projectId}/databases",
+    tag,
+    summary: "List databases",
+    auth: credentialRead,
+    params: projectIdParams,
+    responses: { 200: { description: "databases", schema: databaseListSchema }, ...errors },
+    handler: async ({ kiln, project }) => reply.ok({ data: (await kiln.databases.list(project!.id)).map((d) => kiln.databases.view(d, { list: true })) }),
+  });
+
+  r.add({
+    method: "POST",
+    path: "/projects/{projectId}/databases",
+    tag,
+    summary: "Create a database (provisioning, then active)",
+    auth: write,
+    params: projectIdParams,
+    body: createDatabaseBody,
+    responses: { 201: { description: "created", schema: createdDatabaseSchema }, ...errors },
+    handler: async ({ kiln, principal, project, body }) => {
+      const d = await kiln.databases.create(project!.id, await planFor(kiln, principal, project!.account_id), body);
+      return reply.created({ ...kiln.databases.view(d), name: d.name });
+    },
+  });
+
+  r.add({
+    method: "GET",
+    path: "/projects/{projectId}/databases/{databaseName}",
+    tag,
+    summary: "Get a database (with its connection string while active)",
+    auth: credentialRead,
+    params: databaseParams,
+    responses: { 200: { description: "database", schema: databaseSchema }, ...errors },
+    handler: async ({ kiln, project, params }) => reply.ok(kiln.databases.view(await kiln.databases.get(project!.id, params.databaseName))),
+  });
+
+  r.add({
+    method: "DELETE",
+    path: "/projects/{projectId}/databases/{databaseName}",
+    tag,
+    summary: "Delete a database permanently; its connections end",
+    auth: write,
+    params: databaseParams,
+    responses: { 204: { description: "deleted" }, ...errors },
+    handler: async ({ kiln, project, params }) => {
+      await kiln.databases.delete(project!.id, params.databaseName);
+      return reply.noContent();
+    },
+  });
+
+  r.add({
+    method: "POST",
+    path: "/projects/{projectId}/databases/{databaseName}/reset-password",
+    tag,
+    summary: "New client password; open connections continue, new ones need it",
+    auth: write,
+    params: databaseParams,
+    responses: { 200: { description: "new credentials", schema: resetPasswordSchema }, ...errors },
+    handler: async ({ kiln, project, params }) => reply.ok(await kiln.databases.resetPassword(project!.id, params.databaseName)),
+  });
+
+  r.add({
+    method: "GET",
+    path: "/projects/{projectId}/databases/{databaseName}/stats",
+    tag,
+    summary: "Storage, written and transferred bytes, compute and active time",
+    auth: { kind: "project", access: "read" },
+    params: databaseParams,
+    query: statsQuery,
+    responses: { 200: { description: "stats", schema: statsSchema }, ...errors },
+    handler: async ({ kiln, project, params, query }) => {
+      const d = await kiln.databases.get(project!.id, params.databaseName);
+      const to = query.to ? new Date(query.to) : kiln.clock.now();
+      const from = query.from ? new Date(query.from) : new Date(to.getTime() - 86_400_000);
+      if (from > to) throw new HttpError(400, { error: "from must not be after to" });
+      return reply.ok(await kiln.databases.stats(d, from, to, query.granularity ?? "hourly"));
+    },
+  });
+
+  r.add({
+    method: "GET",
+    path: "/projects/{projectId}/databases/{databaseName}/queries",
+    tag,
+    summary: "Top queries by total execution time (SUPERAGENT)",
+    auth: { kind: "project", access: "read" },
+    params: databaseParams,
+    query: topQueriesQuery,
+    responses: { 200: { description: "top queries", schema: z.object({ data: z.array(topQuerySchema) }) }, ...errors },
+    handler: async ({ kiln, principal, project, params, query }) => {
+      const plan = planOf(await planFor(kiln, principal, project!.account_id));
+      if (!plan.topQueries) throw forbidden(`top queries are not available on the ${plan.label} plan`);
+      const d = await kiln.databases.get(project!.id, params.databaseName);
+      return reply.ok({ data: await kiln.databases.topQueries(d, query.limit ?? 10) });
+    },
+  });
+
+  for (const operation of ["select", "insert", "update", "delete"] as const) {
+    r.add({
+      method: "POST",
+      path: `/databases/{databaseName}/query/${operation}`,
+      tag: "Query API",
+      summary: `${operation} rows: end-user token (RLS as that user), anon key (RLS as anonymous) or service key (bypasses RLS)`,
+      auth: { kind: "none" },
+      params: queryParams.pick({ databaseName: true }),
+      body: queryBodies[operation],
+      // Checked by buildQuery after authentication, so a caller without a token always hears 401 first.
+      bodyValidation: "handler",
+      responses: {
+        200: { description: "rows", schema: queryResultSchema },
+        400: errorSchema,
+        401: errorSchema,
+        403: errorSchema,
+        404: errorSchema,
+        409: errorSchema,
+        500: errorSchema,
+      },
+      handler: ({ kiln, request, ip, arrivedAt, params, body }) => runQuery(kiln, request, ip, arrivedAt, params.databaseName, operation, body),
+    });
+  }
+}
+
+const QUERY_AUTH = "Authentication required for database queries";
+
+/** Turns the caller's credential into an access mode: who the statement runs as. */
+async function accessOf(kiln: Kiln, request: Request, ip: string): Promise<{ projectId: string; mode: AccessMode }> {
+  let p: Principal;
+  try {
+    p = await kiln.guard.authenticate(request, ip);
+  } catch (err) {
+    if (err instanceof HttpError && err.status === 401) throw unauthorized(QUERY_AUTH);
+    throw err;
+  }
+  if (p.kind === "service_key") {
+    if (p.permissions !== null) throw forbidden("this service key is scoped; database queries need a service key with the full service role");
+    return { projectId: p.projectId, mode: { kind: "admin" } };
+  }
+  if (p.kind === "user") return { projectId: p.projectId, mode: { kind: "user", userId: p.userId, email: p.email } };
+  if (p.kind === "anon_key") return { projectId: p.projectId, mode: { kind: "anonymous" } };
+  throw forbidden("database queries need an end-user access token, an anon key or a service key; platform and project tokens are not accepted");
+}
+
+async function runQuery(kiln: Kiln, request: Request, ip: string, arrivedAt: number, databaseName: string, operation: "select" | "insert" | "update" | "delete", body: unknown) {
+  const handlerStart = performance.now();
+  let computeMs = 0;
+  let queryStart = handlerStart;
+  const timing = () => ({
+    "X-Service-Proxy-Ms": String(Math.round(queryStart - arrivedAt)),
+    "X-Service-Proxy-Handler-Ms": String(Math.round(queryStart - handlerStart)),
+    "X-Service-Compute-Ms": String(Math.round(computeMs)),
+  });
+  try {
+    const { projectId, mode } = await accessOf(kiln, request, ip);
+    const d = await kiln.databases.activeByName(projectId, databaseName);
+    const q = buildQuery(operation, body);
+    queryStart = performance.now();
+    let result;
+    try {
+      if (takeFault(kiln.config, "database-connection")) throw new Error("injected fault: database-connection");
+      result = await kiln.databases.engine.run(d.id, mode, q.text, q.params);
+    } catch (err) {
+      computeMs = performance.now() - queryStart;
+      if (err instanceof DatabaseQueryError) throw new HttpError(400, { error: err.message });
+      const requestId = crypto.randomUUID();
+      kiln.log.error(`query on database ${d.id} failed (request ${requestId})`, err);
+      throw new HttpError(500, { error: "Query failed" }, { "X-Request-Id": requestId });
+    }
+    computeMs = result.computeMs;
+    const out = { data: result.rows, count: result.rows.length };
+    const text = JSON.stringify(out);
+    kiln.databases.activity.recordQuery(d.id, q.text, kiln.databases.roleOf(d, mode), computeMs, result.rows.length);
+    kiln.databases.activity.recordUsage(d.id, {
+      computeMs,
+      activeMs: computeMs,
+      transfer: text.length,
+      written: operation === "select" ? 0 : JSON.stringify(q.params).length,
+    });
+    return new Response(text, { status: 200, headers: { "Content-Type": "application/json; charset=utf-8", ...timing() } });
+  } catch (err) {
+    if (err instanceof HttpError) return jsonResponse(err.status, err.body, { ...err.headers, ...timing() });
+    throw err;
+  }
+}

@@ -1,0 +1,282 @@
+import { randomBytes } from "node:crypto";
+import { plan as planOf } from "../accounts/plans";
+import type { PlanName } from "../config";
+import { badRequest, conflict, forbidden, HttpError, notFound } from "../http/errors";
+import { newId } from "../ids";
+import type { ControlStore, Row } from "../store/store";
+import type { AccessMode, DatabaseEngine } from "../backends/databases/engine";
+import type { DatabaseActivity } from "./activity";
+
+export const REGIONS = [
+  { id: "cloud-us-east-1", name: "US East (N. Virginia)" },
+  { id: "cloud-us-west-2", name: "US West (Oregon)" },
+  { id: "cloud-eu-west-1", name: "EU West (Ireland)" },
+  { id: "cloud-eu-central-1", name: "EU Central (Frankfurt)" },
+  { id: "cloud-ap-southeast-1", name: "Asia Pacific (Singapore)" },
+  { id: "cloud-ap-southeast-2", name: "Asia Pacific (Sydney)" },
+  { id: "cloud-ap-northeast-1", name: "Asia Pacific (Tokyo)" },
+  { id: "cloud-sa-east-1", name: "South America (São Paulo)" },
+] as const;
+export const DEFAULT_REGION = "cloud-us-east-1";
+export const PG_VERSIONS = [14, 15, 16] as const;
+export const DEFAULT_PG_VERSION = 16;
+
+/** lowercase, every run of other characters an underscore, at most 64 characters. */
+export function normalizeDatabaseName(raw: string): string {
+  return raw
+    .toLowerCase()
+    .replace(/[^a-z0-9]/g, "_")
+    .slice(0, 64);
+}
+
+export interface DatabaseRecord {
+  id: string;
+  project_id: string;
+  name: string;
+  region: string;
+  pg_version: number;
+  status: "provisioning" | "active" | "failed" | "deleting" | "deleted";
+  client_password: string;
+  storage_bytes: number | null;
+  created_at: string;
+  updated_at: string;
+}
+
+function toRecord(r: Row): DatabaseRecord {
+  return {
+    id: r.id,
+    project_id: r.project_id,
+    name: r.name,
+    region: r.region,
+    pg_version: r.pg_version,
+    status: r.status,
+    client_password: r.client_password,
+    storage_bytes: r.storage_bytes === null || r.storage_bytes === undefined ? null : Number(r.storage_bytes),
+    created_at: new Date(r.created_at).toISOString(),
+    updated_at: new Date(r.updated_at).toISOString(),
+  };
+}
+
+export function roleName(id: string): string {
+  return `service_client_${id}`;
+}
+
+function newPassword(): string {
+  return randomBytes(24).toString("base64url");
+}
+
+export interface WireAddress {
+  host: string;
+  port: number;
+}
+
+/** Managed databases: records in the control store, data in the engine. */
+export class DatabasesService {
+  private readonly provisioning = new Set<Promise<void>>();
+
+  constructor(
+    private readonly store: ControlStore,
+    readonly engine: DatabaseEngine,
+    private readonly now: () => Date,
+    readonly activity: DatabaseActivity,
+    private readonly wire: () => WireAddress,
+    private readonly log: { error: (m: string, e?: unknown) => void },
+  ) {}
+
+  connectionString(d: DatabaseRecord): string {
+    const { host, port } = this.wire();
+    const h = host.includes(":") ? `[${host}]` : host;
+    return `postgres://${roleName(d.id)}:${encodeURIComponent(d.client_password)}@${h}:${port}/${d.name}?application_name=service_full_access`;
+  }
+
+  view(d: DatabaseRecord, opts: { list?: boolean } = {}) {
+    return {
+      id: d.id,
+      database_name: d.name,
+      status: d.status as Exclude<DatabaseRecord["status"], "deleted">,
+      ...(d.status === "active" ? { connection_string: this.connectionString(d) } : {}),
+      region: d.region,
+      pg_version: d.pg_version,
+      ...(opts.list && d.storage_bytes !== null ? { storage_bytes: d.storage_bytes } : {}),
+      created_at: d.created_at,
+      updated_at: d.updated_at,
+    };
+  }
+
+  async create(projectId: string, plan: PlanName, input: { name: string; region?: string; pg_version?: number }) {
+    const name = normalizeDatabaseName(input.name);
+    if (!/[a-z0-9]/.test(name)) throw badRequest("name must contain at least one letter or digit");
+    const region = input.region ?? DEFAULT_REGION;
+    if (!REGIONS.some((r) => r.id === region)) throw badRequest(`unknown region '${region}'; see GET /databases/regions`);
+    const pgVersion = input.pg_version ?? DEFAULT_PG_VERSION;
+    const limit = planOf(plan).maxDatabases;
+    const at = this.now().toISOString();
+    const row = await this.store.transaction(async (tx) => {
+      await tx.query(`select id from projects where id = $1 for update`, [projectId]);
+      const [{ n }] = (await tx.query(`select count(*)::int as n from databases where project_id = $1 and status <> 'deleted'`, [projectId])) as [{ n: number }];
+      if (n >= limit) throw forbidden(`database limit reached: the ${planOf(plan).label} plan allows ${limit} database${limit === 1 ? "" : "s"} per project`);
+      const [taken] = await tx.query(`select 1 from databases where project_id = $1 and name = $2 and status <> 'deleted'`, [projectId, name]);
+      if (taken) throw conflict(`a database named '${name}' already exists in this project`);
+      const [r] = await tx.query(
+        `insert into databases (id, project_id, name, region, pg_version, status, client_password, created_at, updated_at)
+         values ($1, $2, $3, $4, $5, 'provisioning', $6, $7, $7) returning *`,
+        [newId(), projectId, name, region, pgVersion, newPassword(), at],
+      );
+      return toRecord(r!);
+    });
+    this.provision(row.id);
+    return row;
+  }
+
+  /** Provisioning runs in the background; a failure leaves the database `failed` with the reason logged. */
+  private provision(id: string): void {
+    const job = (async () => {
+      try {
+        await this.engine.create(id);
+        await this.store.query(`update databases set status = 'active', updated_at = $2 where id = $1 and status = 'provisioning'`, [id, this.now().toISOString()]);
+      } catch (err) {
+        this.log.error(`database ${id}: provisioning failed`, err);
+        await this.store
+          .query(`update databases set status = 'failed', failure = $2, updated_at = $3 where id = $1`, [id, String((err as Error).message), this.now().toISOString()])
+          .catch(() => {});
+      }
+    })();
+    this.provisioning.add(job);
+    void job.finally(() => this.provisioning.delete(job));
+  }
+
+  /** Databases left `provisioning` by a stop are provisioned again at start. */
+  async resumeProvisioning(): Promise<void> {
+    const rows = await this.store.query<{ id: string }>(`select id from databases where status = 'provisioning'`);
+    for (const r of rows) this.provision(r.id);
+    const deleting = await this.store.query<{ id: string }>(`select id from databases where status = 'deleting'`);
+    for (const r of deleting) await this.finishDelete(r.id);
+  }
+
+  async drain(): Promise<void> {
+    await Promise.allSettled([...this.provisioning]);
+  }
+
+  async list(projectId: string): Promise<DatabaseRecord[]> {
+    const rows = await this.store.query(
+      `select * from databases where project_id = $1 and status <> 'deleted' order by created_at, id`,
+      [projectId],
+    );
+    return rows.map(toRecord);
+  }
+
+  async get(projectId: string, name: string): Promise<DatabaseRecord> {
+    const [r] = await this.store.query(`select * from databases where project_id = $1 and name = $2 and status <> 'deleted'`, [projectId, name]);
+    if (!r) throw notFound("database not found");
+    return toRecord(r);
+  }
+
+  async byId(id: string): Promise<DatabaseRecord | null> {
+    const [r] = await this.store.query(`select * from databases where id = $1`, [id]);
+    return r ? toRecord(r) : null;
+  }
+
+  async delete(projectId: string, name: string): Promise<void> {
+    const d = await this.get(projectId, name);
+    await this.store.query(`update databases set status = 'deleting', updated_at = $2 where id = $1`, [d.id, this.now().toISOString()]);
+    await this.finishDelete(d.id);
+  }
+
+  private async finishDelete(id: string): Promise<void> {
+    await this.engine.drop(id);
+    await this.store.query(`update databases set status = 'deleted', updated_at = $2 where id = $1`, [id, this.now().toISOString()]);
+    await this.store.query(`delete from database_query_stats where database_id = $1`, [id]);
+  }
+
+  async resetPassword(projectId: string, name: string) {
+    const d = await this.get(projectId, name);
+    if (d.status !== "active") throw conflict(`the database is ${d.status}`);
+    const password = newPassword();
+    const [r] = await this.store.query(`update databases set client_password = $2, updated_at = $3 where id = $1 returning *`, [
+      d.id,
+      password,
+      this.now().toISOString(),
+    ]);
+    const updated = toRecord(r!);
+    return {
+      message: "password reset: new connections must use the new password; open connections continue",
+      role_name: roleName(d.id),
+      new_password: password,
+      connection_string: this.connectionString(updated),
+    };
+  }
+
+  async removeAll(projectId: string): Promise<void> {
+    const rows = await this.store.query<{ id: string }>(`select id from databases where project_id = $1 and status <> 'deleted'`, [projectId]);
+    for (const r of rows) {
+      await this.store.query(`update databases set status = 'deleting' where id = $1`, [r.id]);
+      await this.finishDelete(r.id);
+    }
+  }
+
+  /** The active database of a project by name, for the query API. */
+  async activeByName(projectId: string, name: string): Promise<DatabaseRecord> {
+    const d = await this.get(projectId, name);
+    if (d.status !== "active") throw new HttpError(409, { error: `the database is ${d.status}` });
+    return d;
+  }
+
+  /** Role name as recorded in top queries. */
+  roleOf(d: DatabaseRecord, mode: AccessMode): string {
+    return mode.kind === "admin" ? roleName(d.id) : mode.kind === "user" ? "authenticated" : "anonymous";
+  }
+
+  async stats(d: DatabaseRecord, from: Date, to: Date, granularity: string) {
+    await this.activity.flush();
+    const size = await this.engine.sizeBytes(d.id);
+    const [u] = await this.store.query(
+      `select coalesce(sum(data_written_bytes), 0)::float8 as written, coalesce(sum(data_transfer_bytes), 0)::float8 as transfer,
+              coalesce(sum(compute_ms), 0)::float8 as compute, coalesce(sum(active_ms), 0)::float8 as active
+         from database_usage where database_id = $1 and hour >= date_trunc('hour', $2::timestamptz) and hour <= $3::timestamptz`,
+      [d.id, from.toISOString(), to.toISOString()],
+    );
+    return {
+      current_storage_bytes: size,
+      current_storage_mb: Math.round((size / 1_048_576) * 100) / 100,
+      branches: [] as { id: string; name: string; storage_bytes: number }[],
+      backup_storage_bytes: 0,
+      storage_bytes: d.storage_bytes ?? size,
+      data_written_bytes: Number(u!.written),
+      data_transfer_bytes: Number(u!.transfer),
+      compute_time_seconds: Number(u!.compute) / 1000,
+      active_time_seconds: Number(u!.active) / 1000,
+      time_range: `${from.toISOString()}/${to.toISOString()}`,
+      granularity,
+    };
+  }
+
+  async topQueries(d: DatabaseRecord, limit: number) {
+    await this.activity.flush();
+    const rows = await this.store.query(
+      `select * from database_query_stats where database_id = $1 order by total_ms desc limit ${limit}`,
+      [d.id],
+    );
+    return rows.map((r) => ({
+      query_id: r.query_id as string,
+      query: r.query as string,
+      database: { id: d.id, name: d.name },
+      role: r.role as string,
+      calls: r.calls as number,
+      total_exec_time_seconds: r.total_ms / 1000,
+      max_exec_time_seconds: r.max_ms / 1000,
+      mean_exec_time_seconds: r.total_ms / r.calls / 1000,
+      min_exec_time_seconds: r.min_ms / 1000,
+      rows_processed: r.rows_processed as number,
+    }));
+  }
+
+  /** A background pass records each database's size for the list's `storage_bytes`. */
+  async sampleStorage(): Promise<void> {
+    const rows = await this.store.query<{ id: string }>(`select id from databases where status = 'active'`);
+    for (const r of rows) {
+      const size = await this.engine.sizeBytes(r.id).catch(() => null);
+      if (size !== null)
+        await this.store.query(`update databases set storage_bytes = $2, storage_sampled_at = $3 where id = $1`, [r.id, size, this.now().toISOString()]);
+    }
+  }
+}
