@@ -129,22 +129,32 @@ export class EmbeddedEngine implements DatabaseEngine {
 
   async run(id: string, mode: AccessMode, text: string, params: unknown[]): Promise<QueryResult> {
     const inst = await this.instance(id);
-    return inst.mux.exclusive(async (db) => {
-      try {
-        return await db.transaction(async (tx) => {
-          for (const s of transactionInitSql(mode)) await tx.query(s);
-          const t0 = performance.now();
-          const r = await tx.query<Record<string, unknown>>(text, params);
-          return { rows: r.rows, computeMs: performance.now() - t0 };
-        });
-      } catch (err) {
-        const e = err as { message?: string; code?: string };
-        if (e && typeof e.code === "string" && e.code.length === 5) throw new DatabaseQueryError(e.message ?? "query failed", e.code);
-        throw err;
-      } finally {
-        inst.lastUsed = Date.now();
-      }
-    });
+    return inst.mux.exclusive(
+      async (db) => {
+        try {
+          const init = transactionInitSql(mode);
+          if (init.length === 0) {
+            // The service role needs no setup: one statement commits on its own.
+            const t0 = performance.now();
+            const r = await db.query<Record<string, unknown>>(text, params);
+            return { rows: r.rows, computeMs: performance.now() - t0 };
+          }
+          return await db.transaction(async (tx) => {
+            await tx.exec(init.join(";\n")); // one round trip for the role and claims
+            const t0 = performance.now();
+            const r = await tx.query<Record<string, unknown>>(text, params);
+            return { rows: r.rows, computeMs: performance.now() - t0 };
+          });
+        } catch (err) {
+          const e = err as { message?: string; code?: string };
+          if (e && typeof e.code === "string" && e.code.length === 5) throw new DatabaseQueryError(e.message ?? "query failed", e.code);
+          throw err;
+        } finally {
+          inst.lastUsed = Date.now();
+        }
+      },
+      { leavesDefaults: true },
+    );
   }
 
   async openWire(id: string, mode: AccessMode, client: WireClient, control: WireControl): Promise<WireBackend> {

@@ -4,6 +4,7 @@ import {
   B,
   closeStatement,
   concatBytes,
+  copyFail,
   cstringEnd,
   F,
   firstResult,
@@ -27,6 +28,16 @@ import {
  */
 
 const I = 0x49; // ReadyForQuery status 'I'
+const T = 0x54; // ReadyForQuery status 'T'
+const COPY_IN_RESPONSE = 0x47; // G
+const COPY_DATA = 0x64; // d
+const EMPTY = new Uint8Array(0);
+/**
+ * Sent after every client batch. Outside COPY PostgreSQL ignores a CopyFail; inside COPY FROM STDIN
+ * it ends the copy with an error, where running out of input would make PGlite exit(1) and take the
+ * database down for every client.
+ */
+const COPY_GUARD = copyFail("COPY FROM STDIN needs the simple query protocol, and inside a transaction block a statement of its own");
 /** PostgreSQL truncates prepared-statement names to NAMEDATALEN - 1 bytes. */
 const MAX_NAME = 63;
 /** A client that sends this much without a Sync or Flush gets it executed anyway. */
@@ -87,16 +98,26 @@ export class PgliteSessionMux {
     return s;
   }
 
-  /** Runs fn with the session to itself, after any client transaction, with session state reset. */
-  exclusive<T>(fn: (db: PGlite) => Promise<T>): Promise<T> {
+  /**
+   * Runs fn with the session to itself, after any client transaction, with session state reset.
+   * `leavesDefaults`: fn only uses transaction-scoped settings (SET LOCAL), so the next exclusive
+   * caller need not reset again; that saves a round trip per HTTP query.
+   */
+  exclusive<T>(fn: (db: PGlite) => Promise<T>, opts: { leavesDefaults?: boolean } = {}): Promise<T> {
     if (this.closed) return Promise.reject(new Error("the database session is closed"));
     return this.withSession(KILN, async () => {
       await this.switchTo(null);
+      let clean = false;
       try {
-        return await fn(this.db);
+        const out = await fn(this.db);
+        clean = opts.leavesDefaults === true;
+        return out;
       } finally {
-        if (!this.db.closed && this.db.isInTransaction()) await this.db.exec("ROLLBACK");
-        this.applied = null;
+        if (!this.db.closed && this.db.isInTransaction()) {
+          await this.db.exec("ROLLBACK");
+          clean = false;
+        }
+        this.applied = clean ? DEFAULT_KEY : null;
         this.unnamedOwner = null;
       }
     });
@@ -169,31 +190,34 @@ export class PgliteSessionMux {
     // On a throw the session stays with `s`: its close() (which follows) rolls back and releases.
     if (this.current !== s && !(await this.switchTo(s))) return this.release();
 
-    let out: Uint8Array;
-    if (batch.replayAt >= 0 && this.unnamedOwner !== s && batch.replayParse) {
-      // The client binds an unnamed statement it parsed in an earlier batch, and someone else's
-      // query has replaced it since: parse it again, and hide the ParseComplete the client never asked for.
-      const before = batch.parts.slice(0, batch.replayAt);
-      const replayed = await this.exec(batch.replayParse);
-      const isParseComplete = replayed.length === 5 && replayed[0] === B.parseComplete;
-      out = concatBytes([
-        before.length ? await this.exec(concatBytes(before)) : replayed.subarray(0, 0),
-        isParseComplete ? replayed.subarray(0, 0) : replayed,
-        await this.exec(concatBytes(batch.parts.slice(batch.replayAt))),
-      ]);
-    } else {
-      out = await this.exec(batch.parts.length === 1 ? batch.parts[0]! : concatBytes(batch.parts, batch.bytes));
-    }
+    const copy = batch.copy;
+    const statusBefore = s.status;
+    const savepoint = copy ? copy.savepoint : batch.copyStatement && statusBefore === T && batch.fresh;
+    if (savepoint) await this.exec(simpleQuery("SAVEPOINT kiln_copy"));
+    const out = copy ? await this.exec(concatBytes([...copy.parts, ...copy.data, COPY_GUARD])) : await this.execBatch(s, batch);
     this.lastActivity = Date.now();
-    if (batch.replayAt >= 0) this.unnamedOwner = s;
-    if (batch.unnamed !== undefined) this.unnamedOwner = batch.unnamed;
+
+    // COPY FROM STDIN ran into the guard: PGlite needs the data within the same call. Undo the
+    // attempt, pass its CopyInResponse on, collect the data (MuxSession.handle), then run it all again.
+    const skip = copy ? copy.sent : 0;
+    const { from, copyIn } = copyInResponses(out, skip);
+    if (copyIn >= 0 && (savepoint || statusBefore === I)) {
+      if (savepoint) await this.exec(simpleQuery("ROLLBACK TO SAVEPOINT kiln_copy; RELEASE SAVEPOINT kiln_copy"));
+      else if (out[out.length - 1] !== I) await this.exec(simpleQuery("ROLLBACK"));
+      this.unnamedOwner = null;
+      s.copy = { parts: copy?.parts ?? batch.parts, data: copy?.data ?? [], sent: skip + 1, savepoint };
+      send(out.subarray(from, copyIn));
+      return;
+    }
+    s.copy = null;
+    if (savepoint) await this.exec(simpleQuery("RELEASE SAVEPOINT kiln_copy"));
 
     const { status, changesSettings } = scanOutput(out);
     if (changesSettings || batch.setsConfig) {
       s.dirty = true;
       this.applied = null;
     }
-    if (out.length) send(out);
+    if (out.length > from) send(from ? out.subarray(from) : out);
     if (status) {
       s.status = status;
       if (status === I) {
@@ -201,6 +225,26 @@ export class PgliteSessionMux {
         this.release();
       }
     }
+  }
+
+  /** Runs a client batch, with the COPY guard after it. */
+  private async execBatch(s: MuxSession, batch: Batch): Promise<Uint8Array> {
+    let out: Uint8Array;
+    if (batch.replayAt >= 0 && this.unnamedOwner !== s && batch.replayParse) {
+      // The client binds an unnamed statement it parsed in an earlier batch, and someone else's
+      // query has replaced it since: parse it again, and hide the ParseComplete the client never asked for.
+      const before = batch.parts.slice(0, batch.replayAt);
+      const first = before.length ? await this.exec(concatBytes(before)) : EMPTY;
+      const replayed = await this.exec(batch.replayParse);
+      const isParseComplete = replayed.length === 5 && replayed[0] === B.parseComplete;
+      const rest = await this.exec(concatBytes([...batch.parts.slice(batch.replayAt), COPY_GUARD]));
+      out = concatBytes([first, isParseComplete ? EMPTY : replayed, rest]);
+      this.unnamedOwner = s;
+    } else {
+      out = await this.exec(concatBytes([...batch.parts, COPY_GUARD], batch.bytes + COPY_GUARD.length));
+    }
+    if (batch.unnamed !== undefined) this.unnamedOwner = batch.unnamed;
+    return out;
   }
 
   /** Everything PGlite answers to `bytes`, in one buffer (its callback hands out views of wasm memory). */
@@ -316,10 +360,26 @@ const keyOf = (init: string[], saved: Map<string, string>): string =>
   JSON.stringify([init, [...saved].sort(([a], [b]) => (a < b ? -1 : 1))]);
 const DEFAULT_KEY = keyOf([], new Map());
 
+/** A COPY FROM STDIN in progress: the batch that started it and the client's copy messages since. */
+interface CopyIn {
+  parts: Uint8Array[];
+  data: Uint8Array[];
+  /** CopyInResponses already passed to the client (a simple query may hold several COPYs). */
+  sent: number;
+  /** The client is in a transaction block; each attempt runs inside a savepoint. */
+  savepoint: boolean;
+}
+
 /** Messages of one client batch, renamed and ready for PGlite. */
 interface Batch {
   parts: Uint8Array[];
   bytes: number;
+  /** It starts at a message boundary (not after a Flush). */
+  fresh: boolean;
+  /** A simple query that is a COPY ... FROM STDIN (may need a savepoint to retry within a transaction). */
+  copyStatement: boolean;
+  /** Set when this batch finishes a COPY FROM STDIN. */
+  copy?: CopyIn;
   /** Index of a Bind/Describe of the unnamed statement before any Parse of it in this batch; -1 if none. */
   replayAt: number;
   /** The client's earlier Parse of the unnamed statement, for `replayAt`. */
@@ -330,7 +390,7 @@ interface Batch {
   setsConfig: boolean;
 }
 
-const newBatch = (): Batch => ({ parts: [], bytes: 0, replayAt: -1, replayParse: null, setsConfig: false });
+const newBatch = (): Batch => ({ parts: [], bytes: 0, fresh: true, copyStatement: false, replayAt: -1, replayParse: null, setsConfig: false });
 
 class MuxSession implements WireBackend {
   /** Server-side names of this client's named statements, closed when it leaves. */
@@ -344,6 +404,7 @@ class MuxSession implements WireBackend {
   readonly customNames = new Set<string>();
   status = I;
   midBatch = false;
+  copy: CopyIn | null = null;
   closed = false;
   waiter: Waiter | null = null;
   busy: Promise<void> | null = null;
@@ -382,13 +443,22 @@ class MuxSession implements WireBackend {
     if (this.closed) return;
     const type = message[0];
     if (type === F.terminate) return;
-    this.add(message);
-    const buffered = type === F.parse || type === F.bind || type === F.describe || type === F.execute || type === F.close;
-    if (buffered && this.batch.bytes < MAX_BATCH_BYTES) return;
-    const batch = this.batch;
-    this.batch = newBatch();
-    // Held across Flush: the implicit transaction stays open until Sync.
-    this.midBatch = type !== F.sync && type !== F.query;
+    let batch: Batch;
+    if (this.copy) {
+      // PostgreSQL ignores Flush and Sync during COPY FROM STDIN; anything but data ends it.
+      this.copy.data.push(message);
+      if (type === COPY_DATA || type === F.flush || type === F.sync) return;
+      batch = { ...newBatch(), copy: this.copy };
+    } else {
+      this.add(message);
+      const buffered = type === F.parse || type === F.bind || type === F.describe || type === F.execute || type === F.close;
+      if (buffered && this.batch.bytes < MAX_BATCH_BYTES) return;
+      batch = this.batch;
+      batch.fresh = !this.midBatch;
+      this.batch = newBatch();
+      // Held across Flush: the implicit transaction stays open until Sync.
+      this.midBatch = type !== F.sync && type !== F.query;
+    }
     this.busy = this.mux.run(this, batch, send);
     await this.busy;
   }
@@ -446,6 +516,7 @@ class MuxSession implements WireBackend {
       }
     } else if (type === F.query) {
       this.noteSql(m, 5);
+      b.copyStatement = isCopyFromStdin(m);
       // A simple query drops the unnamed statement.
       this.unnamedParse = null;
       b.unnamed = null;
@@ -514,6 +585,31 @@ function containsSet(m: Uint8Array, from: number): boolean {
     if ((m[i]! | 0x20) === 0x73 && (m[i + 1]! | 0x20) === 0x65 && (m[i + 2]! | 0x20) === 0x74) return true;
   }
   return false;
+}
+
+/** A simple query whose first statement is COPY and which mentions STDIN (cheap; only decides on a savepoint). */
+function isCopyFromStdin(query: Uint8Array): boolean {
+  const sql = fromUtf8(query.subarray(5, query.length - 1));
+  return /^(?:\s|--[^\n]*\n|\/\*[\s\S]*?\*\/)*copy\b/i.test(sql) && /\bstdin\b/i.test(sql);
+}
+
+/**
+ * In PGlite's answer: where the part to pass on starts (after the first `skip` CopyInResponses, which
+ * the client has already had) and the end of the next CopyInResponse the COPY guard failed (-1: none).
+ */
+function copyInResponses(out: Uint8Array, skip: number): { from: number; copyIn: number } {
+  let from = 0;
+  let seen = 0;
+  let at = 0;
+  while (at + 5 <= out.length) {
+    const end = at + 1 + readInt32(out, at + 1);
+    if (out[at] === COPY_IN_RESPONSE) {
+      if (seen++ < skip) from = end;
+      else if (out[end] === B.error) return { from, copyIn: end };
+    }
+    at = end;
+  }
+  return { from, copyIn: -1 };
 }
 
 const TAG_SET = utf8("SET\0");

@@ -140,6 +140,7 @@ export function negotiateProtocolVersion(minor: number, unsupported: string[]): 
 
 export const sync = (): Uint8Array => msg().build(F.sync);
 export const simpleQuery = (sql: string): Uint8Array => msg().cstring(sql).build(F.query);
+export const copyFail = (reason: string): Uint8Array => msg().cstring(reason).build(0x66); // f
 export const closeStatement = (name: string): Uint8Array => msg().byte(0x53).cstring(name).build(F.close);
 
 /** Walks complete backend messages in `out`, calling `visit(type, payloadStart, payloadEnd)`. */
