@@ -69,6 +69,7 @@ export function databasesCommand(program: Command): void {
     .requiredOption("--project <id>")
     .option("--as-user <userId>", "run under row-level security as this end user")
     .allowUnknownOption()
+    .allowExcessArguments()
     .action(
       act(async (c, _g, name: string, o: { project: string; asUser?: string }) => {
         const r = await c.request("GET", `${base(o)}/${encodeURIComponent(name)}`);
@@ -88,7 +89,7 @@ export function databasesCommand(program: Command): void {
     .requiredOption("--table <table>")
     .option("--select <columns>", "columns, comma-separated")
     .option("--filter <column=op:value...>", "filters (AND), e.g. qty=gte:5 name=ilike:a%")
-    .option("--order <column[:desc][:nullsfirst]...>", "ordering")
+    .option("--order <spec...>", "ordering: column[:desc][:nullsfirst|:nullslast]")
     .option("--limit <n>")
     .option("--offset <n>")
     .option("--values <json>", "insert/update values as a JSON object")

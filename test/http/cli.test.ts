@@ -4,7 +4,7 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { BUN, KILN, ROOT, eventually, removeDir, startKiln, type TestKiln } from "../support/kiln";
+import { BUN, KILN, ROOT, eventually, removeDir, startKiln, useKiln, type TestKiln } from "../support/kiln";
 
 describe("kiln CLI", () => {
   let k: TestKiln;
@@ -182,5 +182,42 @@ describe("kiln CLI: end users, auth settings, mail", () => {
     const out = kiln("mail", "--to", "grace@example.com").out;
     expect(out).toMatch(/to grace@example\.com\s+Reset your password/);
     expect(out).toMatch(/http:\/\/127\.0\.0\.1:\d+\/auth\/reset-password\?token=/);
+  });
+});
+
+describe("kiln CLI: databases", () => {
+  const k = useKiln();
+  const kiln = (...args: string[]) => {
+    const r = spawnSync(BUN, [KILN, "--url", k.url, "--token", k.token, ...args], { cwd: ROOT, encoding: "utf8", env: { ...process.env, KILN_SERVICE_KEY: undefined } });
+    return { code: r.status, out: r.stdout, err: r.stderr };
+  };
+  const json = (...args: string[]) => {
+    const r = kiln("--json", ...args);
+    expect(r.code, r.err).toBe(0);
+    return JSON.parse(r.out);
+  };
+
+  test("db create --wait, list, get, query, psql, reset-password, delete", () => {
+    const p = json("projects", "create", "cli-db");
+    const d = json("db", "create", "Shop", "--project", p.id, "--wait");
+    expect(d).toMatchObject({ database_name: "shop", status: "active", connection_string: expect.stringMatching(/^postgres:\/\//) });
+    expect(kiln("db", "list", "--project", p.id).out).toMatch(/shop\s+active/);
+    const psql = kiln("db", "psql", "shop", "--project", p.id, "--", "-X", "-A", "-t", "-c", "create table items (id serial primary key, name text, qty int); insert into items (name, qty) values ('a', 1), ('b', 5); select count(*) from items");
+    expect(psql.code, psql.err).toBe(0);
+    expect(psql.out.trim().split("\n").pop()).toBe("2");
+    const sk = json("keys", "service", "create", "cli", "--project", p.id).key;
+    const noKey = kiln("db", "query", "shop", "select", "--table", "items");
+    expect(noKey.code).toBe(1);
+    expect(noKey.err).toMatch(/--key/);
+    const q = json("db", "query", "shop", "select", "--key", sk, "--table", "items", "--filter", "qty=gte:2", "--select", "name,qty");
+    expect(q).toEqual({ data: [{ name: "b", qty: 5 }], count: 1 });
+    const ins = json("db", "query", "shop", "insert", "--key", sk, "--table", "items", "--values", '{"name":"c","qty":9}');
+    expect(ins.count).toBe(1);
+    expect(kiln("db", "query", "shop", "select", "--key", sk, "--table", "items", "--order", "qty:desc", "--limit", "1").out).toMatch(/c\s+9/);
+    const reset = json("db", "reset-password", "shop", "--project", p.id);
+    expect(reset.role_name).toBe(`service_client_${d.id}`);
+    expect(json("db", "get", "shop", "--project", p.id).connection_string).toBe(reset.connection_string);
+    expect(kiln("db", "delete", "shop", "--project", p.id).code).toBe(0);
+    expect(kiln("db", "get", "shop", "--project", p.id).err.trim()).toBe("kiln: 404 database not found");
   });
 });
