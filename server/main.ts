@@ -100,21 +100,41 @@ export function buildRouter(config: Config, kiln?: Kiln): Router {
   return router;
 }
 
+/** A start that fails half way releases what it took, and says which port is taken. */
 export async function startKiln(config: Config, out: { print: (line: string) => void; log?: Logger } = { print: console.log }): Promise<RunningKiln> {
-  const log = out.log ?? createLogger();
-  const trace = startupTrace();
-  if (config.ephemeral) config.dataDir = mkdtempSync(join(tmpdir(), "kiln-ephemeral-"));
-  mkdirSync(config.dataDir, { recursive: true });
-  const unlock = lockDataDir(config.dataDir);
-  const now = () => clock.now();
-
-  let store;
+  const undo: (() => unknown)[] = [];
   try {
-    store = await openControlStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl });
+    return await boot(config, out, undo);
   } catch (err) {
-    unlock();
+    for (const u of undo.reverse()) await Promise.resolve().then(u).catch(() => {});
+    const e = err as { code?: string; message?: string; port?: number };
+    if (e?.code === "EADDRINUSE" || /EADDRINUSE|address already in use/i.test(e?.message ?? "")) {
+      const pg = (e.message ?? "").includes(`:${config.pgPort}`) && config.pgPort !== config.port;
+      throw new Error(
+        pg
+          ? `the PostgreSQL wire port ${config.pgPort} is in use (another Kiln?); pass --pg-port N, or --pg-port 0 for a free one`
+          : `port ${config.port} is in use (another Kiln?); pass --port N, or --port 0 for a free one`,
+      );
+    }
     throw err;
   }
+}
+
+async function boot(config: Config, out: { print: (line: string) => void; log?: Logger }, undo: (() => unknown)[]): Promise<RunningKiln> {
+  const log = out.log ?? createLogger();
+  const trace = startupTrace();
+  if (config.ephemeral) {
+    config.dataDir = mkdtempSync(join(tmpdir(), "kiln-ephemeral-"));
+    const dir = config.dataDir;
+    undo.push(() => rmSync(dir, { recursive: true, force: true }));
+  }
+  mkdirSync(config.dataDir, { recursive: true });
+  const unlock = lockDataDir(config.dataDir);
+  undo.push(unlock);
+  const now = () => clock.now();
+
+  const store = await openControlStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl });
+  undo.push(() => store.close());
   trace("control store open");
   const credentials = new Credentials(store, config, () => clock.nowMs());
   const usage = new TokenUsage(store, now, log);
@@ -132,8 +152,9 @@ export async function startKiln(config: Config, out: { print: (line: string) => 
     kiln.mailCatcher = null;
     kiln.mailer = createSmtpMailer({ url: config.smtpUrl, from: config.mailFrom });
   } else {
-    kiln.mailCatcher = new MailCatcher();
-    const smtp = await kiln.mailCatcher.start({ host: "127.0.0.1", port: config.smtpPort });
+    const catcher = (kiln.mailCatcher = new MailCatcher());
+    const smtp = await catcher.start({ host: "127.0.0.1", port: config.smtpPort });
+    undo.push(() => catcher.stop());
     smtpAddress = `${smtp.host}:${smtp.port}`;
     log.info(`mail catcher: SMTP on ${smtpAddress}, messages at /_emulators/mail`);
     kiln.mailer = createSmtpMailer({ url: `smtp://${smtpAddress}`, from: config.mailFrom });
@@ -162,6 +183,7 @@ export async function startKiln(config: Config, out: { print: (line: string) => 
   } else {
     engine = new EmbeddedEngine({ dir: join(config.dataDir, "databases"), maxOpen: config.dbMaxOpen, idleCloseMs: config.dbIdleCloseMs });
   }
+  undo.push(() => engine.close());
   const activity = new DatabaseActivity(store, now, log);
   let wireAddress = { host: config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host, port: 0 };
   kiln.databases = new DatabasesService(store, engine, now, activity, () => wireAddress, log);
@@ -172,6 +194,7 @@ export async function startKiln(config: Config, out: { print: (line: string) => 
     onError: (e) => log.error("database wire listener", e),
   });
   wireAddress = { ...wireAddress, port: wire.port };
+  undo.push(() => wire.close());
   activity.start();
 
   // What a project owns, set up with it and removed with it.

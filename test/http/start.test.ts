@@ -3,7 +3,7 @@
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
-import { createProject, createToken, removeDir, startKiln, STORE } from "../support/kiln";
+import { createProject, createToken, removeDir, startKiln, STORE, withKiln } from "../support/kiln";
 
 describe("kiln start", () => {
   const dirs: string[] = [];
@@ -74,5 +74,16 @@ describe("kiln start", () => {
   test("bad flags fail fast with a clear message", async () => {
     await expect(startKiln({ args: ["--plan", "gold"] })).rejects.toThrow(/--plan must be hobby or superagent/);
     await expect(startKiln({ args: ["--regions", "Bad Region"] })).rejects.toThrow(/--regions/);
+  });
+});
+
+describe("ports in use", () => {
+  test("a taken HTTP or wire port fails the start with a message naming the flag, and leaves nothing behind", async () => {
+    await withKiln({}, async (first) => {
+      const port = new URL(first.url).port;
+      await expect(startKiln({ args: ["--port", port] })).rejects.toThrow(/port \d+ is in use .*--port/);
+      // The data dir lock was released: the same dir starts fine on a free port.
+      await withKiln({}, async () => {});
+    });
   });
 });
