@@ -33,6 +33,27 @@ async function startKiln(dataDir: string): Promise<{ url: string; proc: ChildPro
   return { url, proc };
 }
 
+/**
+ * Throughput with wrk (Debian package `wrk`) when installed: a native client leaves the two cores to
+ * Kiln, as a separate load machine would. Without it, a Bun fetch client shares the CPU with Kiln.
+ */
+async function wrkRps(url: string, key: string): Promise<number | null> {
+  const script = join(tmpdir(), `kiln-wrk-${process.pid}.lua`);
+  await Bun.write(
+    script,
+    `wrk.method = "POST"\nwrk.body = '{"table":"t","filters":[{"column":"id","operator":"eq","value":500}]}'\nwrk.headers["Content-Type"] = "application/json"\nwrk.headers["Authorization"] = "Bearer ${key}"\n`,
+  );
+  try {
+    const p = Bun.spawnSync(["wrk", "-t1", "-c8", "-d5s", "-s", script, url]);
+    const m = /Requests\/sec:\s+([\d.]+)/.exec(p.stdout.toString());
+    return m ? Number(m[1]) : null;
+  } catch {
+    return null;
+  } finally {
+    rmSync(script, { force: true });
+  }
+}
+
 const rssMb = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) / 1024;
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((xs.length * p) / 100))]!;
 
@@ -94,7 +115,7 @@ async function main() {
     return N / ((performance.now() - t0) / 1000);
   };
   const viaApi = await lat(queryApi);
-  const apiConcurrent = await concurrent(queryApi, 8);
+  const apiConcurrent = (await wrkRps(`${url}/databases/db0/query/select`, sk)) ?? (await concurrent(queryApi, 8));
   const viaWire = await lat((id) => wire`select * from t where id = ${id}`);
   await wire.end();
 
@@ -140,7 +161,7 @@ async function main() {
   console.log(`  query API (HTTP):      p50 ${f(viaApi.p50)} ms  p99 ${f(viaApi.p99)} ms  ${viaApi.rps.toFixed(0)} req/s   (target p50 < 2 ms)`);
   console.log(`  wire (postgres client): p50 ${f(viaWire.p50)} ms  p99 ${f(viaWire.p99)} ms  ${viaWire.rps.toFixed(0)} req/s`);
   console.log(`  in-process PGlite:     p50 ${f(viaLocal.p50)} ms  p99 ${f(viaLocal.p99)} ms  ${viaLocal.rps.toFixed(0)} req/s`);
-  console.log(`  query API with 8 concurrent callers: ${apiConcurrent.toFixed(0)} req/s`);
+  console.log(`  query API with 8 concurrent callers (${Bun.which("wrk") ? "wrk" : "fetch client"}): ${apiConcurrent.toFixed(0)} req/s`);
   console.log(`  query API / in-process throughput: sequential ${((viaApi.rps / viaLocal.rps) * 100).toFixed(0)}%, 8 concurrent ${((apiConcurrent / viaLocal.rps) * 100).toFixed(0)}%   (target >= 60%)`);
   console.log(`RSS of the Kiln process (target: 50 touched < 1500 MB):`);
   for (const m of mem) console.log(`  ${m}`);

@@ -73,6 +73,12 @@ export interface WireAddress {
 /** Managed databases: records in the control store, data in the engine. */
 export class DatabasesService {
   private readonly provisioning = new Set<Promise<void>>();
+  /**
+   * Active databases by project and name, for the query API: a store read per query would cost as
+   * much as the query itself. Local changes evict at once; other instances' within the TTL.
+   */
+  private readonly activeCache = new Map<string, { d: DatabaseRecord; at: number }>();
+  private static readonly CACHE_MS = 2000;
 
   constructor(
     private readonly store: ControlStore,
@@ -178,11 +184,13 @@ export class DatabasesService {
 
   async delete(projectId: string, name: string): Promise<void> {
     const d = await this.get(projectId, name);
+    this.forget(d.id);
     await this.store.query(`update databases set status = 'deleting', updated_at = $2 where id = $1`, [d.id, this.now().toISOString()]);
     await this.finishDelete(d.id);
   }
 
   private async finishDelete(id: string): Promise<void> {
+    this.forget(id);
     await this.engine.drop(id);
     await this.store.query(`update databases set status = 'deleted', updated_at = $2 where id = $1`, [id, this.now().toISOString()]);
     await this.store.query(`delete from database_query_stats where database_id = $1`, [id]);
@@ -198,6 +206,7 @@ export class DatabasesService {
       this.now().toISOString(),
     ]);
     const updated = toRecord(r!);
+    this.forget(d.id);
     return {
       message: "password reset: new connections must use the new password; open connections continue",
       role_name: roleName(d.id),
@@ -216,9 +225,17 @@ export class DatabasesService {
 
   /** The active database of a project by name, for the query API. */
   async activeByName(projectId: string, name: string): Promise<DatabaseRecord> {
+    const key = `${projectId}/${name}`;
+    const hit = this.activeCache.get(key);
+    if (hit && Date.now() - hit.at < DatabasesService.CACHE_MS) return hit.d;
     const d = await this.get(projectId, name);
     if (d.status !== "active") throw new HttpError(409, { error: `the database is ${d.status}` });
+    this.activeCache.set(key, { d, at: Date.now() });
     return d;
+  }
+
+  private forget(id: string): void {
+    for (const [k, v] of this.activeCache) if (v.d.id === id) this.activeCache.delete(k);
   }
 
   /** Role name as recorded in top queries. */
