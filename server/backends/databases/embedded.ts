@@ -153,7 +153,6 @@ export class EmbeddedEngine implements DatabaseEngine {
           inst.lastUsed = Date.now();
         }
       },
-      { leavesDefaults: true },
     );
   }
 

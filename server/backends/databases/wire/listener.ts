@@ -71,6 +71,8 @@ const CANCEL_REQUEST = 80877102;
 const PROTOCOL_3 = 3;
 /** PostgreSQL's own cap on a frontend message (PQ_LARGE_MESSAGE_LIMIT is 1 GB minus a little). */
 const MAX_MESSAGE = 0x3fffffff;
+/** Before authentication nobody gets to make us buffer more (PostgreSQL's MAX_STARTUP_PACKET_LENGTH). */
+const MAX_UNAUTHENTICATED_MESSAGE = 10_000;
 /** Stop reading from a client that sends faster than its messages are handled. */
 const READ_HIGH_WATER = 8 * 1024 * 1024;
 const AUTH_TIMEOUT_MS = 60_000;
@@ -316,7 +318,7 @@ class Connection {
     if (available < head) return (this.need = head), null;
     if (this.buf.length - this.pos < head) this.join();
     const len = readInt32(this.buf, this.pos + head - 4);
-    if (len < 4 || len > MAX_MESSAGE) throw new ProtocolViolation(`invalid message length ${len}`);
+    if (len < 4 || len > (this.backend ? MAX_MESSAGE : MAX_UNAUTHENTICATED_MESSAGE)) throw new ProtocolViolation(`invalid message length ${len}`);
     const total = head - 4 + len;
     if (available < total) return (this.need = total), null;
     if (this.buf.length - this.pos < total) this.join();

@@ -37,7 +37,7 @@ const EMPTY = new Uint8Array(0);
  * it ends the copy with an error, where running out of input would make PGlite exit(1) and take the
  * database down for every client.
  */
-const COPY_GUARD = copyFail("COPY FROM STDIN needs the simple query protocol, and inside a transaction block a statement of its own");
+const COPY_GUARD = copyFail("inside a transaction block, COPY FROM STDIN must be a simple query of its own on Kiln's embedded databases");
 /** PostgreSQL truncates prepared-statement names to NAMEDATALEN - 1 bytes. */
 const MAX_NAME = 63;
 /** A client that sends this much without a Sync or Flush gets it executed anyway. */
@@ -73,7 +73,7 @@ export class PgliteSessionMux {
   /** Key (init + settings) of the state the session holds; null when unknown. */
   private applied: string | null = null;
   /** Whose Parse the unnamed prepared statement is; any simple query or Kiln's own queries drop it. */
-  unnamedOwner: MuxSession | null = null;
+  private unnamedOwner: MuxSession | null = null;
   private sessions = new Set<MuxSession>();
   private nextId = 1;
   private closed = false;
@@ -100,24 +100,18 @@ export class PgliteSessionMux {
 
   /**
    * Runs fn with the session to itself, after any client transaction, with session state reset.
-   * `leavesDefaults`: fn only uses transaction-scoped settings (SET LOCAL), so the next exclusive
-   * caller need not reset again; that saves a round trip per HTTP query.
+   * Whatever fn leaves behind is reset before the next user (a statement can change session
+   * settings in ways no caller sees, e.g. through a view calling set_config).
    */
-  exclusive<T>(fn: (db: PGlite) => Promise<T>, opts: { leavesDefaults?: boolean } = {}): Promise<T> {
+  exclusive<T>(fn: (db: PGlite) => Promise<T>): Promise<T> {
     if (this.closed) return Promise.reject(new Error("the database session is closed"));
     return this.withSession(KILN, async () => {
       await this.switchTo(null);
-      let clean = false;
       try {
-        const out = await fn(this.db);
-        clean = opts.leavesDefaults === true;
-        return out;
+        return await fn(this.db);
       } finally {
-        if (!this.db.closed && this.db.isInTransaction()) {
-          await this.db.exec("ROLLBACK");
-          clean = false;
-        }
-        this.applied = clean ? DEFAULT_KEY : null;
+        if (!this.db.closed && this.db.isInTransaction()) await this.db.exec("ROLLBACK");
+        this.applied = null;
         this.unnamedOwner = null;
       }
     });
@@ -156,7 +150,7 @@ export class PgliteSessionMux {
   }
 
   /** Resolves true once `who` holds the session, false if its wait was cancelled. */
-  wait(who: Holder): Promise<boolean> {
+  private wait(who: Holder): Promise<boolean> {
     return new Promise((resolve) => {
       const w = { who, resolve };
       this.queue.push(w);
@@ -164,7 +158,7 @@ export class PgliteSessionMux {
     });
   }
 
-  cancelWait(s: MuxSession): void {
+  private cancelWait(s: MuxSession): void {
     const w = s.waiter;
     if (!w) return;
     s.waiter = null;
@@ -172,18 +166,14 @@ export class PgliteSessionMux {
     w.resolve(false);
   }
 
-  release(): void {
+  private release(): void {
     const next = this.queue.shift();
     this.holder = next ? next.who : null;
     if (next && next.who !== KILN) next.who.waiter = null;
     next?.resolve(true);
   }
 
-  holds(s: MuxSession): boolean {
-    return this.holder === s;
-  }
-
-  // ---- running client batches -------------------------------------------------------------------
+  // ---- running client batches (called by MuxSession) ---------------------------------------------
 
   async run(s: MuxSession, batch: Batch, send: (data: Uint8Array) => void): Promise<void> {
     if (!this.tryTake(s) && !(await this.wait(s))) return;
@@ -201,9 +191,11 @@ export class PgliteSessionMux {
     // attempt, pass its CopyInResponse on, collect the data (MuxSession.handle), then run it all again.
     const skip = copy ? copy.sent : 0;
     const { from, copyIn } = copyInResponses(out, skip);
-    if (copyIn >= 0 && (savepoint || statusBefore === I)) {
+    if (copyIn >= 0 && (savepoint || (statusBefore === I && (copy !== undefined || batch.fresh)))) {
+      // In the extended protocol the client's Sync was swallowed by the COPY: end the attempt first.
+      const ended = await this.exec(sync());
       if (savepoint) await this.exec(simpleQuery("ROLLBACK TO SAVEPOINT kiln_copy; RELEASE SAVEPOINT kiln_copy"));
-      else if (out[out.length - 1] !== I) await this.exec(simpleQuery("ROLLBACK"));
+      else if (ended[ended.length - 1] !== I) await this.exec(simpleQuery("ROLLBACK"));
       this.unnamedOwner = null;
       s.copy = { parts: copy?.parts ?? batch.parts, data: copy?.data ?? [], sent: skip + 1, savepoint };
       send(out.subarray(from, copyIn));
@@ -327,23 +319,24 @@ export class PgliteSessionMux {
     return [`SET SESSION AUTHORIZATION ${sqlIdent(this.sessionUser)}`, "RESET ROLE", "RESET ALL"];
   }
 
-  // ---- closing a client -------------------------------------------------------------------------
+  // ---- closing a client (called by MuxSession.close) ---------------------------------------------
 
   async cleanUp(s: MuxSession): Promise<void> {
     this.sessions.delete(s);
     this.cancelWait(s);
     await s.busy?.catch(() => {});
-    if (!this.holds(s)) {
+    const held = this.holder === s;
+    if (!held) {
       if (this.unnamedOwner === s) this.unnamedOwner = null;
       if (s.statements.size === 0) return;
       if (!this.tryTake(s)) await this.wait(s);
     }
     try {
       if (this.db.closed) return;
-      if (s.status !== I || s.midBatch) {
-        // A Sync ends an extended-protocol batch it left open; then roll back what it left.
+      if (held) {
+        // A Sync ends whatever extended-protocol batch it left open; then roll back what it left.
         const out = await this.exec(sync());
-        if (out.length >= 6 && out[out.length - 6] === B.readyForQuery && out[out.length - 1] !== I) {
+        if (out[out.length - 1] !== I) {
           await this.exec(simpleQuery("ROLLBACK"));
           this.unnamedOwner = null;
         }
@@ -376,7 +369,7 @@ interface Batch {
   bytes: number;
   /** It starts at a message boundary (not after a Flush). */
   fresh: boolean;
-  /** A simple query that is a COPY ... FROM STDIN (may need a savepoint to retry within a transaction). */
+  /** A simple query that starts with COPY and mentions STDIN: within a transaction, attempts run in a savepoint. */
   copyStatement: boolean;
   /** Set when this batch finishes a COPY FROM STDIN. */
   copy?: CopyIn;
@@ -534,14 +527,15 @@ class MuxSession implements WireBackend {
 
   /**
    * Looks at SQL text for what changes settings without a SET command tag (set_config) and for
-   * custom setting names. Cheap unless the text contains "set". Returns whether it calls set_config.
+   * custom setting names. Cheap unless the text contains "set". Returns whether it may call
+   * set_config for the session (not only for the transaction).
    */
   private noteSql(m: Uint8Array, from: number): boolean {
     if (!containsSet(m, from)) return false;
     const sql = fromUtf8(m.subarray(from, cstringEnd(m, from)));
     for (const match of sql.matchAll(/set_config\s*\(\s*'((?:[^']|'')*)'/gi)) this.noteName(match[1]!.replace(/''/g, "'"));
     for (const match of sql.matchAll(/\b(?:re)?set\s+(?:session\s+|local\s+)?("?[a-z_][\w$]*"?\s*\.\s*"?[\w$.]+"?)/gi)) this.noteName(match[1]!);
-    const calls = /set_config/i.test(sql);
+    const calls = callsSessionSetConfig(sql);
     if (calls) this.batch.setsConfig = true;
     return calls;
   }
@@ -583,6 +577,32 @@ class MuxSession implements WireBackend {
 function containsSet(m: Uint8Array, from: number): boolean {
   for (let i = from; i + 2 < m.length && m[i] !== 0; i++) {
     if ((m[i]! | 0x20) === 0x73 && (m[i + 1]! | 0x20) === 0x65 && (m[i + 2]! | 0x20) === 0x74) return true;
+  }
+  return false;
+}
+
+/**
+ * Whether some set_config() call in `sql` may be session-level: its last argument is not a literal
+ * `true`. PostgREST-style code sets its claims per transaction on every request; capturing settings
+ * after each of those would cost ~0.5 ms a switch for nothing. Anything it cannot read counts as yes.
+ */
+export function callsSessionSetConfig(sql: string): boolean {
+  const call = /set_config\s*\(/gi;
+  while (call.exec(sql)) {
+    let depth = 1;
+    let lastArg = call.lastIndex;
+    let i = call.lastIndex;
+    for (; i < sql.length && depth > 0; i++) {
+      const c = sql[i];
+      if (c === "'" || c === '"') {
+        const close = sql.indexOf(c, i + 1); // a doubled quote just reopens on the next character
+        if (close < 0) return true;
+        i = close;
+      } else if (c === "(") depth++;
+      else if (c === ")") depth--;
+      else if (c === "," && depth === 1) lastArg = i + 1;
+    }
+    if (depth > 0 || !/^\s*true\s*$/i.test(sql.slice(lastArg, i - 1))) return true;
   }
   return false;
 }
