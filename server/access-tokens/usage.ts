@@ -1,4 +1,5 @@
 import { utcDay } from "../clock";
+import { FlushLoop } from "../store/flush-loop";
 import type { ControlStore } from "../store/store";
 
 /**
@@ -8,18 +9,18 @@ import type { ControlStore } from "../store/store";
  */
 export class TokenUsage {
   private pending = new Map<string, { days: Map<string, number>; lastUsed: Date }>();
-  private timer: ReturnType<typeof setInterval> | null = null;
-  private flushing: Promise<void> = Promise.resolve();
+  private readonly loop: FlushLoop;
 
   constructor(
     private readonly store: ControlStore,
     private readonly now: () => Date,
-    private readonly log: { error: (m: string, e?: unknown) => void },
-  ) {}
+    log: { error: (m: string, e?: unknown) => void },
+  ) {
+    this.loop = new FlushLoop(() => this.write(), (e) => log.error("token usage flush failed", e));
+  }
 
   start(intervalMs = 1000): void {
-    this.timer = setInterval(() => void this.flush().catch((e) => this.log.error("token usage flush failed", e)), intervalMs);
-    this.timer.unref?.();
+    this.loop.start(intervalMs);
   }
 
   record(tokenId: string): void {
@@ -31,10 +32,9 @@ export class TokenUsage {
     e.lastUsed = at;
   }
 
-  /** Writes what is pending; concurrent callers wait for the same write. */
+  /** Writes what is pending (reads of usage call this first). */
   flush(): Promise<void> {
-    this.flushing = this.flushing.then(() => this.write());
-    return this.flushing;
+    return this.loop.flush();
   }
 
   private async write(): Promise<void> {
@@ -74,8 +74,7 @@ export class TokenUsage {
     }
   }
 
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    await this.flush();
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 }

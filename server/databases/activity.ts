@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import { FlushLoop } from "../store/flush-loop";
 import type { ControlStore } from "../store/store";
 
 interface QueryAgg {
@@ -37,18 +38,18 @@ export function queryIdOf(normalized: string): string {
 export class DatabaseActivity {
   private queries = new Map<string, QueryAgg>();
   private usage = new Map<string, UsageAgg>();
-  private timer: ReturnType<typeof setInterval> | null = null;
-  private flushing: Promise<void> = Promise.resolve();
+  private readonly loop: FlushLoop;
 
   constructor(
     private readonly store: ControlStore,
     private readonly now: () => Date,
-    private readonly log: { error: (m: string, e?: unknown) => void },
-  ) {}
+    log: { error: (m: string, e?: unknown) => void },
+  ) {
+    this.loop = new FlushLoop(() => this.write(), (e) => log.error("database activity flush failed", e));
+  }
 
   start(): void {
-    this.timer = setInterval(() => void this.flush().catch((e) => this.log.error("database activity flush failed", e)), 1000);
-    this.timer.unref?.();
+    this.loop.start(1000);
   }
 
   recordQuery(databaseId: string, text: string, role: string, ms: number, rows: number): void {
@@ -80,8 +81,7 @@ export class DatabaseActivity {
   }
 
   flush(): Promise<void> {
-    this.flushing = this.flushing.then(() => this.write());
-    return this.flushing;
+    return this.loop.flush();
   }
 
   private async write(): Promise<void> {
@@ -119,8 +119,7 @@ export class DatabaseActivity {
     });
   }
 
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    await this.flush().catch(() => {});
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 }
