@@ -1,37 +1,11 @@
 // The `kiln` CLI as people and scripts use it, against a real server.
 import { spawnSync } from "node:child_process";
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { BUN, KILN, ROOT, eventually, removeDir, startKiln, useKiln, type TestKiln } from "../support/kiln";
+import { describe, expect, test } from "vitest";
+import { BUN, KILN, ROOT, eventually, useCli, useKiln, withKiln } from "../support/kiln";
 
 describe("kiln CLI", () => {
-  let k: TestKiln;
-  let configDir: string;
-  beforeAll(async () => {
-    k = await startKiln();
-    configDir = mkdtempSync(join(tmpdir(), "kiln-cli-"));
-  });
-  afterAll(async () => {
-    await k.stop();
-    removeDir(k.dataDir);
-    removeDir(configDir);
-  });
-
-  const kiln = (...args: string[]) => {
-    const r = spawnSync(BUN, [KILN, ...args], {
-      cwd: ROOT,
-      env: { ...process.env, KILN_CONFIG_DIR: configDir, KILN_URL: k.url, KILN_TOKEN: undefined },
-      encoding: "utf8",
-    });
-    return { code: r.status, out: r.stdout, err: r.stderr };
-  };
-  const json = (...args: string[]) => {
-    const r = kiln("--json", ...args);
-    expect(r.code, r.err).toBe(0);
-    return JSON.parse(r.out);
-  };
+  const k = useKiln();
+  const { run: kiln, json, configDir } = useCli(k);
 
   test("login saves the token; later commands use it", () => {
     const bad = kiln("login", "--token", "pk-wrongwrongwrongwrongwrong");
@@ -99,8 +73,7 @@ describe("kiln CLI", () => {
   });
 
   test("the CLI sends its version: a server that requires a newer CLI answers 426", async () => {
-    const strict = await startKiln({ args: ["--min-cli-version", "99.0.0"] });
-    try {
+    await withKiln({ args: ["--min-cli-version", "99.0.0"] }, async (strict) => {
       const r = spawnSync(BUN, [KILN, "projects", "list", "--url", strict.url, "--token", strict.token], {
         cwd: ROOT,
         env: { ...process.env, KILN_CONFIG_DIR: configDir },
@@ -108,38 +81,13 @@ describe("kiln CLI", () => {
       });
       expect(r.status).toBe(1);
       expect(r.stderr.trim()).toMatch(/^kiln: 426 .*99\.0\.0/);
-    } finally {
-      await strict.stop();
-      removeDir(strict.dataDir);
-    }
+    });
   });
 });
 
 describe("kiln CLI: end users, auth settings, mail", () => {
-  let k: TestKiln;
-  let configDir: string;
-  beforeAll(async () => {
-    k = await startKiln();
-    configDir = mkdtempSync(join(tmpdir(), "kiln-cli-"));
-  });
-  afterAll(async () => {
-    await k.stop();
-    removeDir(k.dataDir);
-    removeDir(configDir);
-  });
-  const kiln = (...args: string[]) => {
-    const r = spawnSync(BUN, [KILN, "--url", k.url, "--token", k.token, ...args], {
-      cwd: ROOT,
-      env: { ...process.env, KILN_CONFIG_DIR: configDir },
-      encoding: "utf8",
-    });
-    return { code: r.status, out: r.stdout, err: r.stderr };
-  };
-  const json = (...args: string[]) => {
-    const r = kiln("--json", ...args);
-    expect(r.code, r.err).toBe(0);
-    return JSON.parse(r.out);
-  };
+  const k = useKiln();
+  const { run: kiln, json } = useCli(k, { passToken: true });
 
   test("users create/list/delete", () => {
     const p = json("projects", "create", "cli-users");
@@ -187,15 +135,7 @@ describe("kiln CLI: end users, auth settings, mail", () => {
 
 describe("kiln CLI: databases", () => {
   const k = useKiln();
-  const kiln = (...args: string[]) => {
-    const r = spawnSync(BUN, [KILN, "--url", k.url, "--token", k.token, ...args], { cwd: ROOT, encoding: "utf8", env: { ...process.env, KILN_SERVICE_KEY: undefined } });
-    return { code: r.status, out: r.stdout, err: r.stderr };
-  };
-  const json = (...args: string[]) => {
-    const r = kiln("--json", ...args);
-    expect(r.code, r.err).toBe(0);
-    return JSON.parse(r.out);
-  };
+  const { run: kiln, json } = useCli(k, { passToken: true });
 
   test("db create --wait, list, get, query, psql, reset-password, delete", () => {
     const p = json("projects", "create", "cli-db");

@@ -1,5 +1,5 @@
 // Starts a real `kiln start` process for black-box tests and speaks HTTP to it.
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -210,4 +210,27 @@ export async function withKiln<T>(opts: KilnOptions, fn: (k: TestKiln) => Promis
     await k.stop();
     removeDir(k.dataDir);
   }
+}
+
+/**
+ * Runs the `kiln` CLI against a test server, with its own config folder (so `kiln login` in one test
+ * file never touches another's). `passToken` adds `--url` and `--token` to every call.
+ */
+export function useCli(k: TestKiln, o: { passToken?: boolean } = {}) {
+  const configDir = mkdtempSync(join(tmpdir(), "kiln-cli-"));
+  afterAll(() => removeDir(configDir));
+  const run = (...args: string[]) => {
+    const r = spawnSync(BUN, [KILN, ...(o.passToken ? ["--url", k.url, "--token", k.token] : []), ...args], {
+      cwd: ROOT,
+      encoding: "utf8",
+      env: { ...process.env, KILN_CONFIG_DIR: configDir, KILN_URL: k.url, KILN_TOKEN: undefined, KILN_SERVICE_KEY: undefined } as NodeJS.ProcessEnv,
+    });
+    return { code: r.status, out: r.stdout, err: r.stderr };
+  };
+  const json = (...args: string[]) => {
+    const r = run("--json", ...args);
+    if (r.code !== 0) throw new Error(`kiln ${args.join(" ")} exited ${r.code}: ${r.err}`);
+    return JSON.parse(r.out);
+  };
+  return { run, json, configDir };
 }
