@@ -1,0 +1,139 @@
+// Kiln's Node.js bootstrap: loads the function once, then serves invocations one at a time.
+// Protocol (see runtime-sandbox/worker.ts): one JSON object per line on fd 3, a socketpair shared
+// with the pool. Everything the function prints is turned into log frames on that same channel,
+// so a stray line on stdout can never be mistaken for a response.
+//
+// argv: <task root> <entry, relative> <handler export name>
+// The handler is called as handler(event, context) with
+//   context = { functionName, invocationId, region, deadlineMs, getRemainingTimeInMillis() }.
+import net from "node:net";
+import { Console } from "node:console";
+import { Writable } from "node:stream";
+import { resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+
+const [taskRoot, entry, handlerName] = process.argv.slice(2);
+const channel = new net.Socket({ fd: 3, readable: true, writable: true });
+
+function send(frame) {
+  channel.write(JSON.stringify(frame) + "\n");
+}
+
+function log(level, message) {
+  send({ t: "log", l: level, m: message, ts: Date.now() });
+}
+
+// --- output capture ---------------------------------------------------------------------------
+
+/** A stream for Console: one log line per console call (Writable calls write() synchronously). */
+const sink = (level) =>
+  new Writable({
+    decodeStrings: false,
+    write(chunk, _enc, cb) {
+      log(level, String(chunk).replace(/\n$/, ""));
+      cb();
+    },
+  });
+const infoConsole = new Console({ stdout: sink("info"), stderr: sink("error") });
+const warnConsole = new Console({ stdout: sink("warn"), stderr: sink("warn") });
+for (const k of Object.keys(Console.prototype)) {
+  if (typeof infoConsole[k] === "function") console[k] = infoConsole[k].bind(infoConsole);
+}
+console.warn = warnConsole.warn.bind(warnConsole);
+
+/** process.stdout/stderr.write: line-buffered, so partial writes join into one line. */
+const partial = { info: "", error: "" };
+function captureWrites(stream, level) {
+  stream.write = (chunk, encoding, cb) => {
+    partial[level] += typeof chunk === "string" ? chunk : Buffer.from(chunk).toString(typeof encoding === "string" ? encoding : "utf8");
+    let nl;
+    while ((nl = partial[level].indexOf("\n")) >= 0) {
+      log(level, partial[level].slice(0, nl));
+      partial[level] = partial[level].slice(nl + 1);
+    }
+    const done = typeof encoding === "function" ? encoding : cb;
+    if (done) process.nextTick(done);
+    return true;
+  };
+}
+captureWrites(process.stdout, "info");
+captureWrites(process.stderr, "error");
+
+function flushPartial() {
+  for (const level of ["info", "error"]) {
+    if (partial[level]) log(level, partial[level]);
+    partial[level] = "";
+  }
+}
+
+// --- loading ------------------------------------------------------------------------------------
+
+function describe(e) {
+  if (e instanceof Error) return { error: e.message, type: e.name || e.constructor?.name || "Error", stack: e.stack };
+  return { error: String(e), type: typeof e, stack: undefined };
+}
+
+let handler;
+try {
+  // import() handles both module kinds: CommonJS (exports.handler) and ESM (.mjs, or .js under "type":"module").
+  const mod = await import(pathToFileURL(resolve(taskRoot, entry)).href);
+  handler = mod[handlerName];
+  // module.exports = { handler } is not always seen as a named export; it is always the default.
+  if (handler === undefined && mod.default && typeof mod.default === "object") handler = mod.default[handlerName];
+  if (typeof handler !== "function") {
+    const found = Object.keys(mod).filter((k) => k !== "default" && k !== "module.exports");
+    throw Object.assign(new Error(`${entry} does not export a function named "${handlerName}"${found.length ? ` (it exports: ${found.join(", ")})` : ""}`), { name: "HandlerNotFound" });
+  }
+} catch (e) {
+  const d = describe(e);
+  flushPartial();
+  if (d.stack) log("error", d.stack);
+  send({ t: "init_error", error: d.error, type: d.type });
+  channel.end(() => process.exit(1));
+}
+
+// --- serving --------------------------------------------------------------------------------------
+
+async function invoke(msg) {
+  const c = msg.context;
+  const context = { ...c, getRemainingTimeInMillis: () => Math.max(0, c.deadlineMs - Date.now()) };
+  let frame;
+  try {
+    const value = await handler(msg.event, context);
+    frame = JSON.stringify({ t: "result", id: msg.id, value: value === undefined ? null : value });
+  } catch (e) {
+    const d = describe(e);
+    if (d.stack) log("error", d.stack);
+    // Under RLIMIT_DATA (no memory cgroup) a Buffer that does not fit is a RangeError; left
+    // uncaught by the handler it is the memory limit, as Python's MemoryError is.
+    if (e instanceof RangeError && /Array buffer allocation failed/.test(e.message)) {
+      flushPartial();
+      send({ t: "fatal", kind: "out_of_memory", error: d.error });
+      channel.end(() => process.exit(1));
+      return;
+    }
+    frame = JSON.stringify({ t: "error", id: msg.id, error: d.error, type: d.type });
+  }
+  flushPartial();
+  channel.write(frame + "\n");
+}
+
+if (handler) {
+  let inbox = "";
+  let queue = Promise.resolve();
+  channel.setEncoding("utf8");
+  channel.on("data", (d) => {
+    inbox += d;
+    let nl;
+    while ((nl = inbox.indexOf("\n")) >= 0) {
+      const line = inbox.slice(0, nl);
+      inbox = inbox.slice(nl + 1);
+      const msg = JSON.parse(line);
+      if (msg.t === "invoke") queue = queue.then(() => invoke(msg));
+    }
+  });
+  // The pool went away (Kiln stopped or crashed): nothing left to serve.
+  channel.on("end", () => process.exit(0));
+  channel.on("error", () => process.exit(0));
+  send({ t: "ready" });
+}

@@ -1,0 +1,396 @@
+import { existsSync } from "node:fs";
+import { isMissing, resolveRuntime, type ResolvedRuntime } from "./runtimes";
+import { CgroupHost, detectBwrap, planLaunch, withCgroup, type Bwrap, type WorkerCgroup } from "./sandbox";
+import { FunctionError, Worker, type LogLine, type Outcome } from "./worker";
+
+export { FunctionError, type FailureKind, type LogLine } from "./worker";
+
+/**
+ * Runs functions: warm worker processes per function version, reused one invocation at a time,
+ * more of them under concurrent load (up to a cap, then a queue), stopped when idle. Each worker is
+ * sandboxed (sandbox.ts) and speaks the line protocol described in worker.ts.
+ */
+
+export interface FunctionVersion {
+  /** Unique per function version and region, e.g. "<functionId>:<deploymentId>:<region>". */
+  key: string;
+  functionName: string;
+  region: string;
+  /** e.g. "nodejs22.x"; see runtimes.ts. */
+  runtime: string;
+  /** Absolute; the function root, already extracted and built. Read-only for the worker. */
+  codeDir: string;
+  /** Relative file: index.js | index.mjs | main.py | main.rb. */
+  entry: string;
+  /** Exported name, default "handler". */
+  handler: string;
+  /** The only environment the code sees, besides PATH, HOME, TMPDIR and LANG. */
+  env: Record<string, string>;
+  limits: { memoryMb: number; timeoutMs: number; cpuSeconds?: number; maxProcesses?: number };
+  /** false: the function has no network at all (its own empty network namespace). */
+  network: boolean;
+}
+
+export interface InvokeResult {
+  status: number;
+  headers: Record<string, string>;
+  body: Uint8Array;
+  /** The handler's time, from sending the event to receiving its answer (start-up excluded). */
+  computeMs: number;
+  /** Includes anything printed while the worker started, for the invocation that started it. */
+  logs: LogLine[];
+  coldStart: boolean;
+  /** Start-up time (spawn to handler loaded), when coldStart. */
+  initMs?: number;
+}
+
+export interface WorkerPoolOptions {
+  /** Default 4. */
+  maxWorkersPerVersion?: number;
+  /** Idle workers stop after this long; default 60 s. */
+  idleMs?: number;
+  /** auto: bubblewrap when it works here, else plain processes (with one warning). */
+  isolation?: "auto" | "bwrap" | "none";
+  /** Never visible to a function (e.g. Kiln's data dir). Enforced only with bubblewrap. */
+  hiddenPaths?: string[];
+  /** auto: per-worker cgroup v1 memory/pids limits where writable (root); off: rlimits only. */
+  cgroups?: "auto" | "off";
+  log?: (msg: string) => void;
+}
+
+interface Lease {
+  worker: Worker;
+  cold: boolean;
+  initMs?: number;
+}
+
+interface Waiter {
+  deadline: number;
+  timeoutMessage: string;
+  resolve: (l: Lease) => void;
+  reject: (e: FunctionError) => void;
+  timer: ReturnType<typeof setTimeout>;
+}
+
+interface Group {
+  key: string;
+  version: FunctionVersion;
+  runtime: ResolvedRuntime;
+  /** The environment workers get: the caller's, or the last updateEnv for this version. */
+  env: Record<string, string>;
+  /** The env the caller passed last time; a change means the caller updated it. */
+  callerEnv: string;
+  /** Everything else that shapes a worker; a change retires the current workers. */
+  settings: string;
+  generation: number;
+  workers: Set<Worker>;
+  leased: Set<Worker>;
+  waiters: Waiter[];
+  retired: boolean;
+  drained: Array<() => void>;
+}
+
+export class WorkerPool {
+  readonly isolation: "bwrap" | "none";
+  private readonly bwrap: Bwrap | null;
+  private readonly cgroups: CgroupHost | null;
+  private readonly max: number;
+  private readonly idleMs: number;
+  private readonly hiddenPaths: string[];
+  private readonly log: (msg: string) => void;
+  private readonly groups = new Map<string, Group>();
+  /** Retired groups still finishing their invocations. */
+  private readonly draining = new Set<Group>();
+  private readonly reported = new Set<string>();
+  private readonly sweeper: ReturnType<typeof setInterval>;
+  private closed = false;
+
+  constructor(opts: WorkerPoolOptions = {}) {
+    this.max = Math.max(1, opts.maxWorkersPerVersion ?? 4);
+    this.idleMs = opts.idleMs ?? 60_000;
+    this.hiddenPaths = opts.hiddenPaths ?? [];
+    this.log = opts.log ?? ((m) => console.error(m));
+    const want = opts.isolation ?? "auto";
+    this.bwrap = want === "none" || process.platform !== "linux" ? null : detectBwrap();
+    if (want === "bwrap" && !this.bwrap) throw new Error("isolation \"bwrap\" was asked for, but bubblewrap is not installed or cannot create namespaces here");
+    this.isolation = this.bwrap ? "bwrap" : "none";
+    if (want === "auto" && !this.bwrap) {
+      this.log("functions run as plain processes: bubblewrap (bwrap) is not available, so there is no filesystem or network isolation (install the bubblewrap package)");
+    }
+    this.cgroups = opts.cgroups === "off" || process.platform !== "linux" ? null : CgroupHost.detect(Math.random().toString(36).slice(2, 8));
+    this.sweeper = setInterval(() => this.sweep(), Math.max(50, Math.min(10_000, this.idleMs / 2)));
+    this.sweeper.unref?.();
+  }
+
+  async invoke(v: FunctionVersion, event: unknown, ctx: { invocationId: string; deadlineMs?: number }): Promise<InvokeResult> {
+    if (this.closed) throw new FunctionError("crash", "the worker pool is closed");
+    const runtime = await resolveRuntime(v.runtime);
+    if (isMissing(runtime)) throw new FunctionError("runtime_missing", `runtime ${v.runtime} is not available on this machine; install ${runtime.missing}`);
+    // The clock starts after the runtime is at hand: a first-use install of Node is not the function's time.
+    const byLimit = Date.now() + v.limits.timeoutMs;
+    const deadline = Math.min(ctx.deadlineMs ?? Infinity, byLimit);
+    const timeoutMessage = deadline < byLimit ? "the invocation's deadline passed" : `the function timed out after ${v.limits.timeoutMs} ms`;
+    const g = this.groupFor(v, runtime);
+    const lease = await this.acquire(g, deadline, timeoutMessage);
+    let out: Outcome;
+    try {
+      out = await lease.worker.run(
+        {
+          id: ctx.invocationId,
+          event: event ?? null, // undefined would vanish from the JSON frame
+          context: { functionName: v.functionName, invocationId: ctx.invocationId, region: v.region, deadlineMs: deadline },
+        },
+        { deadline, timeoutMessage, cpuSeconds: v.limits.cpuSeconds },
+      );
+    } finally {
+      this.release(g, lease.worker);
+    }
+    return { ...toHttp(out), computeMs: out.computeMs, logs: out.logs, coldStart: lease.cold, ...(lease.cold ? { initMs: lease.initMs } : {}) };
+  }
+
+  updateEnv(filter: (v: FunctionVersion) => boolean, env: Record<string, string>): void {
+    for (const g of this.groups.values()) {
+      if (!filter(g.version)) continue;
+      g.env = { ...env };
+      g.generation++;
+      this.stopStale(g);
+    }
+  }
+
+  async retire(keyPrefix: string): Promise<void> {
+    const done: Array<Promise<void>> = [];
+    for (const [key, g] of this.groups) {
+      if (!key.startsWith(keyPrefix)) continue;
+      this.groups.delete(key);
+      g.retired = true;
+      this.draining.add(g);
+      done.push(new Promise<void>((r) => g.drained.push(r)));
+      this.stopStale(g);
+      this.checkDrained(g);
+    }
+    await Promise.all(done);
+  }
+
+  stats(): { workers: number; byVersion: Record<string, number> } {
+    const byVersion: Record<string, number> = {};
+    let workers = 0;
+    for (const g of [...this.groups.values(), ...this.draining]) {
+      const n = [...g.workers].filter((w) => w.state !== "exited").length;
+      if (!n) continue;
+      byVersion[g.key] = (byVersion[g.key] ?? 0) + n;
+      workers += n;
+    }
+    return { workers, byVersion };
+  }
+
+  /** Stops everything now: running invocations fail with a "crash", queued ones too. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.sweeper);
+    const all = [...this.groups.values(), ...this.draining];
+    const gone: Array<Promise<void>> = [];
+    for (const g of all) {
+      for (const w of g.waiters.splice(0)) {
+        clearTimeout(w.timer);
+        w.reject(new FunctionError("crash", "the worker pool was closed"));
+      }
+      g.retired = true;
+      if (g.workers.size) gone.push(new Promise<void>((r) => g.drained.push(r)));
+      for (const w of g.workers) w.kill({ kind: "crash", message: "the worker pool was closed" });
+    }
+    await Promise.all(gone);
+    this.groups.clear();
+    this.draining.clear();
+    // Workers remove their own cgroups on exit; give the last removals a moment before the pool's.
+    await new Promise((r) => setTimeout(r, 50));
+    this.cgroups?.dispose();
+  }
+
+  // -------------------------------------------------------------------------------------------
+
+  private groupFor(v: FunctionVersion, runtime: ResolvedRuntime): Group {
+    const settings = JSON.stringify([v.runtime, runtime.command, v.codeDir, v.entry, v.handler, v.limits, v.network, v.functionName, v.region]);
+    const callerEnv = JSON.stringify(v.env);
+    let g = this.groups.get(v.key);
+    if (!g) {
+      g = { key: v.key, version: v, runtime, env: { ...v.env }, callerEnv, settings, generation: 0, workers: new Set(), leased: new Set(), waiters: [], retired: false, drained: [] };
+      this.groups.set(v.key, g);
+      return g;
+    }
+    g.version = v;
+    g.runtime = runtime;
+    let changed = false;
+    if (settings !== g.settings) {
+      g.settings = settings;
+      changed = true;
+    }
+    // Whoever changed the environment last wins: an updateEnv, or a caller passing a new one.
+    if (callerEnv !== g.callerEnv) {
+      g.callerEnv = callerEnv;
+      g.env = { ...v.env };
+      changed = true;
+    }
+    if (changed) {
+      g.generation++;
+      this.stopStale(g);
+    }
+    return g;
+  }
+
+  private current(g: Group): Worker[] {
+    return [...g.workers].filter((w) => w.generation === g.generation && w.state !== "exited");
+  }
+
+  private acquire(g: Group, deadline: number, timeoutMessage: string): Promise<Lease> {
+    const idle = this.current(g).find((w) => w.state === "idle" && !g.leased.has(w));
+    if (idle) {
+      g.leased.add(idle);
+      return Promise.resolve({ worker: idle, cold: false });
+    }
+    if (this.current(g).length < this.max) return this.startFor(g, deadline, timeoutMessage);
+    return new Promise<Lease>((resolve, reject) => {
+      const waiter: Waiter = {
+        deadline,
+        timeoutMessage,
+        resolve,
+        reject,
+        timer: setTimeout(() => {
+          g.waiters.splice(g.waiters.indexOf(waiter), 1);
+          reject(new FunctionError("timeout", `${timeoutMessage} while waiting for a free worker (${this.max} busy)`));
+        }, Math.max(0, deadline - Date.now())),
+      };
+      g.waiters.push(waiter);
+    });
+  }
+
+  /** A new worker, leased to the caller once its handler is loaded. */
+  private async startFor(g: Group, deadline: number, timeoutMessage: string): Promise<Lease> {
+    const started = performance.now();
+    const w = this.spawn(g, deadline, timeoutMessage);
+    g.leased.add(w);
+    try {
+      await w.ready;
+    } catch (e) {
+      g.leased.delete(w);
+      throw e;
+    }
+    return { worker: w, cold: true, initMs: performance.now() - started };
+  }
+
+  private spawn(g: Group, deadline: number, timeoutMessage: string): Worker {
+    const v = g.version;
+    if (!existsSync(v.codeDir)) throw new FunctionError("init_error", `the function's code folder ${v.codeDir} does not exist`);
+    let cg: WorkerCgroup | null = null;
+    if (this.cgroups) {
+      try {
+        cg = this.cgroups.create(v.limits);
+      } catch (e) {
+        this.report(`cgroup: could not create a worker cgroup (${(e as Error).message}); using rlimits`);
+      }
+    }
+    const plan = planLaunch(
+      { runtime: g.runtime, codeDir: v.codeDir, entry: v.entry, handler: v.handler || "handler", env: g.env, limits: v.limits, network: v.network },
+      { bwrap: this.bwrap, hiddenPaths: this.hiddenPaths, cgroupMemory: !!cg?.memory, cgroupPids: !!cg?.pids, asRoot: process.getuid?.() === 0 },
+    );
+    for (const n of plan.notes) this.report(`function limits: ${n}`);
+    if (!this.bwrap && this.hiddenPaths.length) this.report("hidden paths are not enforced without bubblewrap");
+    const w = new Worker(
+      { argv: withCgroup(plan.argv, cg), env: plan.env, cwd: plan.cwd, cgroup: cg, onExit: (w, leftover, reason) => this.onExit(g, w, leftover, reason) },
+      deadline,
+      timeoutMessage,
+    );
+    w.generation = g.generation;
+    g.workers.add(w);
+    return w;
+  }
+
+  private release(g: Group, w: Worker): void {
+    g.leased.delete(w);
+    if (w.state !== "idle") return; // gone; onExit takes it from here
+    if (w.generation !== g.generation) return w.stop();
+    const next = g.waiters.shift();
+    if (next) {
+      clearTimeout(next.timer);
+      g.leased.add(w);
+      next.resolve({ worker: w, cold: false });
+      return;
+    }
+    if (g.retired) w.stop();
+  }
+
+  private onExit(g: Group, w: Worker, leftover: LogLine[], reason: string): void {
+    g.workers.delete(w);
+    g.leased.delete(w);
+    if (leftover.length) {
+      this.log(`function ${g.version.functionName} (${g.key}): worker ${w.id} ended (${reason}); its last output:\n${leftover.map((l) => `  ${l.level} ${l.message}`).join("\n")}`);
+    }
+    // A slot freed up: the first queued invocation gets a new worker.
+    if (!this.closed && g.waiters.length && this.current(g).length < this.max) {
+      const waiter = g.waiters.shift()!;
+      clearTimeout(waiter.timer);
+      this.startFor(g, waiter.deadline, waiter.timeoutMessage).then(waiter.resolve, waiter.reject);
+    }
+    this.checkDrained(g);
+  }
+
+  private checkDrained(g: Group): void {
+    if (!g.retired || g.workers.size) return;
+    this.draining.delete(g);
+    for (const r of g.drained.splice(0)) r();
+  }
+
+  /** Stops the workers that must not serve again and are not serving now. */
+  private stopStale(g: Group): void {
+    for (const w of g.workers) {
+      if (g.leased.has(w)) continue;
+      if (w.generation !== g.generation || (g.retired && !g.waiters.length)) w.stop();
+    }
+  }
+
+  private sweep(): void {
+    const now = Date.now();
+    for (const g of this.groups.values()) {
+      for (const w of g.workers) if (w.state === "idle" && !g.leased.has(w) && now - w.lastUsed > this.idleMs) w.stop();
+    }
+  }
+
+  private report(msg: string): void {
+    if (this.reported.has(msg)) return;
+    this.reported.add(msg);
+    this.log(msg);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+const JSON_TYPE = "application/json";
+
+/**
+ * `{statusCode, headers?, body?, isBase64Encoded?}` is an HTTP response; any other value is the
+ * JSON body of a 200. A thrown error is a 500 `{error, type}`.
+ */
+export function toHttp(out: Outcome): { status: number; headers: Record<string, string>; body: Uint8Array } {
+  const enc = new TextEncoder();
+  if (!out.ok) return { status: 500, headers: { "content-type": JSON_TYPE }, body: enc.encode(JSON.stringify({ error: out.error, type: out.type })) };
+  const v = out.value;
+  if (v && typeof v === "object" && !Array.isArray(v) && "statusCode" in v) {
+    const r = v as { statusCode: unknown; headers?: unknown; body?: unknown; isBase64Encoded?: unknown };
+    const status = Number(r.statusCode);
+    if (!Number.isInteger(status) || status < 100 || status > 599) {
+      return { status: 502, headers: { "content-type": JSON_TYPE }, body: enc.encode(JSON.stringify({ error: `the function returned an invalid statusCode: ${JSON.stringify(r.statusCode)}`, type: "InvalidResponse" })) };
+    }
+    const headers: Record<string, string> = {};
+    if (r.headers && typeof r.headers === "object") {
+      for (const [k, val] of Object.entries(r.headers as Record<string, unknown>)) if (val !== null && val !== undefined) headers[k.toLowerCase()] = String(val);
+    }
+    let body: Uint8Array;
+    if (r.body === undefined || r.body === null) body = new Uint8Array();
+    else if (typeof r.body === "string") body = r.isBase64Encoded ? new Uint8Array(Buffer.from(r.body, "base64")) : enc.encode(r.body);
+    else body = enc.encode(JSON.stringify(r.body));
+    // As Lambda function URLs do: a body without a declared type is JSON.
+    if (body.length && !headers["content-type"]) headers["content-type"] = JSON_TYPE;
+    return { status, headers, body };
+  }
+  return { status: 200, headers: { "content-type": JSON_TYPE }, body: enc.encode(JSON.stringify(v ?? null)) };
+}

@@ -1,0 +1,389 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
+import type { Socket } from "node:net";
+import { availableParallelism, constants } from "node:os";
+import type { WorkerCgroup } from "./sandbox";
+
+/**
+ * One worker process and its protocol. The bootstrap inside talks on fd 3 (a socketpair), one JSON
+ * object per line; fds 1 and 2 carry only what escapes the bootstrap's capture (subprocesses,
+ * native writes, the runtime's own fatal messages) and become log lines too.
+ *
+ *   pool → worker  {"t":"invoke","id","event","context":{functionName,invocationId,region,deadlineMs}}
+ *   worker → pool  {"t":"ready"} | {"t":"init_error","error","type"}            once, at start
+ *                  {"t":"log","l":"info"|"warn"|"error","m","ts"}               any time
+ *                  {"t":"result","id","value"} | {"t":"error","id","error","type"}  one per invoke
+ *                  {"t":"fatal","kind":"out_of_memory","error"}                 then it exits
+ */
+
+export type LogLevel = "info" | "warn" | "error";
+export interface LogLine {
+  level: LogLevel;
+  message: string;
+  /** ISO 8601. */
+  timestamp: string;
+}
+
+export type FailureKind = "timeout" | "crash" | "out_of_memory" | "runtime_missing" | "init_error";
+
+export class FunctionError extends Error {
+  constructor(
+    readonly kind: FailureKind,
+    message: string,
+    readonly logs: LogLine[] = [],
+  ) {
+    super(message);
+    this.name = "FunctionError";
+  }
+}
+
+export type Outcome =
+  | { ok: true; value: unknown; logs: LogLine[]; computeMs: number }
+  | { ok: false; error: string; type: string; logs: LogLine[]; computeMs: number };
+
+export interface InvokeFrame {
+  id: string;
+  event: unknown;
+  context: { functionName: string; invocationId: string; region: string; deadlineMs: number };
+}
+
+export interface WorkerSpawn {
+  argv: string[];
+  env: Record<string, string>;
+  cwd: string;
+  cgroup: WorkerCgroup | null;
+  /** Called once the process is gone, with anything it logged while not serving an invocation. */
+  onExit: (w: Worker, leftover: LogLine[], reason: string) => void;
+}
+
+// Per invocation: a function that prints in a loop until its timeout must not fill Kiln's memory.
+const MAX_LOG_LINES = 10_000;
+const MAX_LOG_BYTES = 1 << 20;
+const MAX_LINE_BYTES = 64 << 10;
+// A response bigger than this is a runaway, not an answer.
+const MAX_FRAME_BYTES = 64 << 20;
+// What runtimes print when their own heap cap is hit (the kernel's OOM killer prints nothing).
+const RUNTIME_OOM = /JavaScript heap out of memory|Reached heap limit|process out of memory|NoMemoryError|failed to allocate memory/;
+
+interface Failure {
+  kind: FailureKind;
+  message: string;
+}
+
+let seq = 0;
+
+export class Worker {
+  readonly id = ++seq;
+  state: "starting" | "idle" | "busy" | "exited" = "starting";
+  lastUsed = Date.now();
+  /** Bumped by the pool when the version's env or settings change; stale workers are not reused. */
+  generation = 0;
+  private readonly proc: ChildProcess;
+  private readonly channel: Socket;
+  private inbox: string[] = [];
+  private inboxBytes = 0;
+  private logs: LogLine[] = [];
+  private logBytes = 0;
+  private dropped = 0;
+  private readonly raw = { out: "", err: "" };
+  private pending: {
+    id: string;
+    started: number;
+    resolve: (o: Outcome) => void;
+    reject: (e: FunctionError) => void;
+    timers: Array<ReturnType<typeof setTimeout>>;
+  } | null = null;
+  private starting: { resolve: () => void; reject: (e: FunctionError) => void; timer: ReturnType<typeof setTimeout> } | null = null;
+  private killReason: Failure | null = null;
+  private fatal: Failure | null = null;
+  private initError: Failure | null = null;
+  private runtimeOom = false;
+  private exited = false;
+  private finished = false;
+  private runtimePid: number | null = null;
+  readonly ready: Promise<void>;
+
+  constructor(private readonly s: WorkerSpawn, startDeadline: number, timeoutMessage: string) {
+    this.ready = new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => this.kill({ kind: "timeout", message: timeoutMessage }), Math.max(0, startDeadline - Date.now()));
+      this.starting = { resolve, reject, timer };
+    });
+    // The pool always awaits `ready`; this only keeps an unobserved rejection from being reported.
+    this.ready.catch(() => {});
+    // detached: its own process group, so a kill reaches whatever it spawned (without bwrap too).
+    this.proc = spawn(s.argv[0]!, s.argv.slice(1), { cwd: s.cwd, env: s.env, stdio: ["ignore", "pipe", "pipe", "pipe"], detached: true });
+    this.channel = this.proc.stdio[3] as Socket;
+    this.channel.setEncoding("utf8");
+    this.channel.on("data", (d: string) => this.onChannel(d));
+    this.channel.on("error", () => {}); // EPIPE after a crash: the exit handler reports it
+    this.proc.stdout!.setEncoding("utf8").on("data", (d: string) => this.onRaw("out", d));
+    this.proc.stderr!.setEncoding("utf8").on("data", (d: string) => this.onRaw("err", d));
+    this.proc.on("error", (e) => {
+      this.push("error", `could not start the worker: ${e.message}`);
+      this.exited = true;
+      this.finish();
+    });
+    this.proc.on("exit", (code, signal) => {
+      this.exited = true;
+      this.exitStatus = { code, signal };
+      // Output still in the pipes arrives before 'close'; a grandchild holding them open must not stall us.
+      setTimeout(() => this.finish(), 250).unref?.();
+    });
+    this.proc.on("close", () => this.finish());
+  }
+
+  private exitStatus: { code: number | null; signal: NodeJS.Signals | null } = { code: null, signal: null };
+
+  get pid(): number | undefined {
+    return this.proc.pid;
+  }
+
+  /** Runs one invocation; resolves with the handler's outcome, rejects with a FunctionError. */
+  run(frame: InvokeFrame, o: { deadline: number; timeoutMessage: string; cpuSeconds?: number }): Promise<Outcome> {
+    if (this.state !== "idle") return Promise.reject(new FunctionError("crash", "worker not available"));
+    this.state = "busy";
+    return new Promise<Outcome>((resolve, reject) => {
+      const timers = [setTimeout(() => this.kill({ kind: "timeout", message: o.timeoutMessage }), Math.max(0, o.deadline - Date.now()))];
+      this.pending = { id: frame.id, started: performance.now(), resolve, reject, timers };
+      if (o.cpuSeconds) this.watchCpu(o.cpuSeconds);
+      this.channel.write(JSON.stringify({ t: "invoke", ...frame }) + "\n");
+    });
+  }
+
+  kill(reason: Failure = { kind: "crash", message: "the worker was stopped" }): void {
+    if (this.finished) return;
+    this.killReason ??= reason;
+    try {
+      if (this.proc.pid) process.kill(-this.proc.pid, "SIGKILL");
+    } catch {
+      this.proc.kill("SIGKILL");
+    }
+    this.s.cgroup?.killAll();
+  }
+
+  /** Stops an idle worker without treating it as a failure. */
+  stop(): void {
+    this.kill({ kind: "crash", message: "stopped" });
+  }
+
+  // -------------------------------------------------------------------------------------------
+
+  private onChannel(d: string): void {
+    // Only each new chunk is searched for line ends: a response of megabytes arrives in many chunks.
+    let start = 0;
+    let nl: number;
+    while ((nl = d.indexOf("\n", start)) >= 0) {
+      const line = this.inbox.length ? this.inbox.join("") + d.slice(start, nl) : d.slice(start, nl);
+      this.inbox = [];
+      this.inboxBytes = 0;
+      start = nl + 1;
+      if (!line) continue;
+      let f: Record<string, unknown>;
+      try {
+        f = JSON.parse(line) as Record<string, unknown>;
+      } catch {
+        // Only the function itself writing to fd 3 gets here; its worker is not trusted any more.
+        this.kill({ kind: "crash", message: "the worker broke the runtime protocol" });
+        return;
+      }
+      this.onFrame(f);
+    }
+    if (start < d.length) {
+      this.inbox.push(start ? d.slice(start) : d);
+      this.inboxBytes += d.length - start;
+      if (this.inboxBytes > MAX_FRAME_BYTES) {
+        this.inbox = [];
+        this.inboxBytes = 0;
+        this.kill({ kind: "crash", message: `the function's response exceeded ${MAX_FRAME_BYTES >> 20} MB` });
+      }
+    }
+  }
+
+  private onFrame(f: Record<string, unknown>): void {
+    switch (f.t) {
+      case "log":
+        this.push(f.l === "warn" || f.l === "error" ? f.l : "info", String(f.m ?? ""), typeof f.ts === "number" ? f.ts : Date.now());
+        return;
+      case "ready":
+        if (this.starting) {
+          clearTimeout(this.starting.timer);
+          this.state = "idle";
+          this.starting.resolve();
+          this.starting = null;
+        }
+        return;
+      case "init_error":
+        this.initError = { kind: "init_error", message: `${String(f.type ?? "Error")}: ${String(f.error ?? "")}` };
+        this.kill(this.initError);
+        return;
+      case "fatal":
+        this.fatal = { kind: f.kind === "out_of_memory" ? "out_of_memory" : "crash", message: String(f.error ?? "the function failed") };
+        return;
+      case "result":
+      case "error": {
+        const p = this.pending;
+        if (!p || f.id !== p.id) return;
+        const computeMs = performance.now() - p.started;
+        // Output a subprocess wrote before the handler returned is already in the stdout/stderr
+        // pipes, but this turn of the event loop may have read fd 3 first: read the rest, then settle.
+        setImmediate(() => {
+          if (this.pending !== p) return; // the worker died meanwhile: finish() rejected it
+          this.pending = null;
+          for (const t of p.timers) clearTimeout(t);
+          this.state = "idle";
+          this.lastUsed = Date.now();
+          const logs = this.takeLogs();
+          if (f.t === "result") p.resolve({ ok: true, value: f.value, logs, computeMs });
+          else p.resolve({ ok: false, error: String(f.error ?? ""), type: String(f.type ?? "Error"), logs, computeMs });
+        });
+        return;
+      }
+    }
+  }
+
+  private onRaw(stream: "out" | "err", d: string): void {
+    this.raw[stream] += d;
+    let nl: number;
+    while ((nl = this.raw[stream].indexOf("\n")) >= 0) {
+      this.rawLine(stream, this.raw[stream].slice(0, nl));
+      this.raw[stream] = this.raw[stream].slice(nl + 1);
+    }
+    if (this.raw[stream].length > MAX_LINE_BYTES) {
+      this.rawLine(stream, this.raw[stream]);
+      this.raw[stream] = "";
+    }
+  }
+
+  private rawLine(stream: "out" | "err", line: string): void {
+    if (stream === "err" && RUNTIME_OOM.test(line)) this.runtimeOom = true;
+    this.push(stream === "err" ? "error" : "info", line);
+  }
+
+  private push(level: LogLevel, message: string, ts = Date.now()): void {
+    if (this.logs.length >= MAX_LOG_LINES || this.logBytes + message.length > MAX_LOG_BYTES) {
+      this.dropped++;
+      return;
+    }
+    if (message.length > MAX_LINE_BYTES) message = `${message.slice(0, MAX_LINE_BYTES)}… (truncated)`;
+    this.logBytes += message.length;
+    this.logs.push({ level, message, timestamp: new Date(ts).toISOString() });
+  }
+
+  private takeLogs(): LogLine[] {
+    const logs = this.logs;
+    if (this.dropped) logs.push({ level: "warn", message: `${this.dropped} more log lines were dropped (limit ${MAX_LOG_LINES} lines / ${MAX_LOG_BYTES >> 20} MB per invocation)`, timestamp: new Date().toISOString() });
+    this.logs = [];
+    this.logBytes = 0;
+    this.dropped = 0;
+    return logs;
+  }
+
+  private finish(): void {
+    if (this.finished || !this.exited) return;
+    this.finished = true;
+    this.state = "exited";
+    for (const s of ["out", "err"] as const) if (this.raw[s]) this.rawLine(s, this.raw[s]);
+    // Whatever the function left running in its process group or cgroup goes with it.
+    try {
+      if (this.proc.pid) process.kill(-this.proc.pid, "SIGKILL");
+    } catch {
+      // group already empty
+    }
+    this.s.cgroup?.killAll();
+    const failure = this.classify();
+    if (this.starting) {
+      clearTimeout(this.starting.timer);
+      const kind = failure.kind === "crash" ? "init_error" : failure.kind;
+      const message = kind === "init_error" && failure.kind === "crash" ? `the function failed to start: ${failure.message}` : failure.message;
+      this.starting.reject(new FunctionError(kind, message, this.takeLogs()));
+      this.starting = null;
+    }
+    if (this.pending) {
+      for (const t of this.pending.timers) clearTimeout(t);
+      this.pending.reject(new FunctionError(failure.kind, failure.message, this.takeLogs()));
+      this.pending = null;
+    }
+    this.s.onExit(this, this.takeLogs(), failure.message);
+    void this.s.cgroup?.remove();
+  }
+
+  private classify(): Failure {
+    if (this.initError) return this.initError;
+    const oom = this.fatal?.kind === "out_of_memory" || this.runtimeOom || (this.s.cgroup?.oomKills() ?? 0) > 0;
+    if (this.killReason && this.killReason.kind !== "crash") return this.killReason;
+    if (oom) return { kind: "out_of_memory", message: "the function ran out of memory" };
+    if (this.killReason) return this.killReason;
+    if (this.fatal) return this.fatal;
+    const { code, signal } = this.exitStatus;
+    // bubblewrap reports a signal death of the sandboxed process as 128 + the signal number.
+    const sig = signal ?? (code !== null && code > 128 ? signalName(code - 128) : null);
+    return { kind: "crash", message: sig ? `the function's process was killed by ${sig}` : `the function's process exited with code ${code ?? "?"}` };
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // CPU time: RLIMIT_CPU counts a process's whole life, and a warm worker lives through many
+  // invocations, so the budget is checked per invocation from /proc instead.
+
+  private watchCpu(seconds: number): void {
+    const pid = this.findRuntimePid();
+    const p = this.pending;
+    if (!pid || !p) return;
+    const start = cpuMs(pid);
+    if (start === null) return;
+    const budget = seconds * 1000;
+    const check = () => {
+      if (this.pending !== p) return;
+      const used = (cpuMs(pid) ?? start) - start;
+      if (used > budget) return this.kill({ kind: "timeout", message: `CPU time limit of ${seconds} s exceeded` });
+      // CPU time cannot grow faster than wall time times the cores; look again no earlier than that.
+      p.timers.push(setTimeout(check, Math.max(20, Math.min(1000, (budget - used) / CPU_COUNT))));
+    };
+    p.timers.push(setTimeout(check, Math.max(20, Math.min(1000, budget / CPU_COUNT))));
+  }
+
+  /** The interpreter's pid on the host: below the bubblewrap processes when sandboxed. */
+  private findRuntimePid(): number | null {
+    if (this.runtimePid) return this.runtimePid;
+    let pid = this.proc.pid ?? null;
+    for (let depth = 0; pid && depth < 4; depth++) {
+      let comm: string;
+      try {
+        comm = readFileSync(`/proc/${pid}/comm`, "utf8").trim();
+      } catch {
+        return null;
+      }
+      if (comm !== "bwrap" && comm !== "sh") return (this.runtimePid = pid);
+      pid = firstChild(pid);
+    }
+    return null;
+  }
+}
+
+const CPU_COUNT = Math.max(1, availableParallelism());
+const CLOCK_TICKS = 100; // USER_HZ, 100 on every Linux ABI
+
+function cpuMs(pid: number): number | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    // fields 14-17 (utime stime cutime cstime), counted from the state field at index 0 = field 3
+    const ticks = Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
+    return (ticks * 1000) / CLOCK_TICKS;
+  } catch {
+    return null;
+  }
+}
+
+function firstChild(pid: number): number | null {
+  try {
+    const c = readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/)[0];
+    return c ? Number(c) : null;
+  } catch {
+    return null;
+  }
+}
+
+function signalName(n: number): string | null {
+  for (const [name, num] of Object.entries(constants.signals)) if (num === n) return name;
+  return null;
+}
