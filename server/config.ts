@@ -41,6 +41,10 @@ export interface Config {
   /** Embedded databases: most PGlite instances open at once, and idle time before one closes. */
   dbMaxOpen: number;
   dbIdleCloseMs: number;
+  /** SOURCE_ARCHIVE_SIZE_LIMIT_MB: uploaded and normalized function archives. */
+  sourceArchiveLimitMb: number;
+  /** Standard functions per project (403 beyond). */
+  maxFunctions: number;
   /** Lets tests move time forward through /_kiln/clock. */
   controllableClock: boolean;
   /** Check every response against its declared schema (tests turn this on). */
@@ -115,6 +119,8 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     postgresUrl: opts.postgresUrl ?? (env.KILN_POSTGRES_URL || undefined),
     pgPort: Number(opts.pgPort ?? env.KILN_PG_PORT ?? 7432),
     dbMaxOpen: intEnv("KILN_DB_MAX_OPEN", 10),
+    sourceArchiveLimitMb: intEnv("KILN_SOURCE_ARCHIVE_LIMIT_MB", 50),
+    maxFunctions: intEnv("KILN_FUNCTION_LIMIT", 10_000),
     dbIdleCloseMs: intEnv("KILN_DB_IDLE_CLOSE_MS", 60_000),
     smtpUrl: env.KILN_SMTP_URL || undefined,
     mailFrom: env.KILN_MAIL_FROM || "Kiln <no-reply@kiln.localhost>",

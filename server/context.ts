@@ -16,6 +16,9 @@ import type { EndUsersService } from "./end-users/service";
 import type { SigningKeys } from "./end-users/signing-keys";
 import type { MailCatcher } from "../emulators/mail/catcher";
 import type { DatabasesService } from "./databases/service";
+import type { FunctionsService } from "./functions/service";
+import type { FunctionLogs } from "./functions/invoke";
+import type { WorkerPool } from "../runtime-sandbox/worker-pool";
 import type { Mailer } from "../emulators/mail/mailer";
 
 /** Everything a route handler can reach: configuration, the store and the domain services. */
@@ -37,6 +40,9 @@ export interface Kiln {
   signingKeys: SigningKeys;
   endUsers: EndUsersService;
   databases: DatabasesService;
+  functions: FunctionsService;
+  functionPool: WorkerPool;
+  functionLogs: FunctionLogs;
   /** Where Kiln's email goes: the local catcher's SMTP port, or KILN_SMTP_URL. */
   mailer: Mailer;
   /** The local catcher, when Kiln is not configured to send real mail. */

@@ -38,6 +38,10 @@ import { DatabaseActivity } from "./databases/activity";
 import { databaseRoutes } from "./databases/routes";
 import { DatabasesService } from "./databases/service";
 import { DatabaseWireRouter } from "./databases/wire-router";
+import { WorkerPool } from "../runtime-sandbox/worker-pool";
+import { FunctionLogs } from "./functions/invoke";
+import { functionRoutes } from "./functions/routes";
+import { FunctionsService } from "./functions/service";
 import { VariablesService } from "./variables/service";
 
 export interface RunningKiln {
@@ -90,6 +94,7 @@ export function buildRouter(config: Config, kiln?: Kiln): Router {
   variableRoutes(router);
   endUserRoutes(router);
   databaseRoutes(router);
+  functionRoutes(router);
   mailCatcherRoutes(
     router,
     () => kiln?.mailCatcher ?? null,
@@ -197,11 +202,30 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   undo.push(() => wire.close());
   activity.start();
 
+  // Functions: warm sandboxed workers; Kiln's own data dir is never visible to them.
+  const pool = new WorkerPool({ hiddenPaths: [config.dataDir], log: (m) => log.warn(m) });
+  undo.push(() => pool.close());
+  kiln.functionPool = pool;
+  kiln.functionLogs = new FunctionLogs(store);
+  kiln.functions = new FunctionsService({
+    store,
+    now,
+    blobDir: join(config.dataDir, "blobs", "functions"),
+    codeDir: join(config.dataDir, "functions"),
+    maxFunctions: () => config.maxFunctions,
+    retireWorkers: async (functionId, keep) => {
+      const deps = await store.query<{ id: string }>(`select id from function_deployments where function_id = $1`, [functionId]);
+      for (const d of deps) if (d.id !== keep) await pool.retire(`${functionId}:${d.id}:`);
+    },
+    log,
+  });
+
   // What a project owns, set up with it and removed with it.
   kiln.projects.registerSetup((tx, projectId) => kiln.keys.createAnonKey(projectId, { name: "default" }, tx).then(() => {}));
   kiln.projects.registerCleanup("keys", (id) => kiln.keys.removeAll(id));
   kiln.projects.registerSetup((tx, projectId) => kiln.signingKeys.create(projectId, tx).then(() => {}));
   kiln.projects.registerCleanup("variables", (id) => kiln.variables.removeAll(id));
+  kiln.projects.registerCleanup("functions", (id) => kiln.functions.removeAll(id));
   kiln.projects.registerCleanup("databases", (id) => kiln.databases.removeAll(id));
   kiln.projects.registerCleanup("end users", (id) => kiln.endUsers.removeAll(id));
   kiln.projects.registerCleanup("auth settings", async (id) => {
@@ -213,6 +237,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   await kiln.variables.settlePending();
   await kiln.projects.resumeDeletions();
   await kiln.databases.resumeProvisioning();
+  await kiln.functions.resume();
   usage.start();
   const sampler = setInterval(() => void kiln.databases.sampleStorage().catch((e) => log.error("database storage sampling failed", e)), 60_000);
   sampler.unref?.();
@@ -231,6 +256,8 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
       clearInterval(sampler);
       await wire.close().catch(() => {});
       await kiln.databases.drain();
+      await kiln.functions.drain();
+      await pool.close();
       await activity.stop();
       await engine.close().catch((e) => log.error("closing databases failed", e));
       await kiln.variables.settlePending().catch(() => {});

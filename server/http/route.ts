@@ -5,7 +5,7 @@ import type { Kiln } from "../context";
 import type { ProjectRecord } from "../projects/service";
 import { badRequest, errorResponse, HttpError, jsonResponse } from "./errors";
 
-export type Method = "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE";
+export type Method = "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE" | "OPTIONS";
 
 export interface ResponseSpec {
   description: string;

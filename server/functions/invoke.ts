@@ -1,0 +1,144 @@
+import { posix } from "node:path";
+import type { Principal } from "../auth/principal";
+import type { Kiln } from "../context";
+import { forbidden, HttpError } from "../http/errors";
+import { newId } from "../ids";
+import { FunctionError, type LogLine } from "../../runtime-sandbox/worker-pool";
+import type { FunctionRecord } from "./service";
+
+/** Headers only the platform sets; a function's own copies are dropped, as are hop-by-hop ones. */
+const PLATFORM_OWNED = new Set([
+  "x-service-version",
+  "x-service-region",
+  "x-service-health",
+  "x-service-function-invoked",
+  "x-service-proxy-ms",
+  "x-service-proxy-handler-ms",
+  "x-service-compute-ms",
+  "connection",
+  "keep-alive",
+  "transfer-encoding",
+  "content-length",
+  "upgrade",
+]);
+
+export const DEFAULT_LIMITS = { memoryMb: 256, timeoutMs: 30_000 };
+
+/** Which credentials may invoke which functions (the spec's token rules 1–3). */
+export function mayInvoke(p: Principal, fn: FunctionRecord): void {
+  if (p.kind === "service_key") {
+    if (p.permissions === null || p.permissions.includes("functions.invoke")) return;
+    throw forbidden("this service key is scoped without functions.invoke");
+  }
+  if (p.kind === "user") return;
+  if (p.kind === "anon_key") {
+    if (!fn.is_public) throw forbidden("anon keys may only invoke public functions");
+    if (!p.permissions.includes("functions.invoke")) throw forbidden("this anon key does not hold the functions.invoke permission");
+    return;
+  }
+  throw forbidden("invoking a function needs a service key, an end-user access token or an anon key");
+}
+
+function failure(err: FunctionError, invocationId: string): HttpError {
+  const status = err.kind === "timeout" ? 504 : err.kind === "runtime_missing" ? 503 : 502;
+  const what =
+    err.kind === "timeout"
+      ? "the function timed out"
+      : err.kind === "out_of_memory"
+        ? "the function ran out of memory"
+        : err.kind === "init_error"
+          ? "the function failed to start"
+          : err.kind === "runtime_missing"
+            ? "the function's runtime is not available"
+            : "the function crashed";
+  return new HttpError(status, { error: `${what}: ${err.message}` }, { "X-Service-Invocation-Id": invocationId });
+}
+
+/**
+ * Runs one invocation of the function's active deployment and answers with what the function
+ * returned, plus the platform's timing headers.
+ */
+export async function invoke(kiln: Kiln, fn: FunctionRecord, principal: Principal, payload: unknown, arrivedAt: number, handlerStart: number): Promise<Response> {
+  if (!fn.active_deployment_id) throw new HttpError(409, { error: `the function has no successful deployment yet (status ${fn.status})` });
+  const build = await kiln.functions.buildConfig(fn.active_deployment_id);
+  if (!build?.entry) throw new HttpError(409, { error: "the function's deployment has no entry file" });
+  const region = kiln.config.regions[0]!;
+  const invocationId = newId();
+  const env = await kiln.variables.values(fn.project_id);
+  const root = build.function_root === "." ? "" : `${build.function_root}/`;
+  const pythonPath = [build.function_root, posix.join(build.install_root, "python_deps")].join(":");
+  let event = payload;
+  if (principal.kind === "user" && (payload === undefined || (typeof payload === "object" && payload !== null && !Array.isArray(payload)))) {
+    event = {
+      ...((payload as object) ?? {}),
+      __service_auth: { user_id: principal.userId, email: principal.email, project_id: principal.projectId, role: principal.role, access_token: principal.accessToken },
+    };
+  }
+  const started = performance.now();
+  let logs: LogLine[] = [];
+  let status = 0;
+  try {
+    const out = await kiln.functionPool.invoke(
+      {
+        key: `${fn.id}:${fn.active_deployment_id}:${region}`,
+        functionName: fn.name,
+        region,
+        runtime: fn.runtime,
+        codeDir: kiln.functions.deploymentRoot(fn.id, fn.active_deployment_id),
+        entry: `${root}${build.entry}`,
+        handler: fn.handler,
+        env: { ...env, PYTHONPATH: pythonPath },
+        limits: DEFAULT_LIMITS,
+        network: false,
+      },
+      event,
+      { invocationId },
+    );
+    logs = out.logs;
+    status = out.status;
+    const headers: Record<string, string> = {};
+    for (const [k, v] of Object.entries(out.headers)) if (!PLATFORM_OWNED.has(k.toLowerCase())) headers[k] = v;
+    headers["X-Service-Proxy-Ms"] = String(Math.round(started - arrivedAt));
+    headers["X-Service-Proxy-Handler-Ms"] = String(Math.round(started - handlerStart));
+    headers["X-Service-Compute-Ms"] = String(Math.round(out.computeMs));
+    headers["X-Service-Invocation-Id"] = invocationId;
+    return new Response(out.body as BodyInit, { status: out.status, headers });
+  } catch (err) {
+    if (err instanceof FunctionError) {
+      logs = err.logs;
+      const e = failure(err, invocationId);
+      status = e.status;
+      logs = [...logs, { level: "error", message: String((e.body as { error?: string }).error), timestamp: new Date().toISOString() }];
+      throw e;
+    }
+    throw err;
+  } finally {
+    const ms = performance.now() - started;
+    await kiln.functionLogs
+      .record(fn, region, invocationId, [...logs, { level: status >= 500 ? "error" : "info", message: `invocation ${invocationId} finished with status ${status} in ${ms.toFixed(1)} ms`, timestamp: new Date().toISOString() }])
+      .catch((e) => kiln.log.error("recording function logs failed", e));
+  }
+}
+
+/** Function log lines, for log search later: level, invocation, region, time. */
+export class FunctionLogs {
+  constructor(private readonly store: import("../store/store").ControlStore) {}
+
+  async record(fn: FunctionRecord, region: string, invocationId: string, lines: LogLine[]): Promise<void> {
+    if (lines.length === 0) return;
+    const values: unknown[] = [];
+    const rows = lines.map((l, i) => {
+      values.push(newId(), fn.project_id, fn.id, fn.active_deployment_id, invocationId, region, l.level, l.message.slice(0, 16_000), l.timestamp);
+      const b = i * 9;
+      return `($${b + 1}, $${b + 2}, $${b + 3}, $${b + 4}, $${b + 5}, $${b + 6}, $${b + 7}, $${b + 8}, $${b + 9}::timestamptz)`;
+    });
+    await this.store.query(
+      `insert into function_logs (id, project_id, function_id, deployment_id, invocation_id, region, level, body, at) values ${rows.join(", ")}`,
+      values,
+    );
+  }
+
+  async forInvocation(invocationId: string) {
+    return this.store.query(`select level, body, region, at from function_logs where invocation_id = $1 order by at, id`, [invocationId]);
+  }
+}

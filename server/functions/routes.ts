@@ -1,0 +1,221 @@
+import type { Kiln } from "../context";
+import { errorSchema } from "../http/common-schemas";
+import { badRequest, HttpError, notFound } from "../http/errors";
+import { DEFAULT_LIMIT, paginated } from "../http/pagination";
+import { describeZodError, reply, type Router } from "../http/route";
+import { projectIdParams } from "../projects/schemas";
+import { ArchiveError, normalizeSource } from "./archive";
+import { invoke, mayInvoke } from "./invoke";
+import {
+  deployFields,
+  deploymentListSchema,
+  functionListSchema,
+  functionParams,
+  functionSchema,
+  invokeBody,
+  listFunctionsQuery,
+  patchFunctionBody,
+  resolveQuery,
+  resolveSchema,
+} from "./schemas";
+import type { FunctionRecord } from "./service";
+
+const tag = "Functions";
+const errors = { 400: errorSchema, 401: errorSchema, 403: errorSchema, 404: errorSchema, 409: errorSchema };
+const MB = 1_048_576;
+
+function view(kiln: Kiln, fn: FunctionRecord) {
+  return {
+    id: fn.id,
+    name: fn.name,
+    status: fn.status as "provisioning" | "active" | "failed" | "deleting",
+    is_public: fn.is_public,
+    invocation_mode: fn.invocation_mode,
+    http_auth_mode: fn.http_auth_mode,
+    openapi_spec: fn.openapi_spec,
+    deployed_regions: fn.active_deployment_id ? [...kiln.config.regions] : [],
+    runtime: fn.runtime,
+    handler: fn.handler,
+    ...(fn.pending_deployment_id ? { pending_deployment_id: fn.pending_deployment_id } : {}),
+    created_at: fn.created_at,
+    updated_at: fn.updated_at,
+  };
+}
+
+/** The multipart deploy body: text fields through the zod schema, the archive as bytes. */
+async function readDeploy(request: Request) {
+  if (!/multipart\/form-data/i.test(request.headers.get("content-type") ?? "")) throw badRequest("deploy with multipart/form-data (fields name, runtime, code, ...)");
+  let form: FormData;
+  try {
+    form = await request.formData();
+  } catch {
+    throw badRequest("request body is not valid multipart/form-data");
+  }
+  const fields: Record<string, string> = {};
+  for (const [k, v] of form.entries()) if (typeof v === "string") fields[k] = v;
+  const parsed = deployFields.safeParse(fields);
+  if (!parsed.success) throw badRequest(describeZodError("body", parsed.error));
+  const code = form.get("code");
+  if (!code || typeof code === "string") throw badRequest("invalid request: body field 'code': an archive file (ZIP or tar.gz) is required");
+  return { fields: parsed.data, archive: new Uint8Array(await code.arrayBuffer()) };
+}
+
+export function functionRoutes(r: Router): void {
+  r.add({
+    method: "GET",
+    path: "/projects/{projectId}/functions",
+    tag,
+    summary: "List functions",
+    auth: { kind: "project", access: "read" },
+    params: projectIdParams,
+    query: listFunctionsQuery,
+    responses: { 200: { description: "functions", schema: functionListSchema }, ...errors },
+    handler: async ({ kiln, project, query: q }) => {
+      const page = q.page ?? 1;
+      const limit = q.limit ?? DEFAULT_LIMIT;
+      const res = await kiln.functions.list(project!.id, page, limit);
+      return reply.ok(paginated(res.data.map((f) => view(kiln, f)), { page, limit, total: res.total, path: `/projects/${project!.id}/functions` }));
+    },
+  });
+
+  r.add({
+    method: "POST",
+    path: "/projects/{projectId}/functions",
+    tag,
+    summary: "Create or update a function from a source archive (multipart: name, runtime, code, handler, is_public, invocation_mode, http_auth_mode, openapi_spec)",
+    auth: { kind: "project", access: "write" },
+    params: projectIdParams,
+    responses: { 200: { description: "existing function, deployment started or queued", schema: functionSchema }, 201: { description: "new function", schema: functionSchema }, ...errors },
+    handler: async ({ kiln, project, request }) => {
+      const { fields, archive } = await readDeploy(request);
+      const limit = kiln.config.sourceArchiveLimitMb * MB;
+      let source;
+      try {
+        source = await normalizeSource(archive, {
+          runtime: fields.runtime,
+          handler: fields.handler ?? "handler",
+          limits: { uploadBytes: limit, normalizedBytes: limit, extractedBytes: limit * 10 },
+        });
+      } catch (err) {
+        if (err instanceof ArchiveError) throw badRequest(err.message);
+        throw err;
+      }
+      const { created, fn } = await kiln.functions.deploy(project!.id, fields, source);
+      return { status: created ? 201 : 200, body: view(kiln, fn) };
+    },
+  });
+
+  r.add({
+    method: "GET",
+    path: "/projects/{projectId}/functions/{functionId}",
+    tag,
+    summary: "Get a function",
+    auth: { kind: "project", access: "read" },
+    params: functionParams,
+    responses: { 200: { description: "function", schema: functionSchema }, ...errors },
+    handler: async ({ kiln, project, params }) => reply.ok(view(kiln, await kiln.functions.get(project!.id, params.functionId))),
+  });
+
+  r.add({
+    method: "PATCH",
+    path: "/projects/{projectId}/functions/{functionId}",
+    tag,
+    summary: "Update invocation settings",
+    auth: { kind: "project", access: "write" },
+    params: functionParams,
+    body: patchFunctionBody,
+    responses: { 200: { description: "function", schema: functionSchema }, ...errors },
+    handler: async ({ kiln, project, params, body }) => reply.ok(view(kiln, await kiln.functions.update(await kiln.functions.get(project!.id, params.functionId), body))),
+  });
+
+  r.add({
+    method: "DELETE",
+    path: "/projects/{projectId}/functions/{functionId}",
+    tag,
+    summary: "Delete a function (asynchronous; queued behind a running deployment)",
+    auth: { kind: "project", access: "write" },
+    params: functionParams,
+    responses: { 202: { description: "deletion accepted", schema: functionSchema }, ...errors },
+    handler: async ({ kiln, project, params }) => {
+      const fn = await kiln.functions.get(project!.id, params.functionId);
+      return reply.accepted(view(kiln, await kiln.functions.requestDelete(fn)));
+    },
+  });
+
+  r.add({
+    method: "GET",
+    path: "/projects/{projectId}/functions/{functionId}/deployments",
+    tag,
+    summary: "Deployment history with status and build-log metadata",
+    auth: { kind: "project", access: "read" },
+    params: functionParams,
+    responses: { 200: { description: "deployments", schema: deploymentListSchema }, ...errors },
+    handler: async ({ kiln, project, params }) => {
+      const fn = await kiln.functions.get(project!.id, params.functionId);
+      return reply.ok({ data: await kiln.functions.deployments(fn.id) });
+    },
+  });
+
+  r.add({
+    method: "POST",
+    path: "/functions/{functionId}/invoke",
+    tag: "Invocation",
+    summary: "Invoke a function by RPC: body {payload}; service key, end-user token, or anon key (functions.invoke, public functions)",
+    auth: { kind: "none" },
+    params: functionParams.pick({ functionId: true }),
+    body: invokeBody,
+    bodyValidation: "handler",
+    responses: { 200: { description: "the function's response (status and headers are the function's)" }, ...errors, 502: errorSchema, 503: errorSchema, 504: errorSchema },
+    handler: async ({ kiln, request, ip, arrivedAt, params, body }) => {
+      const handlerStart = performance.now();
+      const principal = await kiln.guard.authenticate(request, ip);
+      if (principal.kind !== "service_key" && principal.kind !== "user" && principal.kind !== "anon_key")
+        throw new HttpError(403, { error: "invoking a function needs a service key, an end-user access token or an anon key" });
+      const fn = await kiln.functions.byId(params.functionId);
+      if (!fn || fn.project_id !== principal.projectId) throw notFound("function not found");
+      mayInvoke(principal, fn);
+      const parsed = invokeBody.safeParse(body);
+      if (!parsed.success || typeof body !== "object" || body === null || Array.isArray(body)) throw badRequest("invalid request: the body must be a JSON object {payload: ...}");
+      return invoke(kiln, fn, principal, parsed.data.payload, arrivedAt, handlerStart);
+    },
+  });
+
+  r.add({
+    method: "OPTIONS",
+    path: "/functions/{functionId}/invoke",
+    tag: "Invocation",
+    summary: "CORS preflight for RPC invocation",
+    auth: { kind: "none" },
+    params: functionParams.pick({ functionId: true }),
+    responses: { 204: { description: "preflight" } },
+    handler: ({ request }) =>
+      new Response(null, {
+        status: 204,
+        headers: {
+          "Access-Control-Allow-Origin": request.headers.get("origin") ?? "*",
+          "Access-Control-Allow-Methods": "POST, OPTIONS",
+          "Access-Control-Allow-Headers": request.headers.get("access-control-request-headers") ?? "authorization, content-type",
+          "Access-Control-Max-Age": "600",
+          Vary: "Origin",
+        },
+      }),
+  });
+
+  r.add({
+    method: "GET",
+    path: "/functions/resolve",
+    tag: "Invocation",
+    summary: "Resolve a function name in the caller's project (same credential rules as invocation)",
+    auth: { kind: "none" },
+    query: resolveQuery,
+    responses: { 200: { description: "resolved", schema: resolveSchema }, ...errors },
+    handler: async ({ kiln, request, ip, query }) => {
+      const principal = await kiln.guard.authenticate(request, ip);
+      if (!("projectId" in principal)) throw new HttpError(403, { error: "resolving a function needs a service key, an end-user access token or an anon key" });
+      const fn = await kiln.functions.byName(principal.projectId, query.name);
+      if (!fn || fn.status === "deleting") throw notFound("function not found");
+      mayInvoke(principal, fn);
+      return reply.ok({ name: fn.name, function_id: fn.id, cache_ttl_seconds: 60 });
+    },
+  });
+}

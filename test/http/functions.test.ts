@@ -1,0 +1,241 @@
+// Standard functions: deploy from archives, builds and the deployment queue, RPC invocation with
+// the credential rules, the sandbox as users meet it.
+import { execFileSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { afterAll, describe, expect, test } from "vitest";
+import { createProject, eventually, useKiln, withKiln, type TestKiln } from "../support/kiln";
+
+const work = mkdtempSync(join(tmpdir(), "kiln-fn-test-"));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+let n = 0;
+
+function tgz(files: Record<string, string>, extra?: (dir: string) => void): Buffer {
+  const dir = join(work, `src-${++n}`);
+  mkdirSync(dir, { recursive: true });
+  for (const [p, c] of Object.entries(files)) {
+    mkdirSync(dirname(join(dir, p)), { recursive: true });
+    writeFileSync(join(dir, p), c);
+  }
+  extra?.(dir);
+  const out = join(work, `a-${n}.tgz`);
+  execFileSync("tar", ["-czf", out, "-C", dir, "."]);
+  return readFileSync(out);
+}
+
+async function deploy(k: TestKiln, projectId: string, fields: Record<string, string>, code: Buffer | null, token?: string) {
+  const form = new FormData();
+  for (const [key, v] of Object.entries(fields)) form.set(key, v);
+  if (code) form.set("code", new Blob([new Uint8Array(code)]), "code.tgz");
+  const res = await fetch(`${k.url}/projects/${projectId}/functions`, { method: "POST", headers: { authorization: `Bearer ${token ?? k.token}` }, body: form });
+  return { status: res.status, body: (await res.json()) as any };
+}
+
+async function settled(k: TestKiln, projectId: string, fnId: string) {
+  return (
+    await eventually(
+      () => k.api("GET", `/projects/${projectId}/functions/${fnId}`),
+      (r) => r.body.status !== "provisioning" && !r.body.pending_deployment_id,
+      60_000,
+    )
+  ).body;
+}
+
+const NODE_HELLO = {
+  "index.js": `exports.handler = async (event, context) => ({ hello: event?.name ?? "world", fn: context.functionName, auth: event?.__service_auth ?? null, secret: process.env.GREETING ?? null });`,
+};
+
+const k = useKiln();
+async function setup() {
+  const p = await createProject(k);
+  const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "backend" } })).body.key as string;
+  return { p, sk };
+}
+const invoke = (fnId: string, token: string | null, payload?: unknown) => k.api("POST", `/functions/${fnId}/invoke`, { token, body: { payload } });
+
+describe("deploy and invoke", () => {
+  test("a new node function: 201 provisioning, then active; invoked by RPC with the platform's headers", async () => {
+    const { p, sk } = await setup();
+    const d = await deploy(k, p.id, { name: "hello", runtime: "nodejs22.x" }, tgz(NODE_HELLO));
+    expect(d.status).toBe(201);
+    expect(d.body).toMatchObject({ name: "hello", status: "provisioning", runtime: "nodejs22.x", handler: "handler", is_public: false, invocation_mode: "rpc", http_auth_mode: "service", openapi_spec: null });
+    const fn = await settled(k, p.id, d.body.id);
+    expect(fn.status).toBe("active");
+    expect(fn.deployed_regions).toEqual(["local"]);
+    const r = await invoke(fn.id, sk, { name: "ada" });
+    expect(r.status).toBe(200);
+    expect(r.body).toEqual({ hello: "ada", fn: "hello", auth: null, secret: null });
+    for (const h of ["x-service-version", "x-service-region", "x-service-proxy-ms", "x-service-proxy-handler-ms", "x-service-compute-ms"]) expect(r.headers.get(h), h).toBeTruthy();
+    const list = await k.api("GET", `/projects/${p.id}/functions`);
+    expect(list.body).toMatchObject({ total: 1, data: [{ id: fn.id }] });
+    const deps = await k.api("GET", `/projects/${p.id}/functions/${fn.id}/deployments`);
+    expect(deps.body.data).toHaveLength(1);
+    expect(deps.body.data[0]).toMatchObject({ kind: "deploy", status: "succeeded" });
+    expect(deps.body.data[0].build_log.lines).toBeGreaterThan(0);
+  });
+
+  test("{statusCode, headers, body} sets the response; platform-owned headers from the function are dropped", async () => {
+    const { p, sk } = await setup();
+    const code = tgz({
+      "index.mjs": `export const handler = async () => ({ statusCode: 418, headers: { "X-Teapot": "yes", "X-Service-Region": "forged", "content-type": "text/plain" }, body: "short and stout" });`,
+    });
+    const fn = await settled(k, p.id, (await deploy(k, p.id, { name: "teapot", runtime: "nodejs22.x" }, code)).body.id);
+    const r = await invoke(fn.id, sk);
+    expect(r.status).toBe(418);
+    expect(r.text).toBe("short and stout");
+    expect(r.headers.get("x-teapot")).toBe("yes");
+    expect(r.headers.get("x-service-region")).toBe("local");
+  });
+
+  test("a python function", async () => {
+    const { p, sk } = await setup();
+    const code = tgz({ "main.py": "def handler(event, context):\n    return {'sum': sum(event['xs']), 'name': context.function_name}\n" });
+    const fn = await settled(k, p.id, (await deploy(k, p.id, { name: "adder", runtime: "python3.11" }, code)).body.id);
+    expect(fn.status).toBe("active");
+    expect((await invoke(fn.id, sk, { xs: [1, 2, 3] })).body).toEqual({ sum: 6, name: "adder" });
+  });
+
+  test("redeploy: 200, new code served; a failed build keeps the last good version serving", async () => {
+    const { p, sk } = await setup();
+    const first = await deploy(k, p.id, { name: "versioned", runtime: "nodejs22.x" }, tgz({ "index.js": "exports.handler = async () => 'v1'" }));
+    await settled(k, p.id, first.body.id);
+    const second = await deploy(k, p.id, { name: "versioned", runtime: "nodejs22.x" }, tgz({ "index.js": "exports.handler = async () => 'v2'" }));
+    expect(second.status).toBe(200);
+    expect(second.body.id).toBe(first.body.id);
+    await settled(k, p.id, first.body.id);
+    expect((await invoke(first.body.id, sk)).body).toBe("v2");
+    const broken = await deploy(k, p.id, { name: "versioned", runtime: "nodejs22.x" }, tgz({ "index.js": "exports.handler = async () => 'v3'", ".service-dependencies/x": "no" }));
+    expect(broken.status).toBe(200);
+    const after = await settled(k, p.id, first.body.id);
+    expect(after.status).toBe("failed");
+    expect((await invoke(first.body.id, sk)).body).toBe("v2");
+    const deps = (await k.api("GET", `/projects/${p.id}/functions/${first.body.id}/deployments`)).body.data;
+    expect(deps[0]).toMatchObject({ status: "failed", error: expect.stringMatching(/reserved path/) });
+    expect(deps.map((x: any) => x.status)).toEqual(["failed", "succeeded", "succeeded"]);
+  });
+
+  test("project variables are the function's environment; a change applies without redeploy", async () => {
+    const { p, sk } = await setup();
+    await k.api("POST", `/projects/${p.id}/variables`, { body: { name: "GREETING", value: "hi" } });
+    const fn = await settled(k, p.id, (await deploy(k, p.id, { name: "env", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).body.id);
+    expect((await invoke(fn.id, sk)).body.secret).toBe("hi");
+    await k.api("PATCH", `/projects/${p.id}/variables/GREETING`, { body: { value: "hello" } });
+    await eventually(() => invoke(fn.id, sk), (r) => r.body.secret === "hello");
+  });
+});
+
+describe("deploy validation", () => {
+  test("names, runtimes, archives and mode combinations are checked (400 naming the field)", async () => {
+    const { p } = await setup();
+    const code = tgz(NODE_HELLO);
+    for (const name of ["Upper", "-lead", "trail-", "a".repeat(64), "sp ace"]) {
+      const r = await deploy(k, p.id, { name, runtime: "nodejs22.x" }, code);
+      expect(r.status, name).toBe(400);
+      expect(r.body.error).toContain("'name'");
+    }
+    expect((await deploy(k, p.id, { name: "a".repeat(63), runtime: "nodejs22.x" }, code)).status).toBe(201);
+    expect((await deploy(k, p.id, { name: "x", runtime: "java21" }, code)).body.error).toContain("'runtime'");
+    expect((await deploy(k, p.id, { name: "x", runtime: "nodejs22.x" }, null)).body.error).toContain("'code'");
+    const link = await deploy(k, p.id, { name: "x", runtime: "nodejs22.x" }, tgz({ "index.js": "x" }, (d) => symlinkSync("/etc/passwd", join(d, "p"))));
+    expect(link.status).toBe(400);
+    expect(link.body.error).toMatch(/symlink/);
+    const none = await deploy(k, p.id, { name: "x", runtime: "nodejs22.x", http_auth_mode: "none" }, code);
+    expect(none.status).toBe(400);
+    expect(none.body.error).toMatch(/http_auth_mode none/);
+    expect((await deploy(k, p.id, { name: "x", runtime: "nodejs22.x", openapi_spec: '{"swagger":"2.0"}' }, code)).body.error).toContain("'openapi_spec'");
+    const json = await k.api("POST", `/projects/${p.id}/functions`, { body: { name: "x" } });
+    expect(json.status).toBe(400);
+  });
+
+  test("PATCH settings; http_auth_mode none needs a public http function", async () => {
+    const { p } = await setup();
+    const fn = await settled(k, p.id, (await deploy(k, p.id, { name: "cfg", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).body.id);
+    expect((await k.api("PATCH", `/projects/${p.id}/functions/${fn.id}`, { body: { http_auth_mode: "none" } })).status).toBe(400);
+    const ok = await k.api("PATCH", `/projects/${p.id}/functions/${fn.id}`, { body: { is_public: true, invocation_mode: "http", http_auth_mode: "none", openapi_spec: { openapi: "3.1.0", info: {} } } });
+    expect(ok.body).toMatchObject({ is_public: true, invocation_mode: "http", http_auth_mode: "none", openapi_spec: { openapi: "3.1.0" } });
+    expect((await k.api("PATCH", `/projects/${p.id}/functions/${fn.id}`, { body: { openapi_spec: null } })).body.openapi_spec).toBeNull();
+  });
+});
+
+describe("credential rules", () => {
+  test("service key, end-user token (with __service_auth), anon keys only with functions.invoke on public functions", async () => {
+    const { p, sk } = await setup();
+    const fn = await settled(k, p.id, (await deploy(k, p.id, { name: "who", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).body.id);
+    const defaultAnon = (await k.api("GET", `/projects/${p.id}/anon-keys`)).body.data[0].key;
+    const invokeAnon = (await k.api("POST", `/projects/${p.id}/anon-keys`, { body: { name: "web", permissions: ["functions.invoke"] } })).body.key;
+    const user = (await k.api("POST", "/auth/signup", { token: defaultAnon, body: { email: `fn-${Date.now()}@example.com`, password: "long enough" } })).body;
+    const asUser = await invoke(fn.id, user.access_token, { name: "me" });
+    expect(asUser.status).toBe(200);
+    expect(asUser.body.auth).toEqual({ user_id: user.user.id, email: user.user.email, project_id: p.id, role: "authenticated", access_token: user.access_token });
+    expect((await invoke(fn.id, invokeAnon)).status).toBe(403); // private function
+    await k.api("PATCH", `/projects/${p.id}/functions/${fn.id}`, { body: { is_public: true } });
+    expect((await invoke(fn.id, defaultAnon)).status).toBe(403); // no functions.invoke
+    expect((await invoke(fn.id, invokeAnon)).status).toBe(200);
+    expect((await invoke(fn.id, k.token)).status).toBe(403);
+    expect((await invoke(fn.id, null)).status).toBe(401);
+    const other = await setup();
+    expect((await invoke(fn.id, other.sk)).status).toBe(404);
+    expect((await invoke(fn.id, sk)).status).toBe(200);
+    const resolved = await k.api("GET", `/functions/resolve?name=who`, { token: sk });
+    expect(resolved.body).toEqual({ name: "who", function_id: fn.id, cache_ttl_seconds: 60 });
+    expect((await k.api("GET", `/functions/resolve?name=nope`, { token: sk })).status).toBe(404);
+    const pre = await fetch(`${k.url}/functions/${fn.id}/invoke`, { method: "OPTIONS", headers: { origin: "http://localhost:3000", "access-control-request-method": "POST" } });
+    expect(pre.status).toBe(204);
+    expect(pre.headers.get("access-control-allow-methods")).toBe("POST, OPTIONS");
+  });
+});
+
+describe("failures and isolation", () => {
+  test("a thrown error is a 500 from the function; a crash a 502; a timeout-free function keeps working after", async () => {
+    const { p, sk } = await setup();
+    const fn = await settled(
+      k,
+      p.id,
+      (
+        await deploy(k, p.id, { name: "flaky", runtime: "nodejs22.x" }, tgz({ "index.js": `exports.handler = async (e) => { if (e.mode === "throw") throw new Error("boom"); if (e.mode === "exit") process.exit(3); return "fine"; }` }))
+      ).body.id,
+    );
+    const thrown = await invoke(fn.id, sk, { mode: "throw" });
+    expect(thrown.status).toBe(500);
+    expect(thrown.body.error).toBe("boom");
+    const crash = await invoke(fn.id, sk, { mode: "exit" });
+    expect(crash.status).toBe(502);
+    expect(crash.body.error).toMatch(/crashed/);
+    expect((await invoke(fn.id, sk, { mode: "ok" })).body).toBe("fine");
+  });
+
+  test("a function cannot read Kiln's data dir", async () => {
+    const { p, sk } = await setup();
+    const code = tgz({ "index.js": `const fs = require("fs"); exports.handler = async (e) => { try { return { read: fs.readFileSync(e.path, "utf8").length } } catch (err) { return { error: err.code } } };` });
+    const fn = await settled(k, p.id, (await deploy(k, p.id, { name: "snoop", runtime: "nodejs22.x" }, code)).body.id);
+    const r = await invoke(fn.id, sk, { path: join(k.dataDir, "kiln.pid") });
+    expect(r.body.read).toBeUndefined();
+    expect(r.body.error).toMatch(/ENOENT|EACCES/);
+  });
+});
+
+describe("delete", () => {
+  test("202 deleting, then 404; a deploy while deletion is requested is 409", async () => {
+    await withKiln({}, async (kk) => {
+      const p = await createProject(kk);
+      const d = await deploy(kk, p.id, { name: "gone", runtime: "nodejs22.x" }, tgz(NODE_HELLO));
+      await settled(kk, p.id, d.body.id);
+      const del = await kk.api("DELETE", `/projects/${p.id}/functions/${d.body.id}`);
+      expect(del.status).toBe(202);
+      const again = await deploy(kk, p.id, { name: "gone", runtime: "nodejs22.x" }, tgz(NODE_HELLO));
+      expect([201, 409]).toContain(again.status); // 409 while the deletion runs; a new function once it finished
+      await eventually(() => kk.api("GET", `/projects/${p.id}/functions/${d.body.id}`), (r) => r.status === 404);
+    });
+  });
+
+  test("the per-project cap answers 403", async () => {
+    await withKiln({ env: { KILN_FUNCTION_LIMIT: "1" } }, async (kk) => {
+      const p = await createProject(kk);
+      expect((await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).status).toBe(201);
+      const two = await deploy(kk, p.id, { name: "two", runtime: "nodejs22.x" }, tgz(NODE_HELLO));
+      expect(two.status).toBe(403);
+      expect((await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).status).toBe(200);
+    });
+  });
+});
