@@ -43,6 +43,8 @@ export interface Config {
   dbIdleCloseMs: number;
   /** SOURCE_ARCHIVE_SIZE_LIMIT_MB: uploaded and normalized function archives. */
   sourceArchiveLimitMb: number;
+  /** HTTP-mode function addresses are `<name>.<project>.<functionsDomain>` (resolving to Kiln). */
+  functionsDomain: string;
   /** Standard functions per project (403 beyond). */
   maxFunctions: number;
   /** Lets tests move time forward through /_kiln/clock. */
@@ -121,6 +123,7 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     dbMaxOpen: intEnv("KILN_DB_MAX_OPEN", 10),
     sourceArchiveLimitMb: intEnv("KILN_SOURCE_ARCHIVE_LIMIT_MB", 50),
     maxFunctions: intEnv("KILN_FUNCTION_LIMIT", 10_000),
+    functionsDomain: (env.KILN_FUNCTIONS_DOMAIN || "fn.localhost").toLowerCase(),
     dbIdleCloseMs: intEnv("KILN_DB_IDLE_CLOSE_MS", 60_000),
     smtpUrl: env.KILN_SMTP_URL || undefined,
     mailFrom: env.KILN_MAIL_FROM || "Kiln <no-reply@kiln.localhost>",

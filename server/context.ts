@@ -49,5 +49,7 @@ export interface Kiln {
   mailCatcher: MailCatcher | null;
   /** The address links in emails point at (`KILN_PUBLIC_URL`, else the listening address). */
   publicUrl: string;
+  /** The port Kiln's HTTP server listens on (function addresses carry it). */
+  httpPort: number;
   http: { renderError(err: unknown, request: Request): Response };
 }

@@ -247,6 +247,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   trace("listening");
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
   kiln.publicUrl = config.publicUrl ?? url;
+  kiln.httpPort = server.port!;
 
   let stopping: Promise<void> | null = null;
   const stop = () =>

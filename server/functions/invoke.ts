@@ -58,7 +58,15 @@ function failure(err: FunctionError, invocationId: string): HttpError {
  * Runs one invocation of the function's active deployment and answers with what the function
  * returned, plus the platform's timing headers.
  */
-export async function invoke(kiln: Kiln, fn: FunctionRecord, principal: Principal, payload: unknown, arrivedAt: number, handlerStart: number): Promise<Response> {
+export async function invoke(
+  kiln: Kiln,
+  fn: FunctionRecord,
+  principal: Principal | null,
+  payload: unknown,
+  arrivedAt: number,
+  handlerStart: number,
+  opts: { head?: boolean } = {},
+): Promise<Response> {
   if (!fn.active_deployment_id) throw new HttpError(409, { error: `the function has no successful deployment yet (status ${fn.status})` });
   const build = await kiln.functions.buildConfig(fn.active_deployment_id);
   if (!build?.entry) throw new HttpError(409, { error: "the function's deployment has no entry file" });
@@ -68,7 +76,7 @@ export async function invoke(kiln: Kiln, fn: FunctionRecord, principal: Principa
   const root = build.function_root === "." ? "" : `${build.function_root}/`;
   const pythonPath = [build.function_root, posix.join(build.install_root, "python_deps")].join(":");
   let event = payload;
-  if (principal.kind === "user" && (payload === undefined || (typeof payload === "object" && payload !== null && !Array.isArray(payload)))) {
+  if (principal?.kind === "user" && (payload === undefined || (typeof payload === "object" && payload !== null && !Array.isArray(payload)))) {
     event = {
       ...((payload as object) ?? {}),
       __service_auth: { user_id: principal.userId, email: principal.email, project_id: principal.projectId, role: principal.role, access_token: principal.accessToken },
@@ -102,7 +110,7 @@ export async function invoke(kiln: Kiln, fn: FunctionRecord, principal: Principa
     headers["X-Service-Proxy-Handler-Ms"] = String(Math.round(started - handlerStart));
     headers["X-Service-Compute-Ms"] = String(Math.round(out.computeMs));
     headers["X-Service-Invocation-Id"] = invocationId;
-    return new Response(out.body as BodyInit, { status: out.status, headers });
+    return new Response(opts.head ? null : (out.body as BodyInit), { status: out.status, headers });
   } catch (err) {
     if (err instanceof FunctionError) {
       logs = err.logs;

@@ -5,6 +5,7 @@ import { DEFAULT_LIMIT, paginated } from "../http/pagination";
 import { describeZodError, reply, type Router } from "../http/route";
 import { projectIdParams } from "../projects/schemas";
 import { ArchiveError, normalizeSource } from "./archive";
+import { invokeUrl } from "./http-mode";
 import { invoke, mayInvoke } from "./invoke";
 import {
   deployFields,
@@ -33,6 +34,7 @@ function view(kiln: Kiln, fn: FunctionRecord) {
     invocation_mode: fn.invocation_mode,
     http_auth_mode: fn.http_auth_mode,
     openapi_spec: fn.openapi_spec,
+    invoke_url: invokeUrl(kiln, fn),
     deployed_regions: fn.active_deployment_id ? [...kiln.config.regions] : [],
     runtime: fn.runtime,
     handler: fn.handler,

@@ -4,6 +4,7 @@ import { SERVICE_VERSION, KILN_VERSION } from "../version";
 import { judgeCliVersion } from "./cli-version";
 import { errorResponse, HttpError, jsonResponse } from "./errors";
 import type { Router } from "./route";
+import { matchFunctionHost, serveFunctionHost } from "../functions/http-mode";
 
 /** Headers that only Kiln may set on the way out (functions cannot forge them). */
 export const PLATFORM_HEADERS = ["x-service-version", "x-service-region"];
@@ -60,7 +61,10 @@ export function serveHttp(kiln: Kiln, router: Router) {
       }
       let res: Response;
       try {
-        res = await app.handle(request);
+        // HTTP-mode functions are addressed by host name, not by path.
+        const fnHost = matchFunctionHost(request.headers.get("host"), kiln.config.functionsDomain);
+        const m = meta.get(request)!;
+        res = fnHost ? await serveFunctionHost(kiln, request, m.ip, m.arrivedAt, fnHost) : await app.handle(request);
       } catch (err) {
         res = renderError(kiln, err, request);
       }

@@ -239,3 +239,51 @@ describe("delete", () => {
     });
   });
 });
+
+describe("the function's own address (invoke_url)", () => {
+  /** Requests to an invoke_url: `*.localhost` is this machine, so connect to Kiln and send the Host. */
+  async function viaHost(invokeUrl: string, path: string, init: RequestInit & { headers?: Record<string, string> } = {}) {
+    const u = new URL(invokeUrl);
+    const res = await fetch(`${k.url}${path}`, { ...init, headers: { ...init.headers, host: u.host } });
+    const text = await res.text();
+    let body: any = text;
+    try {
+      body = JSON.parse(text);
+    } catch {}
+    return { status: res.status, headers: res.headers, body, text };
+  }
+
+  test("HTTP mode: any method and nested path arrive as a request event; none auth needs no token there but the RPC route stays authenticated", async () => {
+    const { p, sk } = await setup();
+    const code = tgz({ "index.js": `exports.handler = async (req) => ({ statusCode: 200, headers: { "content-type": "application/json" }, body: JSON.stringify({ method: req.method, path: req.path, query: req.query, body: req.body, b64: req.isBase64Encoded, ua: req.headers?.["x-test"] }) });` });
+    const d = await deploy(k, p.id, { name: "web", runtime: "nodejs22.x", invocation_mode: "http", is_public: "true", http_auth_mode: "none" }, code);
+    expect(d.status).toBe(201);
+    const fn = await settled(k, p.id, d.body.id);
+    expect(fn.invoke_url).toMatch(new RegExp(`^http://web\\.${p.id}\\.fn\\.localhost:\\d+$`));
+    const post = await viaHost(fn.invoke_url, "/orders/42?x=1", { method: "PUT", body: '{"a":1}', headers: { "content-type": "application/json", "x-test": "yes" } });
+    expect(post.status, JSON.stringify(post.body)).toBe(200);
+    expect(post.body).toEqual({ method: "PUT", path: "/orders/42", query: { x: "1" }, body: '{"a":1}', b64: false, ua: "yes" });
+    const bin = await viaHost(fn.invoke_url, "/", { method: "POST", body: new Uint8Array([0, 1, 2]), headers: { "content-type": "application/octet-stream" } });
+    expect(bin.body).toMatchObject({ body: "AAEC", b64: true });
+    const head = await viaHost(fn.invoke_url, "/x", { method: "HEAD" });
+    expect(head.status).toBe(200);
+    expect(head.text).toBe("");
+    const pre = await viaHost(fn.invoke_url, "/any", { method: "OPTIONS", headers: { origin: "http://localhost:3000" } });
+    expect(pre.status).toBe(204);
+    expect(pre.headers.get("access-control-allow-methods")).toBe("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS");
+    expect((await invoke(fn.id, null, {})).status).toBe(401);
+    expect((await invoke(fn.id, sk, {})).status).toBe(200);
+  });
+
+  test("HTTP mode with service auth needs a credential on the address; RPC functions take POST {payload} there", async () => {
+    const { p, sk } = await setup();
+    const fn = await settled(k, p.id, (await deploy(k, p.id, { name: "svc", runtime: "nodejs22.x", invocation_mode: "http" }, tgz({ "index.js": "exports.handler = async (r) => r.method" }))).body.id);
+    expect((await viaHost(fn.invoke_url, "/")).status).toBe(401);
+    expect((await viaHost(fn.invoke_url, "/", { headers: { authorization: `Bearer ${sk}` } })).body).toBe("GET");
+    const rpc = await settled(k, p.id, (await deploy(k, p.id, { name: "rpc", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).body.id);
+    const ok = await viaHost(rpc.invoke_url, "/", { method: "POST", body: JSON.stringify({ payload: { name: "dns" } }), headers: { authorization: `Bearer ${sk}`, "content-type": "application/json" } });
+    expect(ok.body.hello).toBe("dns");
+    expect((await viaHost(rpc.invoke_url, "/", { method: "GET", headers: { authorization: `Bearer ${sk}` } })).status).toBe(405);
+    expect((await viaHost(`http://nope.${p.id}.fn.localhost:1`, "/")).status).toBe(404);
+  });
+});

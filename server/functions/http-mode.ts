@@ -1,0 +1,92 @@
+import type { Kiln } from "../context";
+import { errorResponse, HttpError } from "../http/errors";
+import { invoke, mayInvoke } from "./invoke";
+import type { FunctionRecord } from "./service";
+
+/** Methods an HTTP-mode function address serves; the preflight advertises them plus OPTIONS. */
+export const HTTP_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
+
+/**
+ * Every function answers on its own address (RPC functions: POST {payload}; HTTP-mode functions:
+ * any method and path as a request event): `http://<name>.<project-id>.<functions domain>:<port>`
+ * (each part a DNS label, so the 63-character name fits), routed by the Host header. `*.localhost`
+ * resolves to this machine in browsers and curl with no DNS set-up.
+ */
+export function invokeUrl(kiln: Kiln, fn: { name: string; project_id: string }): string {
+  return `http://${fn.name}.${fn.project_id}.${kiln.config.functionsDomain}:${kiln.httpPort}`;
+}
+
+export function matchFunctionHost(host: string | null, domain: string): { name: string; projectId: string } | null {
+  if (!host) return null;
+  const h = host.toLowerCase().replace(/:\d+$/, "");
+  const suffix = `.${domain}`;
+  if (!h.endsWith(suffix)) return null;
+  const m = /^([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)\.([a-z0-9]{20})$/.exec(h.slice(0, -suffix.length));
+  return m ? { name: m[1]!, projectId: m[2]! } : null;
+}
+
+const TEXTUAL = /^(text\/|application\/(json|xml|x-www-form-urlencoded|javascript|graphql)|[^;]*\+(json|xml))/i;
+
+/** The request event an HTTP-mode function receives (docs/functions.md). */
+async function requestEvent(request: Request) {
+  const url = new URL(request.url);
+  const headers: Record<string, string> = {};
+  request.headers.forEach((v, k) => {
+    headers[k] = v;
+  });
+  const raw = request.method === "GET" || request.method === "HEAD" ? new Uint8Array() : new Uint8Array(await request.arrayBuffer());
+  const textual = raw.length === 0 || TEXTUAL.test(request.headers.get("content-type") ?? "text/plain");
+  return {
+    method: request.method,
+    path: url.pathname,
+    query: Object.fromEntries(url.searchParams),
+    headers,
+    body: textual ? new TextDecoder().decode(raw) : Buffer.from(raw).toString("base64"),
+    isBase64Encoded: !textual,
+  };
+}
+
+export async function serveFunctionHost(kiln: Kiln, request: Request, ip: string, arrivedAt: number, target: { name: string; projectId: string }): Promise<Response> {
+  const handlerStart = performance.now();
+  try {
+    const fn: FunctionRecord | null = await kiln.functions.byName(target.projectId, target.name);
+    if (!fn || fn.status === "deleting") throw new HttpError(404, { error: "function not found" });
+    const rpc = fn.invocation_mode === "rpc";
+    if (request.method === "OPTIONS")
+      return new Response(null, {
+        status: 204,
+        headers: {
+          "Access-Control-Allow-Origin": request.headers.get("origin") ?? "*",
+          "Access-Control-Allow-Methods": rpc ? "POST, OPTIONS" : [...HTTP_METHODS, "OPTIONS"].join(", "),
+          "Access-Control-Allow-Headers": request.headers.get("access-control-request-headers") ?? "authorization, content-type",
+          "Access-Control-Max-Age": "600",
+          Vary: "Origin",
+        },
+      });
+    if (rpc ? request.method !== "POST" : !HTTP_METHODS.includes(request.method))
+      throw new HttpError(405, { error: rpc ? "an RPC function takes POST with a JSON body {payload}" : `method ${request.method} is not served` });
+    // Tokenless access exists only for public HTTP functions with http_auth_mode none.
+    let principal = null;
+    if (rpc || !(fn.http_auth_mode === "none" && fn.is_public)) {
+      principal = await kiln.guard.authenticate(request, ip);
+      if (principal.kind !== "service_key" && principal.kind !== "user" && principal.kind !== "anon_key")
+        throw new HttpError(403, { error: "invoking a function needs a service key, an end-user access token or an anon key" });
+      if (principal.projectId !== fn.project_id) throw new HttpError(404, { error: "function not found" });
+      mayInvoke(principal, fn);
+    }
+    if (rpc) {
+      let body: unknown;
+      try {
+        body = await request.json();
+      } catch {
+        throw new HttpError(400, { error: "request body is not valid JSON" });
+      }
+      if (typeof body !== "object" || body === null || Array.isArray(body)) throw new HttpError(400, { error: "invalid request: the body must be a JSON object {payload: ...}" });
+      return await invoke(kiln, fn, principal, (body as { payload?: unknown }).payload, arrivedAt, handlerStart);
+    }
+    return await invoke(kiln, fn, principal, await requestEvent(request), arrivedAt, handlerStart, { head: request.method === "HEAD" });
+  } catch (err) {
+    if (err instanceof HttpError) return errorResponse(err);
+    return kiln.http.renderError(err, request);
+  }
+}
