@@ -5,7 +5,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSyn
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
-import { createProject, eventually, useKiln, withKiln, type TestKiln } from "../support/kiln";
+import { createProject, eventually, startKiln, useKiln, withKiln, type TestKiln } from "../support/kiln";
 
 const work = mkdtempSync(join(tmpdir(), "kiln-fn-test-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -285,5 +285,53 @@ describe("the function's own address (invoke_url)", () => {
     expect(ok.body.hello).toBe("dns");
     expect((await viaHost(rpc.invoke_url, "/", { method: "GET", headers: { authorization: `Bearer ${sk}` } })).status).toBe(405);
     expect((await viaHost(`http://nope.${p.id}.fn.localhost:1`, "/")).status).toBe(404);
+  });
+});
+
+describe("the deployment queue", () => {
+  // npm install of a small package keeps a build busy long enough to queue behind it.
+  const slow = (v: string) =>
+    tgz({ "index.js": `const isNumber = require("is-number"); exports.handler = async () => "${v}:" + isNumber(5);`, "package.json": '{"dependencies":{"is-number":"7.0.0"}}' });
+
+  test("one deployment at a time: newer deploys queue (pending_deployment_id) and supersede older queued ones", async () => {
+    const { p, sk } = await setup();
+    const first = await deploy(k, p.id, { name: "queued", runtime: "nodejs22.x" }, slow("a"));
+    const second = await deploy(k, p.id, { name: "queued", runtime: "nodejs22.x" }, slow("b"));
+    const third = await deploy(k, p.id, { name: "queued", runtime: "nodejs22.x" }, slow("c"));
+    expect(second.body.pending_deployment_id).toBeDefined();
+    expect(third.body.pending_deployment_id).toBeDefined();
+    expect(third.body.pending_deployment_id).not.toBe(second.body.pending_deployment_id);
+    const fn = await settled(k, p.id, first.body.id);
+    expect(fn.status).toBe("active");
+    const deps = (await k.api("GET", `/projects/${p.id}/functions/${fn.id}/deployments`)).body.data;
+    expect(deps.map((d: any) => d.status)).toEqual(["succeeded", "superseded", "succeeded"]);
+    expect(deps[0].id).toBe(third.body.pending_deployment_id);
+    expect((await invoke(fn.id, sk)).body).toBe("c:true");
+  });
+
+  test("a deletion requested during a build waits behind it and supersedes queued deploys", async () => {
+    const { p } = await setup();
+    const first = await deploy(k, p.id, { name: "doomed", runtime: "nodejs22.x" }, slow("a"));
+    await deploy(k, p.id, { name: "doomed", runtime: "nodejs22.x" }, slow("b"));
+    const del = await k.api("DELETE", `/projects/${p.id}/functions/${first.body.id}`);
+    expect(del.status).toBe(202);
+    expect(del.body.pending_deployment_id).toBeDefined();
+    expect((await deploy(k, p.id, { name: "doomed", runtime: "nodejs22.x" }, slow("c"))).status).toBe(409);
+    await eventually(() => k.api("GET", `/projects/${p.id}/functions/${first.body.id}`), (r) => r.status === 404, 60_000);
+  });
+
+  test("a build cut short by a crash is failed at the next start, never left provisioning", async () => {
+    const first = await startKiln();
+    const p = await createProject(first);
+    const d = await deploy(first, p.id, { name: "cut", runtime: "nodejs22.x" }, slow("a"));
+    await eventually(() => first.api("GET", `/projects/${p.id}/functions/${d.body.id}/deployments`), (r) => r.body.data[0]?.status === "building");
+    first.proc.kill("SIGKILL");
+    await new Promise((r) => first.proc.once("exit", r));
+    await withKiln({ dataDir: first.dataDir, databaseUrl: first.databaseUrl, env: { KILN_PLATFORM_TOKEN: first.token } }, async (again) => {
+      const fn = await again.api("GET", `/projects/${p.id}/functions/${d.body.id}`);
+      expect(fn.body.status).toBe("failed");
+      const deps = (await again.api("GET", `/projects/${p.id}/functions/${d.body.id}/deployments`)).body.data;
+      expect(deps[0]).toMatchObject({ status: "failed", error: expect.stringMatching(/interrupted/) });
+    });
   });
 });
