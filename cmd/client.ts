@@ -70,6 +70,32 @@ export class Client {
     readonly token?: string,
   ) {}
 
+  /** The response itself (function invocations answer with whatever the function returned). */
+  async raw(method: string, path: string, body?: unknown): Promise<Response> {
+    const headers: Record<string, string> = { "X-Service-CLI-Version": KILN_VERSION };
+    if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    try {
+      return await fetch(this.url + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    } catch (err) {
+      throw new Error(`cannot reach Kiln at ${this.url} (${(err as Error).message}); is \`kiln start\` running?`);
+    }
+  }
+
+  /** A multipart request (function deploys). */
+  async requestForm<T = any>(method: string, path: string, form: FormData): Promise<T> {
+    const headers: Record<string, string> = { "X-Service-CLI-Version": KILN_VERSION };
+    if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    const res = await fetch(this.url + path, { method, headers, body: form });
+    const text = await res.text();
+    let parsed: unknown = text;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {}
+    if (!res.ok) throw new ApiError(res.status, parsed);
+    return parsed as T;
+  }
+
   async request<T = any>(method: string, path: string, body?: unknown): Promise<T> {
     const headers: Record<string, string> = { "X-Service-CLI-Version": KILN_VERSION };
     if (this.token) headers.Authorization = `Bearer ${this.token}`;

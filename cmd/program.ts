@@ -8,6 +8,7 @@ import { varsCommand } from "./commands/vars";
 import { authCommand, mailCommand, usersCommand } from "./commands/end-users";
 import { databasesCommand } from "./commands/databases";
 import { emulatorsCommand } from "./commands/emulators";
+import { functionsCommand } from "./commands/functions";
 import { internalCommand } from "./internal";
 import { startCommand } from "./start";
 
@@ -26,6 +27,7 @@ export function buildProgram(): Command {
   varsCommand(program);
   usersCommand(program);
   databasesCommand(program);
+  functionsCommand(program);
   authCommand(program);
   mailCommand(program);
   emulatorsCommand(program);

@@ -1,5 +1,8 @@
 // The `kiln` CLI as people and scripts use it, against a real server.
 import { spawnSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, test } from "vitest";
 import { BUN, KILN, ROOT, eventually, useCli, useKiln, withKiln } from "../support/kiln";
 
@@ -159,5 +162,35 @@ describe("kiln CLI: databases", () => {
     expect(json("db", "get", "shop", "--project", p.id).connection_string).toBe(reset.connection_string);
     expect(kiln("db", "delete", "shop", "--project", p.id).code).toBe(0);
     expect(kiln("db", "get", "shop", "--project", p.id).err.trim()).toBe("kiln: 404 database not found");
+  });
+});
+
+describe("kiln CLI: functions", () => {
+  const k = useKiln();
+  const { run: kiln, json } = useCli(k, { passToken: true });
+
+  test("deploy a folder --wait, list, get, invoke, deployments, delete; doctor", () => {
+    const dir = mkdtempSync(join(tmpdir(), "kiln-cli-fn-"));
+    try {
+      writeFileSync(join(dir, "index.js"), "exports.handler = async (e) => ({ got: e })");
+      mkdirSync(join(dir, "node_modules", "junk"), { recursive: true });
+      writeFileSync(join(dir, "node_modules", "junk", "index.js"), "x");
+      const p = json("projects", "create", "cli-fn");
+      const fn = json("functions", "deploy", dir, "--project", p.id, "--name", "echo", "--runtime", "nodejs22.x", "--wait");
+      expect(fn).toMatchObject({ name: "echo", status: "active" });
+      expect(kiln("functions", "list", "--project", p.id).out).toMatch(/echo\s+active/);
+      expect(json("functions", "get", "echo", "--project", p.id).id).toBe(fn.id);
+      const sk = json("keys", "service", "create", "cli", "--project", p.id).key;
+      const out = kiln("functions", "invoke", "echo", "--key", sk, "--data", '{"a":1}');
+      expect(out.code, out.err).toBe(0);
+      expect(JSON.parse(out.out)).toEqual({ got: { a: 1 } });
+      expect(json("functions", "deployments", "echo", "--project", p.id).data[0].status).toBe("succeeded");
+      const bad = kiln("functions", "deploy", dir, "--project", p.id, "--name", "Bad_Name", "--runtime", "nodejs22.x");
+      expect(bad.err.trim()).toMatch(/^kiln: 400 .*'name'/);
+      expect(kiln("functions", "delete", "echo", "--project", p.id).code).toBe(0);
+      expect(kiln("doctor").out).toMatch(/nodejs22\.x/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

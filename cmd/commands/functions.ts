@@ -1,0 +1,141 @@
+import { readFileSync, statSync } from "node:fs";
+import type { Command } from "commander";
+import { ApiError, Client } from "../client";
+import { output, printObject, printTable } from "../output";
+import { act, requireProject } from "./shared";
+
+/** A folder becomes a tar.gz on the fly (installed dependency folders left out); a file is sent as is. */
+async function archiveOf(path: string): Promise<Uint8Array> {
+  if (!statSync(path).isDirectory()) return readFileSync(path);
+  const tar = await import("tar");
+  const skip = /(^|\/)(node_modules|python_deps|\.venv|vendor|\.git)(\/|$)/;
+  const chunks: Buffer[] = [];
+  const stream = tar.c({ gzip: true, cwd: path, portable: true, filter: (p: string) => !skip.test(p.replace(/^\.\//, "")) }, ["."]);
+  for await (const c of stream as AsyncIterable<Buffer>) chunks.push(c);
+  return Buffer.concat(chunks);
+}
+
+async function findFunction(c: Client, projectId: string, nameOrId: string) {
+  const list = await c.request("GET", `/projects/${encodeURIComponent(projectId)}/functions?page=1&limit=100`);
+  const fn = list.data.find((f: { id: string; name: string }) => f.name === nameOrId || f.id === nameOrId);
+  if (!fn) throw new ApiError(404, { error: "function not found" });
+  return fn;
+}
+
+export function functionsCommand(program: Command): void {
+  const fns = program.command("functions").description("deploy and invoke functions");
+  const base = (o: { project?: string }) => `/projects/${encodeURIComponent(requireProject(o))}/functions`;
+
+  fns
+    .command("deploy <path>")
+    .description("deploy a folder or a ZIP/tar.gz archive")
+    .requiredOption("--project <id>")
+    .requiredOption("--name <name>")
+    .requiredOption("--runtime <runtime>", "nodejs22.x, nodejs24.x, python3.10 … python3.14, ruby3.3 …")
+    .option("--handler <name>", "exported handler name (default handler)")
+    .option("--public", "allow anon keys with functions.invoke")
+    .option("--http", "HTTP invocation mode (request events on the function's own address)")
+    .option("--no-auth", "with --public --http: no token needed on the function's address")
+    .option("--wait", "wait until the deployment finishes")
+    .action(
+      act(async (c, g, path: string, o: { project: string; name: string; runtime: string; handler?: string; public?: boolean; http?: boolean; auth?: boolean; wait?: boolean }) => {
+        const form = new FormData();
+        form.set("name", o.name);
+        form.set("runtime", o.runtime);
+        if (o.handler) form.set("handler", o.handler);
+        if (o.public) form.set("is_public", "true");
+        if (o.http) form.set("invocation_mode", "http");
+        if (o.auth === false) form.set("http_auth_mode", "none");
+        form.set("code", new Blob([new Uint8Array(await archiveOf(path))]), "code.tar.gz");
+        let fn = await c.requestForm("POST", base(o), form);
+        if (o.wait) {
+          for (let i = 0; i < 3000 && (fn.status === "provisioning" || fn.pending_deployment_id); i++) {
+            await new Promise((r) => setTimeout(r, 200));
+            fn = await c.request("GET", `${base(o)}/${fn.id}`);
+          }
+          if (fn.status === "failed") {
+            const deps = await c.request("GET", `${base(o)}/${fn.id}/deployments`);
+            throw new Error(`deployment failed: ${deps.data[0]?.error ?? "see kiln functions deployments"}`);
+          }
+        }
+        output(g.json, fn, () => printObject(fn));
+      }),
+    );
+  fns
+    .command("list")
+    .requiredOption("--project <id>")
+    .action(
+      act(async (c, g, o: { project: string }) => {
+        const r = await c.request("GET", `${base(o)}?page=1&limit=100`);
+        output(g.json, r, () => printTable(r.data, ["id", "name", "status", "runtime", "invocation_mode", "is_public", "updated_at"]));
+      }),
+    );
+  fns
+    .command("get <name>")
+    .requiredOption("--project <id>")
+    .action(
+      act(async (c, g, name: string, o: { project: string }) => {
+        const fn = await findFunction(c, requireProject(o), name);
+        const r = await c.request("GET", `${base(o)}/${fn.id}`);
+        output(g.json, r, () => printObject(r));
+      }),
+    );
+  fns
+    .command("deployments <name>")
+    .requiredOption("--project <id>")
+    .action(
+      act(async (c, g, name: string, o: { project: string }) => {
+        const fn = await findFunction(c, requireProject(o), name);
+        const r = await c.request("GET", `${base(o)}/${fn.id}/deployments`);
+        output(g.json, r, () => printTable(r.data, ["id", "kind", "status", "runtime", "error", "created_at", "finished_at"]));
+      }),
+    );
+  fns
+    .command("delete <name>")
+    .requiredOption("--project <id>")
+    .action(
+      act(async (c, g, name: string, o: { project: string }) => {
+        const fn = await findFunction(c, requireProject(o), name);
+        const r = await c.request("DELETE", `${base(o)}/${fn.id}`);
+        output(g.json, r, () => console.log(`Deleting ${fn.name} (${r.status})`));
+      }),
+    );
+  fns
+    .command("invoke <name>")
+    .description("invoke by RPC with a service key, end-user token or anon key")
+    .option("--key <key>", "credential (or KILN_SERVICE_KEY)")
+    .option("--data <json>", "the payload", "null")
+    .action(
+      act(async (c, _g, name: string, o: { key?: string; data: string }) => {
+        const key = o.key ?? process.env.KILN_SERVICE_KEY;
+        if (!key) throw new Error("invoking needs --key <service key, end-user token or anon key> (or KILN_SERVICE_KEY)");
+        let payload: unknown;
+        try {
+          payload = JSON.parse(o.data);
+        } catch {
+          throw new Error("--data must be JSON");
+        }
+        const app = new Client(c.url, key);
+        const { function_id } = await app.request("GET", `/functions/resolve?name=${encodeURIComponent(name)}`);
+        const res = await app.raw("POST", `/functions/${function_id}/invoke`, { payload });
+        const text = await res.text();
+        if (!res.ok && res.status >= 500 && !text) throw new ApiError(res.status, undefined);
+        process.stdout.write(text.endsWith("\n") ? text : `${text}\n`);
+        if (!res.ok) process.exitCode = 1;
+      }),
+    );
+
+  program
+    .command("doctor")
+    .description("what serves each function runtime on this machine, and how functions are isolated")
+    .action(async () => {
+      const { listRuntimes } = await import("../../runtime-sandbox/runtimes");
+      const { detectBwrap } = await import("../../runtime-sandbox/sandbox");
+      const rows = await listRuntimes();
+      printTable(
+        rows.map((r) => ({ runtime: r.name, served_by: r.servedBy ?? "-", install: r.missing ?? "" })),
+        ["runtime", "served_by", "install"],
+      );
+      console.log(detectBwrap() ? "isolation: bubblewrap" : "isolation: none (install the bubblewrap package)");
+    });
+}
