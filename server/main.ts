@@ -206,7 +206,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   const pool = new WorkerPool({ hiddenPaths: [config.dataDir], log: (m) => log.warn(m) });
   undo.push(() => pool.close());
   kiln.functionPool = pool;
-  kiln.functionLogs = new FunctionLogs(store);
+  kiln.functionLogs = new FunctionLogs(store, log);
   kiln.functions = new FunctionsService({
     store,
     now,
@@ -259,6 +259,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
       await kiln.databases.drain();
       await kiln.functions.drain();
       await pool.close();
+      await kiln.functionLogs.stop();
       await activity.stop();
       await engine.close().catch((e) => log.error("closing databases failed", e));
       await kiln.variables.settlePending().catch(() => {});

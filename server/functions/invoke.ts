@@ -4,6 +4,7 @@ import type { Kiln } from "../context";
 import { forbidden, HttpError } from "../http/errors";
 import { newId } from "../ids";
 import { FunctionError, type LogLine } from "../../runtime-sandbox/worker-pool";
+import { FlushLoop } from "../store/flush-loop";
 import type { FunctionRecord } from "./service";
 
 /** Headers only the platform sets; a function's own copies are dropped, as are hop-by-hop ones. */
@@ -128,25 +129,53 @@ export async function invoke(
   }
 }
 
-/** Function log lines, for log search later: level, invocation, region, time. */
+/**
+ * Function log lines (level, invocation, region, time), for log search. Buffered in memory and
+ * written every second so logging never adds a store write to an invocation; reads flush first.
+ */
 export class FunctionLogs {
-  constructor(private readonly store: import("../store/store").ControlStore) {}
+  private pending: unknown[][] = [];
+  private readonly loop: FlushLoop;
+
+  constructor(
+    private readonly store: import("../store/store").ControlStore,
+    log: { error: (m: string, e?: unknown) => void },
+  ) {
+    this.loop = new FlushLoop(() => this.write(), (e) => log.error("function log flush failed", e));
+    this.loop.start(1000);
+  }
 
   async record(fn: FunctionRecord, region: string, invocationId: string, lines: LogLine[]): Promise<void> {
-    if (lines.length === 0) return;
-    const values: unknown[] = [];
-    const rows = lines.map((l, i) => {
-      values.push(newId(), fn.project_id, fn.id, fn.active_deployment_id, invocationId, region, l.level, l.message.slice(0, 16_000), l.timestamp);
-      const b = i * 9;
-      return `($${b + 1}, $${b + 2}, $${b + 3}, $${b + 4}, $${b + 5}, $${b + 6}, $${b + 7}, $${b + 8}, $${b + 9}::timestamptz)`;
-    });
-    await this.store.query(
-      `insert into function_logs (id, project_id, function_id, deployment_id, invocation_id, region, level, body, at) values ${rows.join(", ")}`,
-      values,
-    );
+    for (const l of lines) this.pending.push([newId(), fn.project_id, fn.id, fn.active_deployment_id, invocationId, region, l.level, l.message.slice(0, 16_000), l.timestamp]);
+  }
+
+  private async write(): Promise<void> {
+    // At most 500 rows a statement, well under PostgreSQL's parameter limit.
+    while (this.pending.length > 0) {
+      const batch = this.pending.splice(0, 500);
+      const values = batch.flat();
+      const rows = batch.map((_, i) => {
+        const b = i * 9;
+        return `($${b + 1}, $${b + 2}, $${b + 3}, $${b + 4}, $${b + 5}, $${b + 6}, $${b + 7}, $${b + 8}, $${b + 9}::timestamptz)`;
+      });
+      try {
+        await this.store.query(
+          `insert into function_logs (id, project_id, function_id, deployment_id, invocation_id, region, level, body, at) values ${rows.join(", ")}`,
+          values,
+        );
+      } catch (err) {
+        this.pending.unshift(...batch);
+        throw err;
+      }
+    }
   }
 
   async forInvocation(invocationId: string) {
+    await this.loop.flush();
     return this.store.query(`select level, body, region, at from function_logs where invocation_id = $1 order by at, id`, [invocationId]);
+  }
+
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 }

@@ -173,7 +173,7 @@ export function functionRoutes(r: Router): void {
       const principal = await kiln.guard.authenticate(request, ip);
       if (principal.kind !== "service_key" && principal.kind !== "user" && principal.kind !== "anon_key")
         throw new HttpError(403, { error: "invoking a function needs a service key, an end-user access token or an anon key" });
-      const fn = await kiln.functions.byId(params.functionId);
+      const fn = await kiln.functions.forInvocation(params.functionId);
       if (!fn || fn.project_id !== principal.projectId) throw notFound("function not found");
       mayInvoke(principal, fn);
       const parsed = invokeBody.safeParse(body);

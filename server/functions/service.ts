@@ -68,6 +68,25 @@ export class FunctionsService {
     return toRecord(r);
   }
 
+  /**
+   * Invocations read the function from memory for up to 2 s; every change made here drops the copy at
+   * once, and the TTL bounds how long another Kiln instance's change takes to arrive.
+   */
+  private readonly hot = new Map<string, { fn: FunctionRecord; at: number }>();
+
+  async forInvocation(functionId: string): Promise<FunctionRecord | null> {
+    const hit = this.hot.get(functionId);
+    if (hit && Date.now() - hit.at < 2000) return hit.fn;
+    const fn = await this.byId(functionId);
+    if (fn) this.hot.set(functionId, { fn, at: Date.now() });
+    else this.hot.delete(functionId);
+    return fn;
+  }
+
+  private forget(functionId: string): void {
+    this.hot.delete(functionId);
+  }
+
   async byId(functionId: string): Promise<FunctionRecord | null> {
     const [r] = await this.d.store.query(`select * from functions where id = $1 and status <> 'deleted'`, [functionId]);
     return r ? toRecord(r) : null;
@@ -92,8 +111,14 @@ export class FunctionsService {
     return join(this.d.codeDir, functionId, deploymentId);
   }
 
+  /** A deployment's build configuration never changes, so invocations read it from memory. */
+  private readonly builds = new Map<string, FunctionBuildConfig>();
+
   async buildConfig(deploymentId: string): Promise<FunctionBuildConfig | null> {
+    const hit = this.builds.get(deploymentId);
+    if (hit) return hit;
     const [r] = await this.d.store.query(`select build from function_deployments where id = $1`, [deploymentId]);
+    if (r?.build) this.builds.set(deploymentId, r.build as FunctionBuildConfig);
     return (r?.build as FunctionBuildConfig) ?? null;
   }
 
@@ -146,6 +171,7 @@ export class FunctionsService {
       else await tx.query(`update functions set status = 'provisioning', pending_deployment_id = null, updated_at = $2 where id = $1`, [fnId, at]);
       return { created: !existing, fnId };
     });
+    this.forget(result.fnId);
     writeFileSync(join(this.d.blobDir, `${deploymentId}.tar.gz`), source.tarGz);
     this.kick(result.fnId);
     return { created: result.created, fn: (await this.byId(result.fnId))! };
@@ -159,6 +185,7 @@ export class FunctionsService {
     };
     checkModes(merged);
     const spec = patch.openapi_spec === undefined ? fn.openapi_spec : patch.openapi_spec;
+    this.forget(fn.id);
     const [r] = await this.d.store.query(
       `update functions set is_public = $2, invocation_mode = $3, http_auth_mode = $4, openapi_spec = $5::text::jsonb, updated_at = $6 where id = $1 returning *`,
       [fn.id, merged.is_public, merged.invocation_mode, merged.http_auth_mode, spec === null ? null : JSON.stringify(spec), this.d.now().toISOString()],
@@ -182,6 +209,7 @@ export class FunctionsService {
       if (busy) await tx.query(`update functions set delete_requested = true, pending_deployment_id = $2, updated_at = $3 where id = $1`, [fn.id, id, at]);
       else await tx.query(`update functions set delete_requested = true, status = 'deleting', pending_deployment_id = null, updated_at = $2 where id = $1`, [fn.id, at]);
     });
+    this.forget(fn.id);
     this.kick(fn.id);
     return (await this.byId(fn.id)) ?? { ...fn, status: "deleting" };
   }
@@ -233,6 +261,7 @@ export class FunctionsService {
       );
       if (!next) return;
       const at = this.d.now().toISOString();
+      this.forget(functionId);
       await this.d.store.query(`update function_deployments set status = 'building', started_at = $2 where id = $1`, [next.id, at]);
       await this.d.store.query(`update functions set pending_deployment_id = null, status = case when $2 = 'delete' then 'deleting' else 'provisioning' end, updated_at = $3 where id = $1`, [
         functionId,
@@ -266,6 +295,7 @@ export class FunctionsService {
       error = `build failed: ${(err as Error).message}`;
     }
     const at = this.d.now().toISOString();
+    this.forget(functionId);
     if (error) {
       await log("error", error).catch(() => {});
       rmSync(root, { recursive: true, force: true });
@@ -284,11 +314,13 @@ export class FunctionsService {
       dep.handler,
       at,
     ]);
+    this.forget(functionId);
     await this.d.retireWorkers(functionId, dep.id);
     if (prev?.active_deployment_id && prev.active_deployment_id !== dep.id) rmSync(this.deploymentRoot(functionId, prev.active_deployment_id), { recursive: true, force: true });
   }
 
   private async runDelete(functionId: string, depId: string): Promise<void> {
+    this.forget(functionId);
     await this.d.retireWorkers(functionId);
     rmSync(join(this.d.codeDir, functionId), { recursive: true, force: true });
     const deps = await this.d.store.query(`select id from function_deployments where function_id = $1`, [functionId]);
@@ -296,6 +328,7 @@ export class FunctionsService {
     const at = this.d.now().toISOString();
     await this.d.store.query(`update function_deployments set status = 'succeeded', finished_at = $2 where id = $1`, [depId, at]);
     await this.d.store.query(`update functions set status = 'deleted', updated_at = $2 where id = $1`, [functionId, at]);
+    this.forget(functionId);
   }
 
   /** At start: builds cut short by a stop are failed, never left provisioning; queued work resumes. */

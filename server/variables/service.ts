@@ -61,6 +61,7 @@ export class VariablesService {
          values ($1, $2, $3, $4, 'provisioning', $5, $6, $6) returning *`,
         [newId(), projectId, input.name, input.value, newId(), at],
       );
+      this.cache.delete(projectId);
       this.startSync(r!);
       return view(r!);
     } catch (err) {
@@ -101,6 +102,7 @@ export class VariablesService {
         `update variables set name = $2, value = $3, status = 'provisioning', current_sync_id = $4, updated_at = $5 where id = $1 returning *`,
         [cur.id, input.name ?? cur.name, input.value ?? cur.value, newId(), this.now().toISOString()],
       );
+      this.cache.delete(projectId);
       this.startSync(r!);
       return view(r!);
     } catch (err) {
@@ -112,17 +114,29 @@ export class VariablesService {
   async delete(projectId: string, idOrName: string): Promise<void> {
     const cur = await this.row(projectId, idOrName);
     await this.store.query(`delete from variables where id = $1`, [cur.id]);
+    this.cache.delete(projectId);
     for (const l of this.listeners) await l(projectId, cur.name).catch(() => {});
   }
 
-  /** Values of every variable of a project, for the places that inject them (function workers). */
+  /**
+   * Values of every variable of a project, for the places that inject them (function workers).
+   * Kept in memory per project; a write here drops the copy at once, and the TTL bounds how long
+   * another Kiln instance's write takes to arrive.
+   */
+  private readonly cache = new Map<string, { values: Record<string, string>; at: number }>();
+
   async values(projectId: string): Promise<Record<string, string>> {
+    const hit = this.cache.get(projectId);
+    if (hit && Date.now() - hit.at < 2000) return hit.values;
     const rows = await this.store.query(`select name, value from variables where project_id = $1`, [projectId]);
-    return Object.fromEntries(rows.map((r) => [r.name, r.value]));
+    const values = Object.fromEntries(rows.map((r) => [r.name, r.value]));
+    this.cache.set(projectId, { values, at: Date.now() });
+    return values;
   }
 
   async removeAll(projectId: string): Promise<void> {
     await this.store.query(`delete from variables where project_id = $1`, [projectId]);
+    this.cache.delete(projectId);
   }
 
   /** At start, syncs cut short by a stop are finished; at stop, pending ones finish now. */

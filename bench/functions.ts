@@ -1,0 +1,118 @@
+// Functions benchmark: deploy-to-active for a function without dependencies, cold start, warm invoke
+// p50/p99 through the whole HTTP path, and throughput against a bare Bun server answering the same
+// JSON (ratio in one run). Throughput uses wrk when installed (apt-get install wrk), else fetch.
+// Run: npm run bench:functions
+// Targets: warm p50 < 2 ms, throughput >= 40% of the bare server, cold start < 150 ms, deploy-to-active < 1 s.
+import { execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+
+const ROOT = resolve(import.meta.dirname, "..");
+const BUN = join(ROOT, "node_modules/.bin/bun");
+const TOKEN = "pk-benchbenchbenchbenchbench";
+const N = Number(process.env.INVOCATIONS ?? 2000);
+const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((xs.length * p) / 100))]!;
+
+function wrk(url: string, headers: Record<string, string>, body: string): number | null {
+  if (!Bun.which("wrk")) return null;
+  const script = join(tmpdir(), `kiln-wrk-fn-${process.pid}.lua`);
+  writeFileSync(
+    script,
+    `wrk.method = "POST"\nwrk.body = '${body}'\n` + Object.entries(headers).map(([k, v]) => `wrk.headers["${k}"] = "${v}"`).join("\n") + "\n",
+  );
+  try {
+    const out = execFileSync("wrk", ["-t1", "-c8", "-d5s", "-s", script, url]).toString();
+    return Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1] ?? 0);
+  } finally {
+    rmSync(script, { force: true });
+  }
+}
+
+async function fetchRps(url: string, init: RequestInit): Promise<number> {
+  let i = 0;
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: 8 }, async () => {
+    while (i++ < N) await (await fetch(url, init)).text();
+  }));
+  return N / ((performance.now() - t0) / 1000);
+}
+
+async function main() {
+  const dir = mkdtempSync(join(tmpdir(), "kiln-bench-fn-"));
+  const proc = spawn(BUN, [join(ROOT, "cmd/kiln.ts"), "start", "--port", "0", "--pg-port", "0", "--data-dir", dir], {
+    cwd: ROOT,
+    env: { ...process.env, KILN_PLATFORM_TOKEN: TOKEN, KILN_LOG: "quiet" },
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const url = await new Promise<string>((ok) => {
+    let out = "";
+    proc.stdout!.on("data", (d) => {
+      out += d;
+      const m = /Kiln listening on (\S+)/.exec(out);
+      if (m) ok(m[1]!);
+    });
+  });
+  const api = async (method: string, path: string, body?: unknown) =>
+    (await fetch(url + path, { method, headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" }, body: body ? JSON.stringify(body) : undefined })).json() as Promise<any>;
+  const project = await api("POST", "/projects", { name: "bench" });
+  const sk = (await api("POST", `/projects/${project.id}/service-keys`, { name: "bench" })).key;
+
+  // The function's source, packed once.
+  const src = mkdtempSync(join(tmpdir(), "kiln-bench-src-"));
+  writeFileSync(join(src, "index.js"), `exports.handler = async (e) => ({ ok: true, n: e?.n ?? 0 });`);
+  execFileSync("tar", ["-czf", join(src, "code.tgz"), "-C", src, "index.js"]);
+  const code = readFileSync(join(src, "code.tgz"));
+
+  const deployMs: number[] = [];
+  const coldMs: number[] = [];
+  let fnId = "";
+  for (let i = 0; i < 5; i++) {
+    const form = new FormData();
+    form.set("name", `fn${i}`);
+    form.set("runtime", "nodejs22.x");
+    form.set("code", new Blob([new Uint8Array(code)]), "code.tgz");
+    const t0 = performance.now();
+    let fn = (await (await fetch(`${url}/projects/${project.id}/functions`, { method: "POST", headers: { authorization: `Bearer ${TOKEN}` }, body: form })).json()) as any;
+    while (fn.status === "provisioning") {
+      await new Promise((r) => setTimeout(r, 5));
+      fn = await api("GET", `/projects/${project.id}/functions/${fn.id}`);
+    }
+    if (fn.status !== "active") throw new Error(`deploy failed: ${JSON.stringify(fn)}`);
+    deployMs.push(performance.now() - t0);
+    const c0 = performance.now();
+    await (await fetch(`${url}/functions/${fn.id}/invoke`, { method: "POST", headers: { authorization: `Bearer ${sk}`, "content-type": "application/json" }, body: '{"payload":{}}' })).text();
+    coldMs.push(performance.now() - c0);
+    fnId = fn.id;
+  }
+
+  const invokeInit: RequestInit = { method: "POST", headers: { authorization: `Bearer ${sk}`, "content-type": "application/json" }, body: '{"payload":{"n":1}}' };
+  for (let i = 0; i < 200; i++) await (await fetch(`${url}/functions/${fnId}/invoke`, invokeInit)).text();
+  const warm: number[] = [];
+  for (let i = 0; i < N; i++) {
+    const t = performance.now();
+    await (await fetch(`${url}/functions/${fnId}/invoke`, invokeInit)).text();
+    warm.push(performance.now() - t);
+  }
+  const kilnRps = wrk(`${url}/functions/${fnId}/invoke`, { Authorization: `Bearer ${sk}`, "Content-Type": "application/json" }, '{"payload":{"n":1}}') ?? (await fetchRps(`${url}/functions/${fnId}/invoke`, invokeInit));
+
+  // The bare server runs in its own process, as Kiln does, so the load generator never blocks it.
+  const bare = spawn(BUN, ["-e", `const s = Bun.serve({ port: 0, fetch: async (req) => Response.json({ ok: true, n: (await req.json())?.payload?.n ?? 0 }) }); console.log(s.port);`], { stdio: ["ignore", "pipe", "inherit"] });
+  const barePort = await new Promise<string>((ok) => bare.stdout!.once("data", (d) => ok(String(d).trim())));
+  const bareUrl = `http://127.0.0.1:${barePort}/`;
+  const bareRps = wrk(bareUrl, { "Content-Type": "application/json" }, '{"payload":{"n":1}}') ?? (await fetchRps(bareUrl, { method: "POST", headers: { "content-type": "application/json" }, body: '{"payload":{"n":1}}' }));
+  bare.kill();
+
+  proc.kill("SIGTERM");
+  await new Promise((r) => proc.once("exit", r));
+  rmSync(dir, { recursive: true, force: true });
+  rmSync(src, { recursive: true, force: true });
+
+  const f = (x: number) => x.toFixed(2);
+  console.log(`deploy -> active (no dependencies, 5 functions): median ${pct(deployMs, 50).toFixed(0)} ms   (target < 1000 ms)`);
+  console.log(`cold start (first invocation of a new deployment): median ${pct(coldMs, 50).toFixed(0)} ms   (target < 150 ms)`);
+  console.log(`warm invoke through HTTP, ${N} sequential: p50 ${f(pct(warm, 50))} ms  p99 ${f(pct(warm, 99))} ms   (target p50 < 2 ms)`);
+  console.log(`throughput, 8 concurrent (${Bun.which("wrk") ? "wrk" : "fetch client"}): Kiln ${kilnRps.toFixed(0)} req/s, bare Bun server ${bareRps.toFixed(0)} req/s, ratio ${((kilnRps / bareRps) * 100).toFixed(0)}%   (target >= 40%)`);
+}
+
+await main();
