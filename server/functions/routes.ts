@@ -8,6 +8,8 @@ import { ArchiveError, normalizeSource } from "./archive";
 import { invokeUrl } from "./http-mode";
 import { invoke, mayInvoke } from "./invoke";
 import {
+  batchEntries,
+  batchResultSchema,
   deployFields,
   deploymentListSchema,
   functionListSchema,
@@ -62,6 +64,17 @@ async function readDeploy(request: Request) {
   return { fields: parsed.data, archive: new Uint8Array(await code.arrayBuffer()) };
 }
 
+/** Rules 4–6 for one upload; archive problems are the caller's 400. */
+async function normalized(kiln: Kiln, archive: Uint8Array, runtime: string, handler?: string) {
+  const limit = kiln.config.sourceArchiveLimitMb * MB;
+  try {
+    return await normalizeSource(archive, { runtime, handler: handler ?? "handler", limits: { uploadBytes: limit, normalizedBytes: limit, extractedBytes: limit * 10 } });
+  } catch (err) {
+    if (err instanceof ArchiveError) throw badRequest(err.message);
+    throw err;
+  }
+}
+
 export function functionRoutes(r: Router): void {
   r.add({
     method: "GET",
@@ -90,20 +103,54 @@ export function functionRoutes(r: Router): void {
     responses: { 200: { description: "existing function, deployment started or queued", schema: functionSchema }, 201: { description: "new function", schema: functionSchema }, ...errors },
     handler: async ({ kiln, project, request }) => {
       const { fields, archive } = await readDeploy(request);
-      const limit = kiln.config.sourceArchiveLimitMb * MB;
-      let source;
-      try {
-        source = await normalizeSource(archive, {
-          runtime: fields.runtime,
-          handler: fields.handler ?? "handler",
-          limits: { uploadBytes: limit, normalizedBytes: limit, extractedBytes: limit * 10 },
-        });
-      } catch (err) {
-        if (err instanceof ArchiveError) throw badRequest(err.message);
-        throw err;
-      }
+      const source = await normalized(kiln, archive, fields.runtime, fields.handler);
       const { created, fn } = await kiln.functions.deploy(project!.id, fields, source);
       return { status: created ? 201 : 200, body: view(kiln, fn) };
+    },
+  });
+
+  r.add({
+    method: "POST",
+    path: "/projects/{projectId}/functions/batch",
+    tag,
+    summary: "Deploy up to 100 functions (multipart: `functions` JSON array of {name, runtime, handler?, file_field} and one archive field each)",
+    auth: { kind: "project", access: "write" },
+    params: projectIdParams,
+    responses: { 200: { description: "accepted functions, and those that failed before their deployment started", schema: batchResultSchema }, ...errors },
+    handler: async ({ kiln, project, request }) => {
+      if (!/multipart\/form-data/i.test(request.headers.get("content-type") ?? "")) throw badRequest("deploy with multipart/form-data (field functions and one file per function)");
+      let form: FormData;
+      try {
+        form = await request.formData();
+      } catch {
+        throw badRequest("request body is not valid multipart/form-data");
+      }
+      let list: unknown;
+      try {
+        list = JSON.parse(String(form.get("functions") ?? ""));
+      } catch {
+        throw badRequest("invalid request: body field 'functions': must be a JSON array");
+      }
+      const parsed = batchEntries.safeParse(list);
+      if (!parsed.success) throw badRequest(describeZodError("body", parsed.error));
+      const accepted = [];
+      const failed: { name: string; error: string }[] = [];
+      for (const entry of parsed.data) {
+        try {
+          const fields = deployFields.pick({ name: true, runtime: true, handler: true }).safeParse(entry);
+          if (!fields.success) throw badRequest(describeZodError("body", fields.error));
+          const file = form.get(entry.file_field);
+          if (!file || typeof file === "string") throw badRequest(`no archive in the multipart field '${entry.file_field}'`);
+          const source = await normalized(kiln, new Uint8Array(await file.arrayBuffer()), fields.data.runtime, fields.data.handler);
+          const { fn } = await kiln.functions.deploy(project!.id, fields.data, source);
+          accepted.push(view(kiln, fn));
+        } catch (err) {
+          // Deployments already started keep running; this one never started, so nothing to undo.
+          if (err instanceof HttpError) failed.push({ name: String(entry.name), error: String((err.body as { error?: string; code?: string }).error ?? (err.body as { code?: string }).code) });
+          else throw err;
+        }
+      }
+      return reply.ok({ batch_id: crypto.randomUUID(), functions: accepted, failed });
     },
   });
 

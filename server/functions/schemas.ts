@@ -84,3 +84,21 @@ export const deploymentListSchema = z.object({ data: z.array(deploymentSchema) }
 export const invokeBody = z.object({ payload: z.unknown().optional() });
 export const resolveQuery = z.object({ name: z.string().min(1) });
 export const resolveSchema = z.object({ name: z.string(), function_id: z.string(), cache_ttl_seconds: z.number().int() });
+
+export const batchEntries = z
+  .array(
+    z.object({
+      name: z.string(),
+      runtime: z.string(),
+      handler: z.string().optional(),
+      file_field: z.string().min(1, "names the multipart field holding this function's archive"),
+    }),
+  )
+  .min(1, "must list at least one function")
+  .max(100, "at most 100 functions per request");
+
+export const batchResultSchema = z.object({
+  batch_id: z.string(),
+  functions: z.array(functionSchema),
+  failed: z.array(z.object({ name: z.string(), error: z.string() })),
+});

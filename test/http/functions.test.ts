@@ -335,3 +335,58 @@ describe("the deployment queue", () => {
     });
   });
 });
+
+describe("batch deploy", () => {
+  test("several functions in one request; the ones that fail before starting are reported, the others deploy", async () => {
+    const { p, sk } = await setup();
+    const form = new FormData();
+    form.set(
+      "functions",
+      JSON.stringify([
+        { name: "one", runtime: "nodejs22.x", file_field: "a" },
+        { name: "two", runtime: "python3.11", file_field: "b" },
+        { name: "Bad", runtime: "nodejs22.x", file_field: "a" },
+        { name: "three", runtime: "nodejs22.x", file_field: "missing" },
+      ]),
+    );
+    form.set("a", new Blob([new Uint8Array(tgz({ "index.js": "exports.handler = async () => 'one'" }))]), "a.tgz");
+    form.set("b", new Blob([new Uint8Array(tgz({ "main.py": "def handler(e, c):\n    return 'two'\n" }))]), "b.tgz");
+    const res = await fetch(`${k.url}/projects/${p.id}/functions/batch`, { method: "POST", headers: { authorization: `Bearer ${k.token}` }, body: form });
+    const body = (await res.json()) as any;
+    expect(res.status).toBe(200);
+    expect(body.batch_id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(body.functions.map((f: any) => f.name)).toEqual(["one", "two"]);
+    expect(body.failed.map((f: any) => f.name)).toEqual(["Bad", "three"]);
+    expect(body.failed[1].error).toMatch(/missing/);
+    for (const f of body.functions) {
+      await settled(k, p.id, f.id);
+      expect((await invoke(f.id, sk)).body).toBe(f.name);
+    }
+    const tooMany = new FormData();
+    tooMany.set("functions", JSON.stringify(Array.from({ length: 101 }, (_, i) => ({ name: `f${i}`, runtime: "nodejs22.x", file_field: "a" }))));
+    const r = await fetch(`${k.url}/projects/${p.id}/functions/batch`, { method: "POST", headers: { authorization: `Bearer ${k.token}` }, body: tooMany });
+    expect(r.status).toBe(400);
+    expect(((await r.json()) as any).error).toMatch(/100/);
+  });
+});
+
+describe("isolation as users meet it", () => {
+  test("no network by default; memory beyond the limit is a clear 502", async () => {
+    const { p, sk } = await setup();
+    const code = tgz({
+      "index.js": `const net = require("net");
+exports.handler = async (e) => {
+  if (e.mode === "net") return await new Promise((ok) => { const s = net.connect(${new URL(k.url).port}, "127.0.0.1"); s.on("connect", () => { s.destroy(); ok("connected"); }); s.on("error", (err) => ok("refused: " + err.code)); });
+  if (e.mode === "hog") { const keep = []; for (;;) keep.push(Buffer.alloc(16 * 1024 * 1024, 1)); }
+  return "ok";
+};`,
+    });
+    const fn = await settled(k, p.id, (await deploy(k, p.id, { name: "boxed", runtime: "nodejs22.x" }, code)).body.id);
+    const net = await invoke(fn.id, sk, { mode: "net" });
+    expect(net.body).toMatch(/^refused: /);
+    const hog = await invoke(fn.id, sk, { mode: "hog" });
+    expect(hog.status).toBe(502);
+    expect(hog.body.error).toMatch(/out of memory|crashed/);
+    expect((await invoke(fn.id, sk, { mode: "ok" })).body).toBe("ok");
+  });
+});
