@@ -41,7 +41,8 @@ export interface Kiln {
   endUsers: EndUsersService;
   databases: DatabasesService;
   functions: FunctionsService;
-  functionPool: WorkerPool;
+  /** The sandboxed worker pool, made on first use. */
+  functionPool: () => Promise<WorkerPool>;
   functionLogs: FunctionLogs;
   /** Where Kiln's email goes: the local catcher's SMTP port, or KILN_SMTP_URL. */
   mailer: Mailer;

@@ -22,7 +22,7 @@ import { projectRoutes } from "./projects/routes";
 import { ProjectsService } from "./projects/service";
 import { openControlStore } from "./store/open-store";
 import { variableRoutes } from "./variables/routes";
-import { MailCatcher } from "../emulators/mail/catcher";
+import type { MailCatcher } from "../emulators/mail/catcher";
 import { createSmtpMailer } from "../emulators/mail/mailer";
 import { AuthConfigService } from "./end-users/config";
 import { AuthRateLimits } from "./end-users/rate-limits";
@@ -38,7 +38,7 @@ import { DatabaseActivity } from "./databases/activity";
 import { databaseRoutes } from "./databases/routes";
 import { DatabasesService } from "./databases/service";
 import { DatabaseWireRouter } from "./databases/wire-router";
-import { WorkerPool } from "../runtime-sandbox/worker-pool";
+import type { WorkerPool } from "../runtime-sandbox/worker-pool";
 import { FunctionLogs } from "./functions/invoke";
 import { functionRoutes } from "./functions/routes";
 import { FunctionsService } from "./functions/service";
@@ -138,6 +138,16 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   undo.push(unlock);
   const now = () => clock.now();
 
+  // The mail catcher (smtp-server) loads and binds while the control store opens.
+  const catcherReady: Promise<{ catcher: MailCatcher; host: string; port: number }> | null = config.smtpUrl
+    ? null
+    : import("../emulators/mail/catcher").then(async ({ MailCatcher }) => {
+        const catcher = new MailCatcher();
+        const smtp = await catcher.start({ host: "127.0.0.1", port: config.smtpPort });
+        undo.push(() => catcher.stop());
+        return { catcher, ...smtp };
+      });
+  catcherReady?.catch(() => {}); // awaited below; this only keeps an early failure from going unhandled
   const store = await openControlStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl });
   undo.push(() => store.close());
   trace("control store open");
@@ -153,13 +163,12 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   kiln.guard = new Guard(kiln);
 
   // Email: over SMTP to the built-in catcher, or to a real server when KILN_SMTP_URL is set.
-  if (config.smtpUrl) {
+  if (!catcherReady) {
     kiln.mailCatcher = null;
-    kiln.mailer = createSmtpMailer({ url: config.smtpUrl, from: config.mailFrom });
+    kiln.mailer = createSmtpMailer({ url: config.smtpUrl!, from: config.mailFrom });
   } else {
-    const catcher = (kiln.mailCatcher = new MailCatcher());
-    const smtp = await catcher.start({ host: "127.0.0.1", port: config.smtpPort });
-    undo.push(() => catcher.stop());
+    const smtp = await catcherReady;
+    kiln.mailCatcher = smtp.catcher;
     smtpAddress = `${smtp.host}:${smtp.port}`;
     log.info(`mail catcher: SMTP on ${smtpAddress}, messages at /_emulators/mail`);
     kiln.mailer = createSmtpMailer({ url: `smtp://${smtpAddress}`, from: config.mailFrom });
@@ -203,9 +212,11 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   activity.start();
 
   // Functions: warm sandboxed workers; Kiln's own data dir is never visible to them.
-  const pool = new WorkerPool({ hiddenPaths: [config.dataDir], log: (m) => log.warn(m) });
-  undo.push(() => pool.close());
-  kiln.functionPool = pool;
+  // Made at the first invocation: a Kiln that runs no functions never pays for the sandbox.
+  let pool: Promise<WorkerPool> | null = null;
+  kiln.functionPool = () =>
+    (pool ??= import("../runtime-sandbox/worker-pool").then((m) => new m.WorkerPool({ hiddenPaths: [config.dataDir], log: (msg) => log.warn(msg) })));
+  undo.push(async () => (await pool)?.close());
   kiln.functionLogs = new FunctionLogs(store, log);
   kiln.functions = new FunctionsService({
     store,
@@ -215,7 +226,9 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
     maxFunctions: () => config.maxFunctions,
     retireWorkers: async (functionId, keep) => {
       const deps = await store.query<{ id: string }>(`select id from function_deployments where function_id = $1`, [functionId]);
-      for (const d of deps) if (d.id !== keep) await pool.retire(`${functionId}:${d.id}:`);
+      if (!pool) return; // no worker has ever run
+      const p = await pool;
+      for (const d of deps) if (d.id !== keep) await p.retire(`${functionId}:${d.id}:`);
     },
     log,
   });
@@ -258,7 +271,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
       await wire.close().catch(() => {});
       await kiln.databases.drain();
       await kiln.functions.drain();
-      await pool.close();
+      await (await pool)?.close();
       await kiln.functionLogs.stop();
       await activity.stop();
       await engine.close().catch((e) => log.error("closing databases failed", e));

@@ -1,4 +1,7 @@
-import { decodeProtectedHeader, exportJWK, generateKeyPair, importJWK, jwtVerify, SignJWT, type JWK, type JWTPayload } from "jose";
+import type { JWK, JWTPayload } from "jose";
+
+/** jose loads with the first key operation, not with Kiln (start-up time and memory). */
+const jose = () => import("jose");
 import { newId } from "../ids";
 import type { ControlStore, Sql } from "../store/store";
 
@@ -36,6 +39,7 @@ export class SigningKeys {
   ) {}
 
   async create(projectId: string, tx: Sql = this.store): Promise<string> {
+    const { exportJWK, generateKeyPair } = await jose();
     const { privateKey, publicKey } = await generateKeyPair(ALG, { extractable: true });
     const kid = newId();
     const pub = { ...(await exportJWK(publicKey)), kid, alg: ALG, use: "sig" };
@@ -66,7 +70,7 @@ export class SigningKeys {
     }
     let key = this.privateKeys.get(row!.kid);
     if (!key) {
-      key = (await importJWK(row!.private_jwk as JWK, ALG)) as Key;
+      key = (await (await jose()).importJWK(row!.private_jwk as JWK, ALG)) as Key;
       this.privateKeys.set(row!.kid, key);
     }
     return { kid: row!.kid, key };
@@ -75,6 +79,7 @@ export class SigningKeys {
   async sign(projectId: string, claims: Omit<AccessClaims, "project_id">, ttlSeconds: number): Promise<string> {
     const { kid, key } = await this.current(projectId);
     const iat = Math.floor(this.now().getTime() / 1000);
+    const { SignJWT } = await jose();
     return new SignJWT({ ...claims, project_id: projectId })
       .setProtectedHeader({ alg: ALG, kid, typ: "JWT" })
       .setIssuer(issuerOf(projectId))
@@ -86,6 +91,7 @@ export class SigningKeys {
 
   /** The claims of a valid token signed by one of the project's usable keys, or null. */
   async verify(jwt: string): Promise<AccessClaims | null> {
+    const { decodeProtectedHeader, importJWK, jwtVerify } = await jose();
     let kid: string | undefined;
     try {
       kid = decodeProtectedHeader(jwt).kid;

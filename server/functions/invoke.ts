@@ -3,7 +3,7 @@ import type { Principal } from "../auth/principal";
 import type { Kiln } from "../context";
 import { forbidden, HttpError } from "../http/errors";
 import { newId } from "../ids";
-import { FunctionError, type LogLine } from "../../runtime-sandbox/worker-pool";
+import type { FunctionError, LogLine } from "../../runtime-sandbox/worker-pool";
 import { FlushLoop } from "../store/flush-loop";
 import type { FunctionRecord } from "./service";
 
@@ -22,6 +22,13 @@ const PLATFORM_OWNED = new Set([
   "content-length",
   "upgrade",
 ]);
+
+const FAILURE_KINDS = new Set(["timeout", "crash", "out_of_memory", "runtime_missing", "init_error"]);
+
+/** The pool is loaded lazily, so its error class is recognized by shape, not by instanceof. */
+function isFunctionError(err: unknown): err is FunctionError {
+  return err instanceof Error && FAILURE_KINDS.has((err as { kind?: string }).kind ?? "") && Array.isArray((err as { logs?: unknown }).logs);
+}
 
 export const DEFAULT_LIMITS = { memoryMb: 256, timeoutMs: 30_000 };
 
@@ -87,7 +94,7 @@ export async function invoke(
   let logs: LogLine[] = [];
   let status = 0;
   try {
-    const out = await kiln.functionPool.invoke(
+    const out = await (await kiln.functionPool()).invoke(
       {
         key: `${fn.id}:${fn.active_deployment_id}:${region}`,
         functionName: fn.name,
@@ -113,7 +120,7 @@ export async function invoke(
     headers["X-Service-Invocation-Id"] = invocationId;
     return new Response(opts.head ? null : (out.body as BodyInit), { status: out.status, headers });
   } catch (err) {
-    if (err instanceof FunctionError) {
+    if (isFunctionError(err)) {
       logs = err.logs;
       const e = failure(err, invocationId);
       status = e.status;

@@ -4,7 +4,6 @@ import { badRequest, HttpError, notFound } from "../http/errors";
 import { DEFAULT_LIMIT, paginated } from "../http/pagination";
 import { describeZodError, reply, type Router } from "../http/route";
 import { projectIdParams } from "../projects/schemas";
-import { ArchiveError, normalizeSource } from "./archive";
 import { invokeUrl } from "./http-mode";
 import { invoke, mayInvoke } from "./invoke";
 import {
@@ -66,6 +65,8 @@ async function readDeploy(request: Request) {
 
 /** Rules 4–6 for one upload; archive problems are the caller's 400. */
 async function normalized(kiln: Kiln, archive: Uint8Array, runtime: string, handler?: string) {
+  // tar and yauzl load with the first deploy, not with Kiln.
+  const { ArchiveError, normalizeSource } = await import("./archive");
   const limit = kiln.config.sourceArchiveLimitMb * MB;
   try {
     return await normalizeSource(archive, { runtime, handler: handler ?? "handler", limits: { uploadBytes: limit, normalizedBytes: limit, extractedBytes: limit * 10 } });

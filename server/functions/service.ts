@@ -3,8 +3,7 @@ import { join } from "node:path";
 import { conflict, forbidden, HttpError, notFound } from "../http/errors";
 import { newId } from "../ids";
 import type { ControlStore, Row } from "../store/store";
-import { extractSource, type FunctionBuildConfig, type NormalizedSource } from "./archive";
-import { buildFunction } from "./builds";
+import type { FunctionBuildConfig, NormalizedSource } from "./archive";
 
 export type FunctionStatus = "provisioning" | "active" | "failed" | "deleting" | "deleted";
 
@@ -289,6 +288,8 @@ export class FunctionsService {
     try {
       rmSync(root, { recursive: true, force: true });
       mkdirSync(root, { recursive: true });
+      // The archive and build code (tar, the runtime resolver) load with the first build.
+      const [{ extractSource }, { buildFunction }] = await Promise.all([import("./archive"), import("./builds")]);
       await extractSource(readFileSync(join(this.d.blobDir, `${dep.id}.tar.gz`)), root);
       error = await buildFunction(root, dep.build as FunctionBuildConfig & { reserved_path?: boolean }, log);
     } catch (err) {
