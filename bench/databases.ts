@@ -4,58 +4,16 @@
 // Run: npm run bench:databases
 // Targets: create-to-active < 500 ms, query API p50 < 2 ms, query API throughput >= 60% of in-process
 // PGlite, 50 touched databases < 1.5 GB RSS.
-import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { PGlite } from "@electric-sql/pglite";
 import postgres from "postgres";
+import { pct, startKiln, TOKEN, wrkRps } from "./support";
 
-const ROOT = resolve(import.meta.dirname, "..");
-const BUN = join(ROOT, "node_modules/.bin/bun");
-const TOKEN = "pk-benchbenchbenchbenchbench";
 const N = Number(process.env.QUERIES ?? 3000);
 
-async function startKiln(dataDir: string): Promise<{ url: string; proc: ChildProcess }> {
-  const proc = spawn(BUN, [join(ROOT, "cmd/kiln.ts"), "start", "--port", "0", "--pg-port", "0", "--data-dir", dataDir], {
-    cwd: ROOT,
-    env: { ...process.env, KILN_PLATFORM_TOKEN: TOKEN, KILN_LOG: "quiet" },
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  const url = await new Promise<string>((ok) => {
-    let out = "";
-    proc.stdout!.on("data", (d) => {
-      out += d;
-      const m = /Kiln listening on (\S+)/.exec(out);
-      if (m) ok(m[1]!);
-    });
-  });
-  return { url, proc };
-}
-
-/**
- * Throughput with wrk (Debian package `wrk`) when installed: a native client leaves the two cores to
- * Kiln, as a separate load machine would. Without it, a Bun fetch client shares the CPU with Kiln.
- */
-async function wrkRps(url: string, key: string): Promise<number | null> {
-  const script = join(tmpdir(), `kiln-wrk-${process.pid}.lua`);
-  await Bun.write(
-    script,
-    `wrk.method = "POST"\nwrk.body = '{"table":"t","filters":[{"column":"id","operator":"eq","value":500}]}'\nwrk.headers["Content-Type"] = "application/json"\nwrk.headers["Authorization"] = "Bearer ${key}"\n`,
-  );
-  try {
-    const p = Bun.spawnSync(["wrk", "-t1", "-c8", "-d5s", "-s", script, url]);
-    const m = /Requests\/sec:\s+([\d.]+)/.exec(p.stdout.toString());
-    return m ? Number(m[1]) : null;
-  } catch {
-    return null;
-  } finally {
-    rmSync(script, { force: true });
-  }
-}
-
 const rssMb = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) / 1024;
-const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((xs.length * p) / 100))]!;
 
 async function main() {
   const dir = mkdtempSync(join(tmpdir(), "kiln-bench-db-"));
@@ -115,7 +73,9 @@ async function main() {
     return N / ((performance.now() - t0) / 1000);
   };
   const viaApi = await lat(queryApi);
-  const apiConcurrent = (await wrkRps(`${url}/databases/db0/query/select`, sk)) ?? (await concurrent(queryApi, 8));
+  const apiConcurrent =
+    wrkRps(`${url}/databases/db0/query/select`, { "Content-Type": "application/json", Authorization: `Bearer ${sk}` }, '{"table":"t","filters":[{"column":"id","operator":"eq","value":500}]}') ??
+    (await concurrent(queryApi, 8));
   const viaWire = await lat((id) => wire`select * from t where id = ${id}`);
   await wire.end();
 

@@ -6,28 +6,10 @@
 import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
+import { BUN, pct, startKiln, TOKEN, wrkRps } from "./support";
 
-const ROOT = resolve(import.meta.dirname, "..");
-const BUN = join(ROOT, "node_modules/.bin/bun");
-const TOKEN = "pk-benchbenchbenchbenchbench";
 const N = Number(process.env.INVOCATIONS ?? 2000);
-const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((xs.length * p) / 100))]!;
-
-function wrk(url: string, headers: Record<string, string>, body: string): number | null {
-  if (!Bun.which("wrk")) return null;
-  const script = join(tmpdir(), `kiln-wrk-fn-${process.pid}.lua`);
-  writeFileSync(
-    script,
-    `wrk.method = "POST"\nwrk.body = '${body}'\n` + Object.entries(headers).map(([k, v]) => `wrk.headers["${k}"] = "${v}"`).join("\n") + "\n",
-  );
-  try {
-    const out = execFileSync("wrk", ["-t1", "-c8", "-d5s", "-s", script, url]).toString();
-    return Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1] ?? 0);
-  } finally {
-    rmSync(script, { force: true });
-  }
-}
 
 async function fetchRps(url: string, init: RequestInit): Promise<number> {
   let i = 0;
@@ -40,19 +22,7 @@ async function fetchRps(url: string, init: RequestInit): Promise<number> {
 
 async function main() {
   const dir = mkdtempSync(join(tmpdir(), "kiln-bench-fn-"));
-  const proc = spawn(BUN, [join(ROOT, "cmd/kiln.ts"), "start", "--port", "0", "--pg-port", "0", "--data-dir", dir], {
-    cwd: ROOT,
-    env: { ...process.env, KILN_PLATFORM_TOKEN: TOKEN, KILN_LOG: "quiet" },
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  const url = await new Promise<string>((ok) => {
-    let out = "";
-    proc.stdout!.on("data", (d) => {
-      out += d;
-      const m = /Kiln listening on (\S+)/.exec(out);
-      if (m) ok(m[1]!);
-    });
-  });
+  const { url, proc } = await startKiln(dir);
   const api = async (method: string, path: string, body?: unknown) =>
     (await fetch(url + path, { method, headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" }, body: body ? JSON.stringify(body) : undefined })).json() as Promise<any>;
   const project = await api("POST", "/projects", { name: "bench" });
@@ -94,13 +64,13 @@ async function main() {
     await (await fetch(`${url}/functions/${fnId}/invoke`, invokeInit)).text();
     warm.push(performance.now() - t);
   }
-  const kilnRps = wrk(`${url}/functions/${fnId}/invoke`, { Authorization: `Bearer ${sk}`, "Content-Type": "application/json" }, '{"payload":{"n":1}}') ?? (await fetchRps(`${url}/functions/${fnId}/invoke`, invokeInit));
+  const kilnRps = wrkRps(`${url}/functions/${fnId}/invoke`, { Authorization: `Bearer ${sk}`, "Content-Type": "application/json" }, '{"payload":{"n":1}}') ?? (await fetchRps(`${url}/functions/${fnId}/invoke`, invokeInit));
 
   // The bare server runs in its own process, as Kiln does, so the load generator never blocks it.
   const bare = spawn(BUN, ["-e", `const s = Bun.serve({ port: 0, fetch: async (req) => Response.json({ ok: true, n: (await req.json())?.payload?.n ?? 0 }) }); console.log(s.port);`], { stdio: ["ignore", "pipe", "inherit"] });
   const barePort = await new Promise<string>((ok) => bare.stdout!.once("data", (d) => ok(String(d).trim())));
   const bareUrl = `http://127.0.0.1:${barePort}/`;
-  const bareRps = wrk(bareUrl, { "Content-Type": "application/json" }, '{"payload":{"n":1}}') ?? (await fetchRps(bareUrl, { method: "POST", headers: { "content-type": "application/json" }, body: '{"payload":{"n":1}}' }));
+  const bareRps = wrkRps(bareUrl, { "Content-Type": "application/json" }, '{"payload":{"n":1}}') ?? (await fetchRps(bareUrl, { method: "POST", headers: { "content-type": "application/json" }, body: '{"payload":{"n":1}}' }));
   bare.kill();
 
   proc.kill("SIGTERM");

@@ -40,6 +40,7 @@ export interface Config {
   pgPort: number;
   /** Embedded databases: most PGlite instances open at once, and idle time before one closes. */
   dbMaxOpen: number;
+  dbMemoryBudgetMb: number;
   dbIdleCloseMs: number;
   /** SOURCE_ARCHIVE_SIZE_LIMIT_MB: uploaded and normalized function archives. */
   sourceArchiveLimitMb: number;
@@ -121,6 +122,7 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     postgresUrl: opts.postgresUrl ?? (env.KILN_POSTGRES_URL || undefined),
     pgPort: Number(opts.pgPort ?? env.KILN_PG_PORT ?? 7432),
     dbMaxOpen: intEnv("KILN_DB_MAX_OPEN", 10),
+    dbMemoryBudgetMb: intEnv("KILN_DB_MEMORY_BUDGET_MB", 512),
     sourceArchiveLimitMb: intEnv("KILN_SOURCE_ARCHIVE_LIMIT_MB", 50),
     maxFunctions: intEnv("KILN_FUNCTION_LIMIT", 10_000),
     functionsDomain: (env.KILN_FUNCTIONS_DOMAIN || "fn.localhost").toLowerCase(),

@@ -39,6 +39,11 @@ export interface EmbeddedOptions {
   dir: string;
   /** At most this many PGlite instances open at once; the least recently used idle one closes first. */
   maxOpen: number;
+  /**
+   * Memory the open instances may add to the process (MB, measured as RSS growth since the engine
+   * started); before opening another, idle instances close, least recently used first, until it fits.
+   */
+  memoryBudgetMb: number;
   /** An instance without clients closes after this long idle. */
   idleCloseMs: number;
 }
@@ -102,9 +107,15 @@ export class EmbeddedEngine implements DatabaseEngine {
     return pending;
   }
 
+  private readonly baselineRss = process.memoryUsage().rss;
+
+  private overBudget(): boolean {
+    return (process.memoryUsage().rss - this.baselineRss) / 1_048_576 > this.o.memoryBudgetMb;
+  }
+
   /** Closes least recently used instances that have no clients until there is room for one more. */
   private async makeRoom(): Promise<void> {
-    while (this.open.size >= this.o.maxOpen) {
+    while (this.open.size >= this.o.maxOpen || (this.open.size > 0 && this.overBudget())) {
       const idle = [...this.open.entries()].filter(([, i]) => i.mux.stats().clients === 0).sort((a, b) => a[1].lastUsed - b[1].lastUsed);
       if (idle.length === 0) return; // every instance has clients: go over the limit rather than cut anyone off
       await this.closeInstance(idle[0]![0]);

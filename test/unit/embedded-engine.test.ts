@@ -1,0 +1,50 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, test } from "vitest";
+import { EmbeddedEngine } from "../../server/backends/databases/embedded";
+
+const dirs: string[] = [];
+afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+
+function engine(o: { maxOpen: number; memoryBudgetMb: number }) {
+  const dir = mkdtempSync(join(tmpdir(), "kiln-engine-test-"));
+  dirs.push(dir);
+  return new EmbeddedEngine({ dir, idleCloseMs: 60_000, ...o });
+}
+
+const admin = { kind: "admin" } as const;
+
+describe("embedded engine: instances open lazily and close least recently used", () => {
+  test("never more than maxOpen open; a closed database reopens with its data", async () => {
+    const e = engine({ maxOpen: 2, memoryBudgetMb: 100_000 });
+    try {
+      for (const id of ["a", "b", "c"]) {
+        await e.create(id);
+        await e.run(id, admin, `create table t (v text)`, []);
+        await e.run(id, admin, `insert into t values ($1)`, [id]);
+        expect(e.openCount()).toBeLessThanOrEqual(2);
+      }
+      expect(e.openCount()).toBe(2);
+      // "a" was closed to make room; it comes back with its row.
+      expect((await e.run("a", admin, `select v from t`, [])).rows).toEqual([{ v: "a" }]);
+      expect(e.openCount()).toBe(2);
+    } finally {
+      await e.close();
+    }
+  }, 60_000);
+
+  test("a memory budget closes idle instances before opening another", async () => {
+    // A budget below zero: whatever the process holds, it is over, so each open closes the others.
+    const e = engine({ maxOpen: 10, memoryBudgetMb: -1 });
+    try {
+      for (const id of ["x", "y", "z"]) {
+        await e.create(id);
+        await e.run(id, admin, `select 1`, []);
+      }
+      expect(e.openCount()).toBe(1);
+    } finally {
+      await e.close();
+    }
+  }, 60_000);
+});
