@@ -36,7 +36,7 @@ describe("embedded engine: instances open lazily and close least recently used",
 
   test("a memory budget closes idle instances before opening another", async () => {
     // A budget below zero: whatever the process holds, it is over, so each open closes the others.
-    const e = engine({ maxOpen: 10, memoryBudgetMb: -1 });
+    const e = engine({ maxOpen: 10, memoryBudgetMb: -1_000_000 });
     try {
       for (const id of ["x", "y", "z"]) {
         await e.create(id);
