@@ -3,7 +3,7 @@ import type { Config } from "../config";
 import { badRequest, conflictCode, notFound } from "../http/errors";
 import { likePattern } from "../http/pagination";
 import { hashSecret, newId, newSecret, secretPrefix } from "../ids";
-import type { ControlStore, Row } from "../store/store";
+import { isoTimeOrNull as iso, isUniqueViolation, type ControlStore, type Row } from "../store/store";
 import type { TokenUsage } from "./usage";
 
 export type TokenScope = "full" | "read_only";
@@ -21,11 +21,6 @@ export interface TokenView {
   all_time_requests: number;
 }
 
-const iso = (v: unknown) => (v ? new Date(v as string).toISOString() : null);
-
-export function isUniqueViolation(err: unknown): boolean {
-  return (err as { code?: string })?.code === "23505";
-}
 
 export class AccessTokensService {
   constructor(

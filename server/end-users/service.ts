@@ -1,7 +1,8 @@
 import type { Principal } from "../auth/principal";
-import { badRequest, conflict, HttpError, notFound, unauthorized } from "../http/errors";
+import { badRequest, conflict, notFound, unauthorized } from "../http/errors";
+import { likePattern } from "../http/pagination";
 import { hashSecret } from "../ids";
-import type { ControlStore, Row, Sql } from "../store/store";
+import { isoTimeOrNull as iso, isUniqueViolation, type ControlStore, type Row, type Sql } from "../store/store";
 import type { AuthConfig, AuthConfigService } from "./config";
 import type { SigningKeys } from "./signing-keys";
 
@@ -40,7 +41,6 @@ export interface TokenResponse {
   user: UserView;
 }
 
-const iso = (v: unknown) => (v ? new Date(v as string).toISOString() : null);
 
 function userView(r: Row): UserView {
   return {
@@ -118,7 +118,7 @@ export class EndUsersService {
       );
       return row!;
     } catch (err) {
-      if ((err as { code?: string }).code === "23505") throw conflict("a user with this email already exists");
+      if (isUniqueViolation(err)) throw conflict("a user with this email already exists");
       throw err;
     }
   }
@@ -370,7 +370,7 @@ export class EndUsersService {
           [t.user_id, t.new_email, t.new_email.toLowerCase(), at],
         );
       } catch (err) {
-        if ((err as { code?: string }).code === "23505") throw conflict("a user with this email already exists");
+        if (isUniqueViolation(err)) throw conflict("a user with this email already exists");
         throw err;
       }
     } else {
@@ -398,7 +398,7 @@ export class EndUsersService {
     const params: unknown[] = [projectId];
     let where = `project_id = $1`;
     if (o.search) {
-      params.push(`%${o.search.toLowerCase().replace(/[\\%_]/g, (c) => `\\${c}`)}%`);
+      params.push(likePattern(o.search.toLowerCase()));
       where += ` and email_lower like $2`;
     }
     const [{ total }] = (await this.d.store.query(`select count(*)::int as total from auth_users where ${where}`, params)) as [{ total: number }];
@@ -433,4 +433,3 @@ export class EndUsersService {
   }
 }
 
-export { HttpError };

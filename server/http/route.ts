@@ -3,7 +3,7 @@ import * as z from "zod";
 import type { AuthRule, Principal } from "../auth/principal";
 import type { Kiln } from "../context";
 import type { ProjectRecord } from "../projects/service";
-import { badRequest, errorResponse, HttpError, jsonResponse } from "./errors";
+import { badRequest, jsonResponse } from "./errors";
 
 export type Method = "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE" | "OPTIONS";
 
@@ -157,5 +157,3 @@ function checkResponse(def: RouteDef, out: { status: number; body?: unknown }) {
       throw new Error(`${def.method} ${def.path} ${out.status} response does not match its schema: ${describeZodError("response", r.error)}`);
   }
 }
-
-export { errorResponse, HttpError };

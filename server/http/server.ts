@@ -6,9 +6,6 @@ import { errorResponse, HttpError, jsonResponse } from "./errors";
 import type { Router } from "./route";
 import { matchFunctionHost, serveFunctionHost } from "../functions/http-mode";
 
-/** Headers that only Kiln may set on the way out (functions cannot forge them). */
-export const PLATFORM_HEADERS = ["x-service-version", "x-service-region"];
-
 export function renderError(kiln: Kiln, err: unknown, request: Request): Response {
   if (err instanceof HttpError) return errorResponse(err);
   const requestId = crypto.randomUUID();

@@ -1,8 +1,6 @@
 import { notFound } from "../http/errors";
 import { hashSecret, newId, newSecret, secretPrefix } from "../ids";
-import type { ControlStore, Row, Sql } from "../store/store";
-
-const iso = (v: unknown) => new Date(v as string).toISOString();
+import { isoTime as iso, type ControlStore, type Row, type Sql } from "../store/store";
 
 function serviceKeyView(r: Row) {
   return {

@@ -21,5 +21,16 @@ export interface ControlStore extends Sql {
   close(): Promise<void>;
 }
 
-/** Raised when the store itself cannot answer (connection lost, engine crashed): a 503/500, never a 4xx. */
-export class StoreUnavailableError extends Error {}
+/** A timestamp column as the API writes it (RFC 3339, UTC). */
+export function isoTime(v: unknown): string {
+  return new Date(v as string).toISOString();
+}
+
+export function isoTimeOrNull(v: unknown): string | null {
+  return v ? isoTime(v) : null;
+}
+
+/** A unique index refused the row (SQLSTATE 23505); both drivers report it the same way. */
+export function isUniqueViolation(err: unknown): boolean {
+  return (err as { code?: string })?.code === "23505";
+}

@@ -1,9 +1,6 @@
 import { conflictCode, notFound } from "../http/errors";
 import { newId } from "../ids";
-import type { ControlStore, Row } from "../store/store";
-import { isUniqueViolation } from "../access-tokens/service";
-
-const iso = (v: unknown) => new Date(v as string).toISOString();
+import { isoTime as iso, isUniqueViolation, type ControlStore, type Row } from "../store/store";
 
 function view(r: Row) {
   return {
