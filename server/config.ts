@@ -46,6 +46,9 @@ export interface Config {
   sourceArchiveLimitMb: number;
   /** HTTP-mode function addresses are `<name>.<project>.<functionsDomain>` (resolving to Kiln). */
   functionsDomain: string;
+  /** Limits of every function invocation. */
+  functionMemoryMb: number;
+  functionTimeoutMs: number;
   /** Standard functions per project (403 beyond). */
   maxFunctions: number;
   /** Lets tests move time forward through /_kiln/clock. */
@@ -125,6 +128,8 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     dbMemoryBudgetMb: intEnv("KILN_DB_MEMORY_BUDGET_MB", 512),
     sourceArchiveLimitMb: intEnv("KILN_SOURCE_ARCHIVE_LIMIT_MB", 50),
     maxFunctions: intEnv("KILN_FUNCTION_LIMIT", 10_000),
+    functionMemoryMb: intEnv("KILN_FUNCTION_MEMORY_MB", 256),
+    functionTimeoutMs: intEnv("KILN_FUNCTION_TIMEOUT_MS", 30_000),
     functionsDomain: (env.KILN_FUNCTIONS_DOMAIN || "fn.localhost").toLowerCase(),
     dbIdleCloseMs: intEnv("KILN_DB_IDLE_CLOSE_MS", 60_000),
     smtpUrl: env.KILN_SMTP_URL || undefined,

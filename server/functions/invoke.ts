@@ -30,8 +30,6 @@ function isFunctionError(err: unknown): err is FunctionError {
   return err instanceof Error && FAILURE_KINDS.has((err as { kind?: string }).kind ?? "") && Array.isArray((err as { logs?: unknown }).logs);
 }
 
-export const DEFAULT_LIMITS = { memoryMb: 256, timeoutMs: 30_000 };
-
 /** Which credentials may invoke which functions (the spec's token rules 1–3). */
 export function mayInvoke(p: Principal, fn: FunctionRecord): void {
   if (p.kind === "service_key") {
@@ -104,7 +102,7 @@ export async function invoke(
         entry: `${root}${build.entry}`,
         handler: fn.handler,
         env: { ...env, PYTHONPATH: pythonPath },
-        limits: DEFAULT_LIMITS,
+        limits: { memoryMb: kiln.config.functionMemoryMb, timeoutMs: kiln.config.functionTimeoutMs },
         network: false,
       },
       event,
@@ -175,11 +173,6 @@ export class FunctionLogs {
         throw err;
       }
     }
-  }
-
-  async forInvocation(invocationId: string) {
-    await this.loop.flush();
-    return this.store.query(`select level, body, region, at from function_logs where invocation_id = $1 order by at, id`, [invocationId]);
   }
 
   stop(): Promise<void> {

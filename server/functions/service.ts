@@ -2,7 +2,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { conflict, forbidden, HttpError, notFound } from "../http/errors";
 import { newId } from "../ids";
-import type { ControlStore, Row } from "../store/store";
+import { isoTimeOrNull as iso, type ControlStore, type Row } from "../store/store";
 import type { FunctionBuildConfig, NormalizedSource } from "./archive";
 
 export type FunctionStatus = "provisioning" | "active" | "failed" | "deleting" | "deleted";
@@ -25,7 +25,6 @@ export interface FunctionRecord {
   updated_at: string;
 }
 
-const iso = (v: unknown) => (v ? new Date(v as string).toISOString() : null);
 
 function toRecord(r: Row): FunctionRecord {
   return {
@@ -166,14 +165,16 @@ export class FunctionsService {
          values ($1, $2, $3, 'deploy', 'queued', $4, $5, $6, $7::text::jsonb, $8)`,
         [deploymentId, fnId, projectId, fields.runtime, handler, source.sha256, JSON.stringify({ ...source.build, reserved_path: source.reservedPath, dropped: source.dropped }), at],
       );
-      if (busy) await tx.query(`update functions set pending_deployment_id = $2, updated_at = $3 where id = $1`, [fnId, deploymentId, at]);
-      else await tx.query(`update functions set status = 'provisioning', pending_deployment_id = null, updated_at = $2 where id = $1`, [fnId, at]);
-      return { created: !existing, fnId };
+      const [row] = busy
+        ? await tx.query(`update functions set pending_deployment_id = $2, updated_at = $3 where id = $1 returning *`, [fnId, deploymentId, at])
+        : await tx.query(`update functions set status = 'provisioning', pending_deployment_id = null, updated_at = $2 where id = $1 returning *`, [fnId, at]);
+      return { created: !existing, fn: toRecord(row!) };
     });
-    this.forget(result.fnId);
+    this.forget(result.fn.id);
     writeFileSync(join(this.d.blobDir, `${deploymentId}.tar.gz`), source.tarGz);
-    this.kick(result.fnId);
-    return { created: result.created, fn: (await this.byId(result.fnId))! };
+    // The answer is the state at acceptance; the build may finish before the client reads it.
+    this.kick(result.fn.id);
+    return result;
   }
 
   async update(fn: FunctionRecord, patch: { is_public?: boolean; invocation_mode?: "rpc" | "http"; http_auth_mode?: "service" | "none"; openapi_spec?: unknown }) {
@@ -195,7 +196,7 @@ export class FunctionsService {
   /** DELETE: 202. Queued behind a running deployment (superseding queued deploys), or started now. */
   async requestDelete(fn: FunctionRecord): Promise<FunctionRecord> {
     const at = this.d.now().toISOString();
-    await this.d.store.transaction(async (tx) => {
+    const accepted = await this.d.store.transaction(async (tx) => {
       const [busy] = await tx.query(`select id from function_deployments where function_id = $1 and status = 'building'`, [fn.id]);
       await tx.query(`update function_deployments set status = 'superseded', finished_at = $2 where function_id = $1 and status = 'queued'`, [fn.id, at]);
       const id = newId();
@@ -205,12 +206,14 @@ export class FunctionsService {
         fn.project_id,
         at,
       ]);
-      if (busy) await tx.query(`update functions set delete_requested = true, pending_deployment_id = $2, updated_at = $3 where id = $1`, [fn.id, id, at]);
-      else await tx.query(`update functions set delete_requested = true, status = 'deleting', pending_deployment_id = null, updated_at = $2 where id = $1`, [fn.id, at]);
+      const [row] = busy
+        ? await tx.query(`update functions set delete_requested = true, pending_deployment_id = $2, updated_at = $3 where id = $1 returning *`, [fn.id, id, at])
+        : await tx.query(`update functions set delete_requested = true, status = 'deleting', pending_deployment_id = null, updated_at = $2 where id = $1 returning *`, [fn.id, at]);
+      return toRecord(row!);
     });
     this.forget(fn.id);
     this.kick(fn.id);
-    return (await this.byId(fn.id)) ?? { ...fn, status: "deleting" };
+    return accepted;
   }
 
   async deployments(functionId: string) {
@@ -235,10 +238,6 @@ export class FunctionsService {
       started_at: iso(r.started_at),
       finished_at: iso(r.finished_at),
     }));
-  }
-
-  async buildLog(deploymentId: string) {
-    return this.d.store.query(`select seq, at, level, line from function_build_logs where deployment_id = $1 order by seq`, [deploymentId]);
   }
 
   /** Runs the function's queued work, one item at a time. */
