@@ -9,7 +9,7 @@ import { AccountsService } from "./accounts/service";
 import { Credentials } from "./auth/credentials";
 import { Guard } from "./auth/guard";
 import { clock } from "./clock";
-import type { Config } from "./config";
+import { takeFault, type Config } from "./config";
 import type { Kiln } from "./context";
 import { healthRoutes } from "./health/routes";
 import { openApiRoutes } from "./http/openapi";
@@ -200,7 +200,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   undo.push(() => engine.close());
   const activity = new DatabaseActivity(store, now, log);
   let wireAddress = { host: config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host, port: 0 };
-  kiln.databases = new DatabasesService(store, engine, now, activity, () => wireAddress, log);
+  kiln.databases = new DatabasesService(store, engine, now, activity, () => wireAddress, log, (name) => takeFault(config, name));
   const wire = await startWireListener({
     host: config.host,
     port: config.pgPort,

@@ -1,5 +1,6 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import type { Principal } from "../auth/principal";
 import type { Config, PlanName } from "../config";
 import { hashSecret, newId, newSecret, secretPrefix } from "../ids";
 import type { ControlStore, Sql } from "../store/store";
@@ -23,6 +24,14 @@ export class AccountsService {
     await tx.query(`insert into accounts (id, plan, is_default, created_at) values ($1, $2, $3, $4)`, [id, plan, !!opts.isDefault, at]);
     await this.addToken(id, token, tx);
     return { id, plan, platform_token: token };
+  }
+
+  /**
+   * The plan of the account that owns a project. A platform token already carries it; a project
+   * token acts for the owning account, whose plan is read.
+   */
+  async ownerPlan(principal: Principal | null, accountId: string): Promise<PlanName> {
+    return principal?.kind === "platform" ? principal.plan : this.planOf(accountId);
   }
 
   async planOf(accountId: string): Promise<PlanName> {

@@ -6,9 +6,8 @@ import { forbidden, HttpError, jsonResponse, unauthorized } from "../http/errors
 import { reply, type Router } from "../http/route";
 import { projectIdParams } from "../projects/schemas";
 import { plan as planOf } from "../accounts/plans";
-import { takeFault } from "../config";
 import { DatabaseQueryError, type AccessMode } from "../backends/databases/engine";
-import { buildQuery, queryBodies } from "./query-builder";
+import { queryBodies, type QueryOperation } from "./query-builder";
 import {
   createDatabaseBody,
   createdDatabaseSchema,
@@ -33,9 +32,6 @@ const errors = { 400: errorSchema, 401: errorSchema, 403: errorSchema, 404: erro
 const credentialRead = { kind: "project", access: "credential" } as const;
 const write = { kind: "project", access: "write" } as const;
 
-async function planFor(kiln: Kiln, p: Principal | null, accountId: string) {
-  return p?.kind === "platform" ? p.plan : kiln.accounts.planOf(accountId);
-}
 
 export function databaseRoutes(r: Router): void {
   r.add({
@@ -91,7 +87,7 @@ export function databaseRoutes(r: Router): void {
     body: createDatabaseBody,
     responses: { 201: { description: "created", schema: createdDatabaseSchema }, ...errors },
     handler: async ({ kiln, principal, project, body }) => {
-      const d = await kiln.databases.create(project!.id, await planFor(kiln, principal, project!.account_id), body);
+      const d = await kiln.databases.create(project!.id, await kiln.accounts.ownerPlan(principal, project!.account_id), body);
       return reply.created({ ...kiln.databases.view(d), name: d.name });
     },
   });
@@ -160,7 +156,7 @@ export function databaseRoutes(r: Router): void {
     query: topQueriesQuery,
     responses: { 200: { description: "top queries", schema: z.object({ data: z.array(topQuerySchema) }) }, ...errors },
     handler: async ({ kiln, principal, project, params, query }) => {
-      const plan = planOf(await planFor(kiln, principal, project!.account_id));
+      const plan = planOf(await kiln.accounts.ownerPlan(principal, project!.account_id));
       if (!plan.topQueries) throw forbidden(`top queries are not available on the ${plan.label} plan`);
       const d = await kiln.databases.get(project!.id, params.databaseName);
       return reply.ok({ data: await kiln.databases.topQueries(d, query.limit ?? 10) });
@@ -212,10 +208,10 @@ async function accessOf(kiln: Kiln, request: Request, ip: string): Promise<{ pro
   throw forbidden("database queries need an end-user access token, an anon key or a service key; platform and project tokens are not accepted");
 }
 
-async function runQuery(kiln: Kiln, request: Request, ip: string, arrivedAt: number, databaseName: string, operation: "select" | "insert" | "update" | "delete", body: unknown) {
+async function runQuery(kiln: Kiln, request: Request, ip: string, arrivedAt: number, databaseName: string, operation: QueryOperation, body: unknown) {
   const handlerStart = performance.now();
-  let computeMs = 0;
   let queryStart = handlerStart;
+  let computeMs = 0;
   const timing = () => ({
     "X-Service-Proxy-Ms": String(Math.round(queryStart - arrivedAt)),
     "X-Service-Proxy-Handler-Ms": String(Math.round(queryStart - handlerStart)),
@@ -223,30 +219,20 @@ async function runQuery(kiln: Kiln, request: Request, ip: string, arrivedAt: num
   });
   try {
     const { projectId, mode } = await accessOf(kiln, request, ip);
-    const d = await kiln.databases.activeByName(projectId, databaseName);
-    const q = buildQuery(operation, body);
-    queryStart = performance.now();
     let result;
     try {
-      if (takeFault(kiln.config, "database-connection")) throw new Error("injected fault: database-connection");
-      result = await kiln.databases.engine.run(d.id, mode, q.text, q.params);
+      result = await kiln.databases.query(projectId, databaseName, mode, operation, body, () => (queryStart = performance.now()));
     } catch (err) {
+      if (err instanceof HttpError) throw err; // unknown database, bad body: raised before the query ran
       computeMs = performance.now() - queryStart;
       if (err instanceof DatabaseQueryError) throw new HttpError(400, { error: err.message });
       const requestId = crypto.randomUUID();
-      kiln.log.error(`query on database ${d.id} failed (request ${requestId})`, err);
+      kiln.log.error(`query on database ${databaseName} failed (request ${requestId})`, err);
       throw new HttpError(500, { error: "Query failed" }, { "X-Request-Id": requestId });
     }
     computeMs = result.computeMs;
-    const out = { data: result.rows, count: result.rows.length };
-    const text = JSON.stringify(out);
-    kiln.databases.activity.recordQuery(d.id, q.text, kiln.databases.roleOf(d, mode), computeMs, result.rows.length);
-    kiln.databases.activity.recordUsage(d.id, {
-      computeMs,
-      activeMs: computeMs,
-      transfer: text.length,
-      written: operation === "select" ? 0 : JSON.stringify(q.params).length,
-    });
+    const text = JSON.stringify({ data: result.rows, count: result.rows.length });
+    kiln.databases.activity.recordUsage(result.databaseId, { transfer: text.length });
     return new Response(text, { status: 200, headers: { "Content-Type": "application/json; charset=utf-8", ...timing() } });
   } catch (err) {
     if (err instanceof HttpError) return jsonResponse(err.status, err.body, { ...err.headers, ...timing() });

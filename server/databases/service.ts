@@ -6,6 +6,7 @@ import { newId } from "../ids";
 import type { ControlStore, Row } from "../store/store";
 import type { AccessMode, DatabaseEngine } from "../backends/databases/engine";
 import type { DatabaseActivity } from "./activity";
+import { buildQuery, type QueryOperation } from "./query-builder";
 
 export const REGIONS = [
   { id: "cloud-us-east-1", name: "US East (N. Virginia)" },
@@ -87,6 +88,8 @@ export class DatabasesService {
     readonly activity: DatabaseActivity,
     private readonly wire: () => WireAddress,
     private readonly log: { error: (m: string, e?: unknown) => void },
+    /** Fault injection for tests (KILN_FAULTS). */
+    private readonly fault: (name: string) => boolean = () => false,
   ) {}
 
   connectionString(d: DatabaseRecord): string {
@@ -236,6 +239,26 @@ export class DatabasesService {
 
   private forget(id: string): void {
     for (const [k, v] of this.activeCache) if (v.d.id === id) this.activeCache.delete(k);
+  }
+
+  /**
+   * One query API call: the body becomes parameterized SQL (400 for bad input), runs as the caller's
+   * role, and is counted for stats and top queries. `started` marks when the database work begins
+   * (the timing headers). SQL errors are DatabaseQueryError; anything else is a failure to reach it.
+   */
+  async query(projectId: string, databaseName: string, mode: AccessMode, operation: QueryOperation, body: unknown, started: () => void) {
+    const d = await this.activeByName(projectId, databaseName);
+    const q = buildQuery(operation, body);
+    started();
+    if (this.fault("database-connection")) throw new Error("injected fault: database-connection");
+    const result = await this.engine.run(d.id, mode, q.text, q.params);
+    this.activity.recordQuery(d.id, q.text, this.roleOf(d, mode), result.computeMs, result.rows.length);
+    this.activity.recordUsage(d.id, {
+      computeMs: result.computeMs,
+      activeMs: result.computeMs,
+      written: operation === "select" ? 0 : JSON.stringify(q.params).length,
+    });
+    return { databaseId: d.id, ...result };
   }
 
   /** Role name as recorded in top queries. */

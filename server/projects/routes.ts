@@ -13,10 +13,6 @@ function platform(p: Principal | null) {
   return p;
 }
 
-/** The plan of the account that owns the project (a project token acts for that account). */
-async function ownerPlan(kiln: import("../context").Kiln, p: Principal | null, accountId: string) {
-  return p?.kind === "platform" ? p.plan : kiln.accounts.planOf(accountId);
-}
 
 export function projectRoutes(r: Router): void {
   r.add({
@@ -114,7 +110,7 @@ export function projectRoutes(r: Router): void {
       409: errorSchema,
     },
     handler: async ({ kiln, principal, project, body }) => {
-      const plan = await ownerPlan(kiln, principal, project!.account_id);
+      const plan = await kiln.accounts.ownerPlan(principal, project!.account_id);
       return reply.ok(projectView(await kiln.projects.update(project!, plan, body), { detail: true }));
     },
   });
