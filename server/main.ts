@@ -40,6 +40,7 @@ import { DatabasesService } from "./databases/service";
 import { DatabaseWireRouter } from "./databases/wire-router";
 import type { WorkerPool } from "../runtime-sandbox/worker-pool";
 import { FunctionLogs } from "./functions/invoke";
+import { matchFunctionHost, serveFunctionHost } from "./functions/http-mode";
 import { functionRoutes } from "./functions/routes";
 import { FunctionsService } from "./functions/service";
 import { VariablesService } from "./variables/service";
@@ -256,7 +257,11 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   sampler.unref?.();
   trace("state ready");
 
-  const server = serveHttp(kiln, buildRouter(config, kiln));
+  // Function addresses are routed by host name before the path routes.
+  const server = serveHttp(kiln, buildRouter(config, kiln), (request, m) => {
+    const target = matchFunctionHost(request.headers.get("host"), config.functionsDomain);
+    return target ? serveFunctionHost(kiln, request, m.ip, m.arrivedAt, target) : null;
+  });
   trace("listening");
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
   kiln.publicUrl = config.publicUrl ?? url;

@@ -1,4 +1,5 @@
 import type { Kiln } from "../context";
+import { preflight } from "../http/cors";
 import { errorResponse, HttpError } from "../http/errors";
 import { invoke, mayInvoke } from "./invoke";
 import type { FunctionRecord } from "./service";
@@ -52,17 +53,7 @@ export async function serveFunctionHost(kiln: Kiln, request: Request, ip: string
     const fn: FunctionRecord | null = await kiln.functions.byName(target.projectId, target.name);
     if (!fn || fn.status === "deleting") throw new HttpError(404, { error: "function not found" });
     const rpc = fn.invocation_mode === "rpc";
-    if (request.method === "OPTIONS")
-      return new Response(null, {
-        status: 204,
-        headers: {
-          "Access-Control-Allow-Origin": request.headers.get("origin") ?? "*",
-          "Access-Control-Allow-Methods": rpc ? "POST, OPTIONS" : [...HTTP_METHODS, "OPTIONS"].join(", "),
-          "Access-Control-Allow-Headers": request.headers.get("access-control-request-headers") ?? "authorization, content-type",
-          "Access-Control-Max-Age": "600",
-          Vary: "Origin",
-        },
-      });
+    if (request.method === "OPTIONS") return preflight(request, rpc ? ["POST"] : HTTP_METHODS);
     if (rpc ? request.method !== "POST" : !HTTP_METHODS.includes(request.method))
       throw new HttpError(405, { error: rpc ? "an RPC function takes POST with a JSON body {payload}" : `method ${request.method} is not served` });
     // Tokenless access exists only for public HTTP functions with http_auth_mode none.

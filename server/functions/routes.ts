@@ -1,5 +1,6 @@
 import type { Kiln } from "../context";
 import { errorSchema } from "../http/common-schemas";
+import { preflight } from "../http/cors";
 import { badRequest, HttpError, notFound } from "../http/errors";
 import { DEFAULT_LIMIT, paginated } from "../http/pagination";
 import { describeZodError, reply, type Router } from "../http/route";
@@ -238,17 +239,7 @@ export function functionRoutes(r: Router): void {
     auth: { kind: "none" },
     params: functionParams.pick({ functionId: true }),
     responses: { 204: { description: "preflight" } },
-    handler: ({ request }) =>
-      new Response(null, {
-        status: 204,
-        headers: {
-          "Access-Control-Allow-Origin": request.headers.get("origin") ?? "*",
-          "Access-Control-Allow-Methods": "POST, OPTIONS",
-          "Access-Control-Allow-Headers": request.headers.get("access-control-request-headers") ?? "authorization, content-type",
-          "Access-Control-Max-Age": "600",
-          Vary: "Origin",
-        },
-      }),
+    handler: ({ request }) => preflight(request, ["POST"]),
   });
 
   r.add({

@@ -4,7 +4,6 @@ import { SERVICE_VERSION, KILN_VERSION } from "../version";
 import { judgeCliVersion } from "./cli-version";
 import { errorResponse, HttpError, jsonResponse } from "./errors";
 import type { Router } from "./route";
-import { matchFunctionHost, serveFunctionHost } from "../functions/http-mode";
 
 export function renderError(kiln: Kiln, err: unknown, request: Request): Response {
   if (err instanceof HttpError) return errorResponse(err);
@@ -18,7 +17,10 @@ export function renderError(kiln: Kiln, err: unknown, request: Request): Respons
  * The HTTP front: Bun.serve → version/CLI checks → Elysia routing → the route's handler; then the
  * service headers on every response, errors included.
  */
-export function serveHttp(kiln: Kiln, router: Router) {
+/** Answers requests addressed by host name (function addresses); null leaves them to the routes. */
+export type HostRouter = (request: Request, meta: { ip: string; arrivedAt: number }) => Promise<Response> | null;
+
+export function serveHttp(kiln: Kiln, router: Router, byHost: HostRouter = () => null) {
   const meta = new WeakMap<Request, { ip: string; arrivedAt: number }>();
   const app = new Elysia({ normalize: false });
   router.bind(app, kiln, (r) => meta.get(r) ?? { ip: "unknown", arrivedAt: performance.now() });
@@ -58,10 +60,7 @@ export function serveHttp(kiln: Kiln, router: Router) {
       }
       let res: Response;
       try {
-        // HTTP-mode functions are addressed by host name, not by path.
-        const fnHost = matchFunctionHost(request.headers.get("host"), kiln.config.functionsDomain);
-        const m = meta.get(request)!;
-        res = fnHost ? await serveFunctionHost(kiln, request, m.ip, m.arrivedAt, fnHost) : await app.handle(request);
+        res = (await byHost(request, meta.get(request)!)) ?? (await app.handle(request));
       } catch (err) {
         res = renderError(kiln, err, request);
       }
