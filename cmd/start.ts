@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import { resolveConfig } from "../server/config";
+import { stopOnSignals } from "./commands/shared";
 
 export function startCommand(program: Command): void {
   program
@@ -23,13 +24,6 @@ export function startCommand(program: Command): void {
       const { startKiln } = await import("../server/main");
       const running = await startKiln(config);
       console.log(`Kiln listening on ${running.url}`);
-      let signals = 0;
-      const shutdown = async () => {
-        if (++signals > 1) process.exit(1); // a second Ctrl-C stops at once
-        await running.stop();
-        process.exit(0);
-      };
-      process.on("SIGINT", shutdown);
-      process.on("SIGTERM", shutdown);
+      stopOnSignals(() => running.stop());
     });
 }

@@ -1,4 +1,5 @@
 import type { Command } from "commander";
+import { stopOnSignals } from "./shared";
 
 export function emulatorsCommand(program: Command): void {
   const emulators = program.command("emulators").description("run an outside-world stand-in on its own");
@@ -12,11 +13,6 @@ export function emulatorsCommand(program: Command): void {
       const { serveMailCatcher } = await import("../../server/emulators/standalone-mail");
       const running = await serveMailCatcher({ host: o.host, smtpPort: Number(o.smtpPort), httpPort: Number(o.port) });
       console.log(`Mail catcher: SMTP on ${running.smtp}, messages at ${running.url}/_emulators/mail`);
-      const stop = async () => {
-        await running.stop();
-        process.exit(0);
-      };
-      process.on("SIGINT", stop);
-      process.on("SIGTERM", stop);
+      stopOnSignals(() => running.stop());
     });
 }

@@ -25,3 +25,15 @@ export function qs(q: Record<string, string | number | boolean | undefined>): st
 }
 
 export const csv = (v: string) => v.split(",").map((s) => s.trim()).filter(Boolean);
+
+/** Long-running commands: SIGINT/SIGTERM stop cleanly and exit 0; a second signal exits at once. */
+export function stopOnSignals(stop: () => Promise<void>): void {
+  let signals = 0;
+  const handler = async () => {
+    if (++signals > 1) process.exit(1);
+    await stop();
+    process.exit(0);
+  };
+  process.on("SIGINT", handler);
+  process.on("SIGTERM", handler);
+}
