@@ -1,6 +1,7 @@
 import type { ControlStore } from "../store/store";
 import { parseAccessMode, type AccessMode } from "../backends/databases/engine";
 import type { WireBackend, WireClient, WireControl, WireRouter } from "../backends/databases/wire/listener";
+import { eachMessage, readCString } from "../backends/databases/wire/protocol";
 import type { DatabasesService } from "./service";
 import { roleName } from "./service";
 
@@ -57,35 +58,27 @@ function tracked(inner: WireBackend, databaseId: string, role: string, databases
     parameters: () => inner.parameters(),
     async handle(message, send) {
       const type = String.fromCharCode(message[0]!);
-      const body = Buffer.from(message.buffer, message.byteOffset + 5, message.byteLength - 5);
-      const cstrAt = (at: number) => {
-        const end = body.indexOf(0, at);
-        return [body.toString("utf8", at, end), end + 1] as const;
-      };
-      if (type === "Q") pending = { text: cstrAt(0)[0], start: performance.now(), rows: 0 };
+      // Payloads start after the type byte and length; names and SQL are C strings.
+      if (type === "Q") pending = { text: readCString(message, 5).value, start: performance.now(), rows: 0 };
       else if (type === "P") {
-        const [name, next] = cstrAt(0);
-        statements.set(name, cstrAt(next)[0]);
+        const name = readCString(message, 5);
+        statements.set(name.value, readCString(message, name.next).value);
       } else if (type === "B") {
-        const [portal, next] = cstrAt(0);
-        portals.set(portal, statements.get(cstrAt(next)[0]) ?? "");
-      } else if (type === "E") pending = { text: portals.get(cstrAt(0)[0]) ?? "", start: performance.now(), rows: 0 };
+        const portal = readCString(message, 5);
+        portals.set(portal.value, statements.get(readCString(message, portal.next).value) ?? "");
+      } else if (type === "E") pending = { text: portals.get(readCString(message, 5).value) ?? "", start: performance.now(), rows: 0 };
       const isWrite = type === "Q" || type === "B" || type === "d";
       databases.activity.recordUsage(databaseId, { written: isWrite ? message.byteLength : 0 });
       await inner.handle(message, (data) => {
         databases.activity.recordUsage(databaseId, { transfer: data.byteLength });
-        if (pending) {
-          // Count DataRow messages; CommandComplete or ErrorResponse ends the statement.
-          for (let i = 0; i + 5 <= data.byteLength; ) {
-            const t = data[i]!;
-            const len = new DataView(data.buffer, data.byteOffset + i + 1, 4).getInt32(0);
+        // Count DataRow messages; CommandComplete or ErrorResponse ends the statement. A proxied chunk
+        // may split a message: this is accounting, so a partial tail is simply not counted.
+        if (pending)
+          eachMessage(data, (t) => {
+            if (!pending) return;
             if (t === 0x44) pending.rows++;
             else if (t === 0x43 || t === 0x45) finish();
-            if (len < 4) break;
-            i += 1 + len;
-            if (!pending) break;
-          }
-        }
+          });
         send(data);
       });
     },

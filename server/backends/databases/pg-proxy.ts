@@ -1,5 +1,6 @@
 import { createHash, createHmac, pbkdf2Sync, randomBytes } from "node:crypto";
 import { connect, type Socket } from "node:net";
+import { MessageBuilder, simpleQuery, utf8 } from "./wire/protocol";
 
 /**
  * A raw PostgreSQL connection used as a pipe: Kiln's wire listener authenticates the client itself,
@@ -15,23 +16,13 @@ export interface ProxyTarget {
   applicationName: string;
 }
 
-function cstr(s: string): Buffer {
-  return Buffer.concat([Buffer.from(s, "utf8"), Buffer.from([0])]);
-}
+const P = 0x70; // PasswordMessage / SASLInitialResponse / SASLResponse ('p')
 
-function message(type: string, body: Buffer): Buffer {
-  const head = Buffer.alloc(5);
-  head.write(type, 0, "ascii");
-  head.writeInt32BE(body.length + 4, 1);
-  return Buffer.concat([head, body]);
-}
-
-function startupMessage(params: Record<string, string>): Buffer {
-  const parts = Object.entries(params).flatMap(([k, v]) => [cstr(k), cstr(v)]);
-  const body = Buffer.concat([Buffer.from([0, 3, 0, 0]), ...parts, Buffer.from([0])]);
-  const len = Buffer.alloc(4);
-  len.writeInt32BE(body.length + 4);
-  return Buffer.concat([len, body]);
+/** Protocol 3.0 startup: the one untyped message a client sends. */
+function startupMessage(params: Record<string, string>): Uint8Array {
+  const m = new MessageBuilder().int32(196608);
+  for (const [k, v] of Object.entries(params)) m.cstring(k).cstring(v);
+  return m.byte(0).build(null);
 }
 
 /** Splits a byte stream into complete backend messages. */
@@ -102,20 +93,18 @@ export function openProxy(t: ProxyTarget, init: string[], timeoutMs = 10_000): P
         if (m.type === "R") {
           const code = m.body.readInt32BE(0);
           if (code === 0) continue; // AuthenticationOk
-          if (code === 3) sock.write(message("p", cstr(t.password)));
+          if (code === 3) sock.write(new MessageBuilder().cstring(t.password).build(P));
           else if (code === 5) {
             const salt = m.body.subarray(4, 8);
             const inner = createHash("md5").update(t.password + t.user).digest("hex");
             const outer = createHash("md5").update(Buffer.concat([Buffer.from(inner), salt])).digest("hex");
-            sock.write(message("p", cstr(`md5${outer}`)));
+            sock.write(new MessageBuilder().cstring(`md5${outer}`).build(P));
           } else if (code === 10) {
             const nonce = randomBytes(18).toString("base64");
             const clientFirstBare = `n=*,r=${nonce}`;
             scram = { nonce, clientFirstBare };
-            const data = Buffer.from(`n,,${clientFirstBare}`);
-            const len = Buffer.alloc(4);
-            len.writeInt32BE(data.length);
-            sock.write(message("p", Buffer.concat([cstr("SCRAM-SHA-256"), len, data])));
+            const data = utf8(`n,,${clientFirstBare}`);
+            sock.write(new MessageBuilder().cstring("SCRAM-SHA-256").int32(data.length).bytes(data).build(P));
           } else if (code === 11 && scram) {
             const serverFirst = m.body.subarray(4).toString();
             const attrs = Object.fromEntries(serverFirst.split(",").map((kv) => [kv[0], kv.slice(2)]));
@@ -128,7 +117,7 @@ export function openProxy(t: ProxyTarget, init: string[], timeoutMs = 10_000): P
             const signature = hmac(storedKey, authMessage);
             const proof = Buffer.from(clientKey.map((b, i) => b ^ signature[i]!));
             scram.serverSignature = hmac(hmac(salted, "Server Key"), authMessage);
-            sock.write(message("p", Buffer.from(`${finalNoProof},p=${proof.toString("base64")}`)));
+            sock.write(new MessageBuilder().bytes(utf8(`${finalNoProof},p=${proof.toString("base64")}`)).build(P));
           } else if (code === 12 && scram) {
             const v = m.body.subarray(4).toString().replace(/^v=/, "");
             if (!scram.serverSignature || Buffer.from(v, "base64").compare(scram.serverSignature) !== 0)
@@ -140,7 +129,7 @@ export function openProxy(t: ProxyTarget, init: string[], timeoutMs = 10_000): P
         } else if (m.type === "Z") {
           if (phase === "auth" && init.length > 0) {
             phase = "init";
-            sock.write(message("Q", cstr(init.join("; "))));
+            sock.write(simpleQuery(init.join("; ")));
           } else {
             phase = "ready";
             clearTimeout(timer);

@@ -147,7 +147,9 @@ export const closeStatement = (name: string): Uint8Array => msg().byte(0x53).cst
 export function eachMessage(out: Uint8Array, visit: (type: number, start: number, end: number) => void): void {
   let at = 0;
   while (at + 5 <= out.length) {
-    const end = at + 1 + readInt32(out, at + 1);
+    const len = readInt32(out, at + 1);
+    if (len < 4) return; // not a message boundary (e.g. a proxied chunk split mid-message): stop
+    const end = at + 1 + len;
     visit(out[at]!, at + 5, end);
     at = end;
   }
