@@ -1,12 +1,8 @@
 import { takeFault, type Config, type PlanName } from "../config";
 import { hashSecret } from "../ids";
 import type { ControlStore } from "../store/store";
+import { TtlCache } from "../store/ttl-cache";
 import type { Principal } from "./principal";
-
-interface CacheEntry {
-  principal: Principal;
-  cachedAt: number;
-}
 
 /**
  * Turns a bearer secret into a Principal. Verified credentials are cached in memory so a busy
@@ -14,7 +10,7 @@ interface CacheEntry {
  * and the short TTL bounds how long another Kiln instance's revocation takes to be seen here.
  */
 export class Credentials {
-  private readonly cache = new Map<string, CacheEntry>();
+  private readonly cache: TtlCache<string, Principal>;
   /** Verifies end-user JWTs; set by the end-users area, which owns the signing keys and sessions. */
   userTokens: ((jwt: string) => Promise<Principal | null>) | null = null;
 
@@ -22,15 +18,17 @@ export class Credentials {
     private readonly store: ControlStore,
     private readonly config: Config,
     private readonly now: () => number,
-  ) {}
+  ) {
+    this.cache = new TtlCache(() => config.credentialCacheMs, now);
+  }
 
   /** null: the secret is not a live credential. Throws when the store cannot answer. */
   async resolve(secret: string): Promise<Principal | null> {
     const hash = hashSecret(secret);
     const hit = this.cache.get(hash);
-    if (hit && this.now() - hit.cachedAt < this.config.credentialCacheMs) return this.stillValid(hit.principal);
+    if (hit) return this.stillValid(hit);
     const principal = await this.lookup(secret, hash);
-    if (principal) this.cache.set(hash, { principal, cachedAt: this.now() });
+    if (principal) this.cache.set(hash, principal);
     else this.cache.delete(hash);
     return principal && this.stillValid(principal);
   }
@@ -89,7 +87,7 @@ export class Credentials {
 
   /** Forgets cached credentials matching the predicate (after revoke, delete, project deletion). */
   evict(match: (p: Principal) => boolean): void {
-    for (const [k, e] of this.cache) if (match(e.principal)) this.cache.delete(k);
+    this.cache.deleteWhere(match);
   }
 
   evictProject(projectId: string): void {

@@ -4,6 +4,7 @@ import type { PlanName } from "../config";
 import { badRequest, conflict, forbidden, HttpError, notFound } from "../http/errors";
 import { newId } from "../ids";
 import type { ControlStore, Row } from "../store/store";
+import { TtlCache } from "../store/ttl-cache";
 import type { AccessMode, DatabaseEngine } from "../backends/databases/engine";
 import type { DatabaseActivity } from "./activity";
 import { buildQuery, type QueryOperation } from "./query-builder";
@@ -78,8 +79,7 @@ export class DatabasesService {
    * Active databases by project and name, for the query API: a store read per query would cost as
    * much as the query itself. Local changes evict at once; other instances' within the TTL.
    */
-  private readonly activeCache = new Map<string, { d: DatabaseRecord; at: number }>();
-  private static readonly CACHE_MS = 2000;
+  private readonly activeCache = new TtlCache<string, DatabaseRecord>(() => 2000);
 
   constructor(
     private readonly store: ControlStore,
@@ -230,15 +230,15 @@ export class DatabasesService {
   async activeByName(projectId: string, name: string): Promise<DatabaseRecord> {
     const key = `${projectId}/${name}`;
     const hit = this.activeCache.get(key);
-    if (hit && Date.now() - hit.at < DatabasesService.CACHE_MS) return hit.d;
+    if (hit) return hit;
     const d = await this.get(projectId, name);
     if (d.status !== "active") throw new HttpError(409, { error: `the database is ${d.status}` });
-    this.activeCache.set(key, { d, at: Date.now() });
+    this.activeCache.set(key, d);
     return d;
   }
 
   private forget(id: string): void {
-    for (const [k, v] of this.activeCache) if (v.d.id === id) this.activeCache.delete(k);
+    this.activeCache.deleteWhere((d) => d.id === id);
   }
 
   /**

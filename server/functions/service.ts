@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { conflict, forbidden, HttpError, notFound } from "../http/errors";
 import { newId } from "../ids";
 import { isoTimeOrNull as iso, type ControlStore, type Row } from "../store/store";
+import { TtlCache } from "../store/ttl-cache";
 import type { FunctionBuildConfig, NormalizedSource } from "./archive";
 
 export type FunctionStatus = "provisioning" | "active" | "failed" | "deleting" | "deleted";
@@ -70,13 +71,13 @@ export class FunctionsService {
    * Invocations read the function from memory for up to 2 s; every change made here drops the copy at
    * once, and the TTL bounds how long another Kiln instance's change takes to arrive.
    */
-  private readonly hot = new Map<string, { fn: FunctionRecord; at: number }>();
+  private readonly hot = new TtlCache<string, FunctionRecord>(() => 2000);
 
   async forInvocation(functionId: string): Promise<FunctionRecord | null> {
     const hit = this.hot.get(functionId);
-    if (hit && Date.now() - hit.at < 2000) return hit.fn;
+    if (hit) return hit;
     const fn = await this.byId(functionId);
-    if (fn) this.hot.set(functionId, { fn, at: Date.now() });
+    if (fn) this.hot.set(functionId, fn);
     else this.hot.delete(functionId);
     return fn;
   }

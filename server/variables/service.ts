@@ -1,5 +1,6 @@
 import { conflictCode, notFound } from "../http/errors";
 import { newId } from "../ids";
+import { TtlCache } from "../store/ttl-cache";
 import { isoTime as iso, isUniqueViolation, type ControlStore, type Row } from "../store/store";
 
 function view(r: Row) {
@@ -120,14 +121,14 @@ export class VariablesService {
    * Kept in memory per project; a write here drops the copy at once, and the TTL bounds how long
    * another Kiln instance's write takes to arrive.
    */
-  private readonly cache = new Map<string, { values: Record<string, string>; at: number }>();
+  private readonly cache = new TtlCache<string, Record<string, string>>(() => 2000);
 
   async values(projectId: string): Promise<Record<string, string>> {
     const hit = this.cache.get(projectId);
-    if (hit && Date.now() - hit.at < 2000) return hit.values;
+    if (hit) return hit;
     const rows = await this.store.query(`select name, value from variables where project_id = $1`, [projectId]);
     const values = Object.fromEntries(rows.map((r) => [r.name, r.value]));
-    this.cache.set(projectId, { values, at: Date.now() });
+    this.cache.set(projectId, values);
     return values;
   }
 
