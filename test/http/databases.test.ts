@@ -345,6 +345,10 @@ describe("query API", () => {
     expect(none.body).toEqual({ error: "Authentication required for database queries" });
     expect((await q("select", { table: "items" }, "pk-notreal000000000000000000")).body).toEqual({ error: "Authentication required for database queries" });
     expect((await q("select", { table: "items" }, k.token)).status).toBe(403);
+    const scoped = (await k.api("POST", `/projects/${project.id}/service-keys`, { body: { name: "locks", permissions: ["locks.manage"] } })).body.key;
+    const scopedRes = await q("select", { table: "items" }, scoped);
+    expect(scopedRes.status).toBe(403);
+    expect(scopedRes.body.error).toMatch(/scoped/);
     await admin.unsafe(`alter table items enable row level security;
       create policy own on items to authenticated using (owner = auth.uid()) with check (owner = auth.uid())`);
     const user = (await k.api("POST", "/auth/signup", { token: anon, body: { email: `q-${Date.now()}@example.com`, password: "long enough" } })).body;
@@ -385,6 +389,9 @@ describe("stats and top queries", () => {
     expect(stats.body.compute_time_seconds).toBeGreaterThan(0);
     expect(stats.body).toMatchObject({ granularity: "hourly", branches: [], backup_storage_bytes: 0 });
     expect((await k.api("GET", `/projects/${project.id}/databases/app/stats?granularity=weekly`)).status).toBe(400);
+    const backwards = await k.api("GET", `/projects/${project.id}/databases/app/stats?from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z`);
+    expect(backwards.status).toBe(400);
+    expect(backwards.body.error).toMatch(/from/);
     const top = await k.api("GET", `/projects/${project.id}/databases/app/queries?limit=100`);
     expect(top.status).toBe(200);
     const api = top.body.data.find((x: any) => x.query.startsWith('select * from "m"'));

@@ -145,6 +145,10 @@ describe("deploy validation", () => {
     expect(none.status).toBe(400);
     expect(none.body.error).toMatch(/http_auth_mode none/);
     expect((await deploy(k, p.id, { name: "x", runtime: "nodejs22.x", openapi_spec: '{"swagger":"2.0"}' }, code)).body.error).toContain("'openapi_spec'");
+    const huge = JSON.stringify({ openapi: "3.1.0", info: { description: "x".repeat(256 * 1024) } });
+    const tooBig = await deploy(k, p.id, { name: "x", runtime: "nodejs22.x", openapi_spec: huge }, code);
+    expect(tooBig.status).toBe(400);
+    expect(tooBig.body.error).toMatch(/256 KiB/);
     const json = await k.api("POST", `/projects/${p.id}/functions`, { body: { name: "x" } });
     expect(json.status).toBe(400);
   });
@@ -175,6 +179,9 @@ describe("credential rules", () => {
     expect((await invoke(fn.id, invokeAnon)).status).toBe(200);
     expect((await invoke(fn.id, k.token)).status).toBe(403);
     expect((await invoke(fn.id, null)).status).toBe(401);
+    const scoped = async (permissions: string[]) => (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "s", permissions } })).body.key;
+    expect((await invoke(fn.id, await scoped(["locks.manage"]))).status).toBe(403);
+    expect((await invoke(fn.id, await scoped(["functions.invoke"]))).status).toBe(200);
     const other = await setup();
     expect((await invoke(fn.id, other.sk)).status).toBe(404);
     expect((await invoke(fn.id, sk)).status).toBe(200);
@@ -230,13 +237,17 @@ describe("delete", () => {
     });
   });
 
-  test("the per-project cap answers 403", async () => {
-    await withKiln({ env: { KILN_FUNCTION_LIMIT: "1" } }, async (kk) => {
+  test("the per-project cap answers 403; archives over the size setting are 400", async () => {
+    await withKiln({ env: { KILN_FUNCTION_LIMIT: "1", KILN_SOURCE_ARCHIVE_LIMIT_MB: "1" } }, async (kk) => {
       const p = await createProject(kk);
       expect((await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).status).toBe(201);
       const two = await deploy(kk, p.id, { name: "two", runtime: "nodejs22.x" }, tgz(NODE_HELLO));
       expect(two.status).toBe(403);
       expect((await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).status).toBe(200);
+      const random = Buffer.from(crypto.getRandomValues(new Uint8Array(65_536))).toString("base64").repeat(24); // ~2 MB, incompressible
+      const big = await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz({ "index.js": `// ${random}` }));
+      expect(big.status).toBe(400);
+      expect(big.body.error).toMatch(/1 MB/);
     });
   });
 });
