@@ -71,67 +71,95 @@ export function detectBwrap(): Bwrap | null {
 
 /** /usr read-only, and the merged-/usr symlinks (/lib → usr/lib) or the real directories. */
 function systemMounts(): string[] {
-  const args = ["--ro-bind", "/usr", "/usr"];
+  return toBwrap(systemMountList());
+}
+
+function systemMountList(): Mount[] {
+  const out: Mount[] = [{ kind: "bind", src: "/usr", dest: "/usr" }];
   for (const p of ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]) {
     try {
       const st = lstatSync(p);
-      if (st.isSymbolicLink()) args.push("--symlink", readlinkSync(p), p);
-      else if (st.isDirectory()) args.push("--ro-bind", p, p);
+      if (st.isSymbolicLink()) out.push({ kind: "symlink", target: readlinkSync(p), dest: p });
+      else if (st.isDirectory()) out.push({ kind: "bind", src: p, dest: p });
     } catch {
       // not on this system
     }
   }
-  return args;
+  return out;
 }
 
 /** Host files a runtime reads: the dynamic linker's cache, TLS roots, time zone, alternatives. */
 const ETC_ALWAYS = ["/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/localtime", "/etc/alternatives"];
 const ETC_NETWORK = ["/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf", "/etc/host.conf", "/etc/services", "/etc/protocols"];
 
+/**
+ * What a sandboxed function sees of the filesystem, whatever builds the sandbox (bubblewrap here,
+ * a container engine in container.ts): read-only binds, the merged-/usr symlinks, and covers over
+ * hidden paths. /proc, /dev and the private /tmp are each engine's own.
+ */
+export type Mount =
+  | { kind: "bind"; src: string; dest: string }
+  | { kind: "symlink"; target: string; dest: string }
+  /** An empty directory over a hidden directory. */
+  | { kind: "cover-dir"; dest: string }
+  /** /dev/null over a hidden file. */
+  | { kind: "cover-file"; dest: string };
+
+export function sandboxMounts(s: Pick<LaunchSpec, "runtime" | "codeDir" | "network">, hiddenPaths: string[], opts: { networkEtc?: boolean } = {}): Mount[] {
+  // Never the host root: only what the runtime needs, so Kiln's data dir, the user's home and
+  // everything else simply does not exist inside.
+  const m: Mount[] = systemMountList();
+  for (const p of [...ETC_ALWAYS, ...(s.network && opts.networkEtc !== false ? ETC_NETWORK : [])]) {
+    if (existsSync(p)) m.push({ kind: "bind", src: realpathSync(p), dest: p });
+  }
+  m.push({ kind: "bind", src: join(SANDBOX_ETC, "passwd"), dest: "/etc/passwd" }, { kind: "bind", src: join(SANDBOX_ETC, "group"), dest: "/etc/group" });
+  for (const r of s.runtime.mounts) if (!isUnder(r, "/usr")) m.push({ kind: "bind", src: r, dest: r });
+  m.push({ kind: "bind", src: realpathSync(BOOTSTRAP_DIR), dest: RUNTIME_ROOT }, { kind: "bind", src: realpathSync(s.codeDir), dest: TASK_ROOT });
+  // A hidden path that lies inside something bound (a data dir under the code dir, say) is
+  // covered up: an empty directory over a directory, /dev/null over a file.
+  const binds = m.filter((x): x is Extract<Mount, { kind: "bind" }> => x.kind === "bind");
+  for (const h of hiddenPaths.map(realOrSelf)) {
+    if (!existsSync(h)) continue;
+    for (const b of binds) {
+      if (!isUnder(h, b.src)) continue;
+      const dest = join(b.dest, relative(b.src, h));
+      let isDir = true;
+      try {
+        isDir = statSync(h).isDirectory();
+      } catch {
+        // vanished: cover as a directory
+      }
+      m.push(isDir ? { kind: "cover-dir", dest } : { kind: "cover-file", dest });
+    }
+  }
+  return m;
+}
+
+function toBwrap(mounts: Mount[]): string[] {
+  const a: string[] = [];
+  for (const m of mounts) {
+    if (m.kind === "bind") a.push("--ro-bind", m.src, m.dest);
+    else if (m.kind === "symlink") a.push("--symlink", m.target, m.dest);
+    else if (m.kind === "cover-dir") a.push("--tmpfs", m.dest);
+    else a.push("--ro-bind", "/dev/null", m.dest);
+  }
+  return a;
+}
+
 function bwrapArgs(bw: Bwrap, s: LaunchSpec, hiddenPaths: string[], extra: { tmpfsBytes: number }): string[] {
   const a = ["--die-with-parent", "--new-session", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"];
   if (!s.network) a.push("--unshare-net");
   if (bw.modern) a.push("--disable-userns");
   a.push("--uid", SANDBOX_UID, "--gid", SANDBOX_UID, "--cap-drop", "ALL", "--hostname", "kiln-function");
-  // Never the host root: only what the runtime needs, so Kiln's data dir, the user's home and
-  // everything else simply does not exist inside.
-  const binds: Array<[src: string, dest: string]> = [["/usr", "/usr"]];
-  a.push(...systemMounts());
-  for (const p of [...ETC_ALWAYS, ...(s.network ? ETC_NETWORK : [])]) {
-    if (existsSync(p)) {
-      a.push("--ro-bind", p, p);
-      binds.push([realpathSync(p), p]);
-    }
-  }
-  a.push("--ro-bind", join(SANDBOX_ETC, "passwd"), "/etc/passwd", "--ro-bind", join(SANDBOX_ETC, "group"), "/etc/group");
+  const mounts = sandboxMounts(s, hiddenPaths);
+  // The system part, then /proc, /dev and the private /tmp, then the runtime, bootstraps and code
+  // (a runtime cached under /tmp stays visible), then the covers on top of what they hide.
+  const system = mounts.findIndex((m) => m.dest === "/etc/group") + 1;
+  a.push(...toBwrap(mounts.slice(0, system)));
   a.push("--proc", "/proc", "--dev", "/dev");
   if (bw.modern) a.push("--size", String(extra.tmpfsBytes));
   a.push("--tmpfs", "/tmp");
-  for (const m of s.runtime.mounts) {
-    if (isUnder(m, "/usr")) continue;
-    a.push("--ro-bind", m, m);
-    binds.push([m, m]);
-  }
-  const code = realpathSync(s.codeDir);
-  a.push("--ro-bind", BOOTSTRAP_DIR, RUNTIME_ROOT, "--ro-bind", code, TASK_ROOT);
-  binds.push([realpathSync(BOOTSTRAP_DIR), RUNTIME_ROOT], [code, TASK_ROOT]);
-  // A hidden path that lies inside something bound (a data dir under the code dir, say) is
-  // covered up: an empty tmpfs over a directory, /dev/null over a file.
-  for (const h of hiddenPaths.map(realOrSelf)) {
-    if (!existsSync(h)) continue;
-    for (const [src, dest] of binds) {
-      if (!isUnder(h, src)) continue;
-      const target = join(dest, relative(src, h));
-      const isDir = (() => {
-        try {
-          return statSync(h).isDirectory();
-        } catch {
-          return true;
-        }
-      })();
-      a.push(...(isDir ? ["--tmpfs", target] : ["--ro-bind", "/dev/null", target]));
-    }
-  }
+  a.push(...toBwrap(mounts.slice(system)));
   a.push("--chdir", TASK_ROOT);
   return a;
 }
@@ -166,17 +194,7 @@ export function planLaunch(
   const memBytes = s.limits.memoryMb * 1024 * 1024;
   const maxProcs = s.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES;
 
-  const rt: string[] = [s.runtime.command];
-  if (s.runtime.kind === "node") {
-    // V8 fails cleanly ("heap out of memory") before the cgroup's OOM killer would strike.
-    rt.push(`--max-old-space-size=${Math.max(16, Math.floor(s.limits.memoryMb * 0.75))}`, join(inside.runtime, "node.mjs"));
-  } else if (s.runtime.kind === "python") {
-    // -s: no user site-packages; -B: never write __pycache__ into the (read-only) code.
-    rt.push("-s", "-B", join(inside.runtime, "python.py"));
-  } else {
-    rt.push(join(inside.runtime, "ruby.rb"));
-  }
-  rt.push(inside.task, s.entry, s.handler);
+  const rt = runtimeArgv(s, inside);
 
   // prlimit runs inside the sandbox: RLIMIT_NPROC is then counted in the sandbox's own user
   // namespace rather than across every process of the user running Kiln.
@@ -202,18 +220,42 @@ export function planLaunch(
     notes.push("memory: only the runtime's own flag (prlimit not found)");
   }
 
-  const env: Record<string, string> = {
+  const env = sandboxEnv(s);
+  if (!o.bwrap) return { argv: [...limits, ...rt], env, cwd: inside.task, notes };
+  // The environment is handed over as bwrap's own (it passes it through), not as --setenv
+  // arguments: argv is readable by every user of the host in `ps`, the environment is not.
+  const args = bwrapArgs(o.bwrap, s, o.hiddenPaths, { tmpfsBytes: memBytes });
+  return { argv: [o.bwrap.path, ...args, "--", ...limits, ...rt], env, cwd: "/", notes };
+}
+
+/** Inside the sandbox: where the code and the bootstraps are. */
+export const SANDBOX_PATHS = { task: TASK_ROOT, runtime: RUNTIME_ROOT, uid: SANDBOX_UID };
+
+/** The interpreter's command line: runtime, its own limit flags, bootstrap, code folder, entry, handler. */
+export function runtimeArgv(s: Pick<LaunchSpec, "runtime" | "entry" | "handler" | "limits">, inside: { task: string; runtime: string }): string[] {
+  const rt: string[] = [s.runtime.command];
+  if (s.runtime.kind === "node") {
+    // V8 fails cleanly ("heap out of memory") before the cgroup's OOM killer would strike.
+    rt.push(`--max-old-space-size=${Math.max(16, Math.floor(s.limits.memoryMb * 0.75))}`, join(inside.runtime, "node.mjs"));
+  } else if (s.runtime.kind === "python") {
+    // -s: no user site-packages; -B: never write __pycache__ into the (read-only) code.
+    rt.push("-s", "-B", join(inside.runtime, "python.py"));
+  } else {
+    rt.push(join(inside.runtime, "ruby.rb"));
+  }
+  rt.push(inside.task, s.entry, s.handler);
+  return rt;
+}
+
+/** The whole environment a function sees: a fixed minimum plus the function's own values. */
+export function sandboxEnv(s: Pick<LaunchSpec, "runtime" | "env">): Record<string, string> {
+  return {
     PATH: [dirname(s.runtime.command), "/usr/local/bin", "/usr/bin", "/bin"].join(":"),
     HOME: "/tmp",
     TMPDIR: "/tmp",
     LANG: "C.UTF-8",
     ...s.env,
   };
-  if (!o.bwrap) return { argv: [...limits, ...rt], env, cwd: inside.task, notes };
-  // The environment is handed over as bwrap's own (it passes it through), not as --setenv
-  // arguments: argv is readable by every user of the host in `ps`, the environment is not.
-  const args = bwrapArgs(o.bwrap, s, o.hiddenPaths, { tmpfsBytes: memBytes });
-  return { argv: [o.bwrap.path, ...args, "--", ...limits, ...rt], env, cwd: "/", notes };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -429,7 +471,7 @@ function readPids(file: string): number[] {
   }
 }
 
-function pidAlive(pid: number): boolean {
+export function pidAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

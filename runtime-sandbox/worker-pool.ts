@@ -1,4 +1,6 @@
 import { existsSync } from "node:fs";
+import type { ContainerEngine } from "./container";
+import { LocalProcess } from "./local-process";
 import { isMissing, resolveRuntime, type ResolvedRuntime } from "./runtimes";
 import { CgroupHost, detectBwrap, planLaunch, withCgroup, type Bwrap, type WorkerCgroup } from "./sandbox";
 import { FunctionError, Worker, type LogLine, type Outcome } from "./worker";
@@ -51,6 +53,8 @@ export interface WorkerPoolOptions {
   idleMs?: number;
   /** auto: bubblewrap when it works here, else plain processes (with one warning). */
   isolation?: "auto" | "bwrap" | "none";
+  /** Run every worker as a container on this engine instead of a local process (isolation is then the engine's). */
+  containers?: ContainerEngine;
   /** Never visible to a function (e.g. Kiln's data dir). Enforced only with bubblewrap. */
   hiddenPaths?: string[];
   /** auto: per-worker cgroup v1 memory/pids limits where writable (root); off: rlimits only. */
@@ -91,7 +95,8 @@ interface Group {
 }
 
 export class WorkerPool {
-  readonly isolation: "bwrap" | "none";
+  readonly isolation: "bwrap" | "none" | "container";
+  private readonly containers: ContainerEngine | null;
   private readonly bwrap: Bwrap | null;
   private readonly cgroups: CgroupHost | null;
   private readonly max: number;
@@ -110,14 +115,16 @@ export class WorkerPool {
     this.idleMs = opts.idleMs ?? 60_000;
     this.hiddenPaths = opts.hiddenPaths ?? [];
     this.log = opts.log ?? ((m) => console.error(m));
-    const want = opts.isolation ?? "auto";
+    this.containers = opts.containers ?? null;
+    const want = this.containers ? "none" : (opts.isolation ?? "auto");
     this.bwrap = want === "none" || process.platform !== "linux" ? null : detectBwrap();
     if (want === "bwrap" && !this.bwrap) throw new Error("isolation \"bwrap\" was asked for, but bubblewrap is not installed or cannot create namespaces here");
-    this.isolation = this.bwrap ? "bwrap" : "none";
+    this.isolation = this.containers ? "container" : this.bwrap ? "bwrap" : "none";
     if (want === "auto" && !this.bwrap) {
       this.log("functions run as plain processes: bubblewrap (bwrap) is not available, so there is no filesystem or network isolation (install the bubblewrap package)");
     }
-    this.cgroups = opts.cgroups === "off" || process.platform !== "linux" ? null : CgroupHost.detect(Math.random().toString(36).slice(2, 8));
+    // A container's limits are the engine's own cgroups.
+    this.cgroups = this.containers || opts.cgroups === "off" || process.platform !== "linux" ? null : CgroupHost.detect(Math.random().toString(36).slice(2, 8));
     this.sweeper = setInterval(() => this.sweep(), Math.max(50, Math.min(10_000, this.idleMs / 2)));
     this.sweeper.unref?.();
   }
@@ -281,6 +288,9 @@ export class WorkerPool {
   private spawn(g: Group, deadline: number, timeoutMessage: string): Worker {
     const v = g.version;
     if (!existsSync(v.codeDir)) throw new FunctionError("init_error", `the function's code folder ${v.codeDir} does not exist`);
+    const onExit = (w: Worker, leftover: LogLine[], reason: string) => this.onExit(g, w, leftover, reason);
+    const spec = { runtime: g.runtime, codeDir: v.codeDir, entry: v.entry, handler: v.handler || "handler", env: g.env, limits: v.limits, network: v.network };
+    if (this.containers) return this.track(g, new Worker({ process: this.containers.launch(spec, { "dev.kiln.function": v.functionName, "dev.kiln.version": v.key }), onExit }, deadline, timeoutMessage));
     let cg: WorkerCgroup | null = null;
     if (this.cgroups) {
       try {
@@ -290,16 +300,16 @@ export class WorkerPool {
       }
     }
     const plan = planLaunch(
-      { runtime: g.runtime, codeDir: v.codeDir, entry: v.entry, handler: v.handler || "handler", env: g.env, limits: v.limits, network: v.network },
+      spec,
       { bwrap: this.bwrap, hiddenPaths: this.hiddenPaths, cgroupMemory: !!cg?.memory, cgroupPids: !!cg?.pids, asRoot: process.getuid?.() === 0 },
     );
     for (const n of plan.notes) this.report(`function limits: ${n}`);
     if (!this.bwrap && this.hiddenPaths.length) this.report("hidden paths are not enforced without bubblewrap");
-    const w = new Worker(
-      { argv: withCgroup(plan.argv, cg), env: plan.env, cwd: plan.cwd, cgroup: cg, onExit: (w, leftover, reason) => this.onExit(g, w, leftover, reason) },
-      deadline,
-      timeoutMessage,
-    );
+    const proc = new LocalProcess(withCgroup(plan.argv, cg), plan.env, plan.cwd, cg);
+    return this.track(g, new Worker({ process: proc, onExit }, deadline, timeoutMessage));
+  }
+
+  private track(g: Group, w: Worker): Worker {
     w.generation = g.generation;
     g.workers.add(w);
     return w;

@@ -1,12 +1,10 @@
-import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
-import type { Socket } from "node:net";
 import { availableParallelism, constants } from "node:os";
-import type { WorkerCgroup } from "./sandbox";
+import type { Duplex, Readable } from "node:stream";
 
 /**
- * One worker process and its protocol. The bootstrap inside talks on fd 3 (a socketpair), one JSON
- * object per line; fds 1 and 2 carry only what escapes the bootstrap's capture (subprocesses,
+ * One worker and its protocol. The bootstrap inside talks on a channel (fd 3, a socketpair, for a
+ * local process; a unix socket for a container), one JSON object per line; fds 1 and 2 carry only what escapes the bootstrap's capture (subprocesses,
  * native writes, the runtime's own fatal messages) and become log lines too.
  *
  *   pool → worker  {"t":"invoke","id","event","context":{functionName,invocationId,region,deadlineMs}}
@@ -47,11 +45,35 @@ export interface InvokeFrame {
   context: { functionName: string; invocationId: string; region: string; deadlineMs: number };
 }
 
+export interface ExitStatus {
+  code: number | null;
+  signal: string | null;
+  /** The process could not be started at all. */
+  error?: string;
+  /** Killed by the kernel's OOM killer (cgroup or container). */
+  oomKilled: boolean;
+}
+
+/** What runs a worker: a local process (local-process.ts) or a container (container.ts). */
+export interface WorkerProcess {
+  readonly stdout: Readable;
+  readonly stderr: Readable;
+  /** The protocol channel; a container's bootstrap connects once it has started. */
+  readonly channel: Promise<Duplex>;
+  /** Once, when the process is gone. */
+  onExit(l: (s: ExitStatus) => void): void;
+  /** Once, when stdout and stderr are drained. */
+  onClose(l: () => void): void;
+  /** Kills it and everything it started, now. */
+  kill(): void;
+  /** After the end: gives back what it held (cgroup folders, the container). */
+  cleanup(): void;
+  /** The interpreter's pid on this host, for CPU accounting; null when unknown. */
+  runtimePid(): number | null;
+}
+
 export interface WorkerSpawn {
-  argv: string[];
-  env: Record<string, string>;
-  cwd: string;
-  cgroup: WorkerCgroup | null;
+  process: WorkerProcess;
   /** Called once the process is gone, with anything it logged while not serving an invocation. */
   onExit: (w: Worker, leftover: LogLine[], reason: string) => void;
 }
@@ -78,8 +100,8 @@ export class Worker {
   lastUsed = Date.now();
   /** Bumped by the pool when the version's env or settings change; stale workers are not reused. */
   generation = 0;
-  private readonly proc: ChildProcess;
-  private readonly channel: Socket;
+  private readonly proc: WorkerProcess;
+  private channel: Duplex | null = null;
   private inbox: string[] = [];
   private inboxBytes = 0;
   private logs: LogLine[] = [];
@@ -100,7 +122,6 @@ export class Worker {
   private runtimeOom = false;
   private exited = false;
   private finished = false;
-  private runtimePid: number | null = null;
   readonly ready: Promise<void>;
 
   constructor(private readonly s: WorkerSpawn, startDeadline: number, timeoutMessage: string) {
@@ -110,33 +131,33 @@ export class Worker {
     });
     // The pool always awaits `ready`; this only keeps an unobserved rejection from being reported.
     this.ready.catch(() => {});
-    // detached: its own process group, so a kill reaches whatever it spawned (without bwrap too).
-    this.proc = spawn(s.argv[0]!, s.argv.slice(1), { cwd: s.cwd, env: s.env, stdio: ["ignore", "pipe", "pipe", "pipe"], detached: true });
-    this.channel = this.proc.stdio[3] as Socket;
-    this.channel.setEncoding("utf8");
-    this.channel.on("data", (d: string) => this.onChannel(d));
-    this.channel.on("error", () => {}); // EPIPE after a crash: the exit handler reports it
-    this.proc.stdout!.setEncoding("utf8").on("data", (d: string) => this.onRaw("out", d));
-    this.proc.stderr!.setEncoding("utf8").on("data", (d: string) => this.onRaw("err", d));
-    this.proc.on("error", (e) => {
-      this.push("error", `could not start the worker: ${e.message}`);
+    this.proc = s.process;
+    this.proc.channel.then(
+      (channel) => {
+        if (this.finished) return void channel.destroy();
+        this.channel = channel;
+        channel.setEncoding("utf8");
+        channel.on("data", (d: string) => this.onChannel(d));
+        channel.on("error", () => {}); // EPIPE after a crash: the exit handler reports it
+      },
+      () => {}, // no channel: the process ends, and the exit handler reports why
+    );
+    this.proc.stdout.setEncoding("utf8").on("data", (d: string) => this.onRaw("out", d));
+    this.proc.stderr.setEncoding("utf8").on("data", (d: string) => this.onRaw("err", d));
+    this.proc.onExit((status) => {
       this.exited = true;
-      this.finish();
-    });
-    this.proc.on("exit", (code, signal) => {
-      this.exited = true;
-      this.exitStatus = { code, signal };
+      this.exitStatus = status;
+      if (status.error) {
+        this.push("error", `could not start the worker: ${status.error}`);
+        return this.finish();
+      }
       // Output still in the pipes arrives before 'close'; a grandchild holding them open must not stall us.
       setTimeout(() => this.finish(), 250).unref?.();
     });
-    this.proc.on("close", () => this.finish());
+    this.proc.onClose(() => this.finish());
   }
 
-  private exitStatus: { code: number | null; signal: NodeJS.Signals | null } = { code: null, signal: null };
-
-  get pid(): number | undefined {
-    return this.proc.pid;
-  }
+  private exitStatus: ExitStatus = { code: null, signal: null, oomKilled: false };
 
   /** Runs one invocation; resolves with the handler's outcome, rejects with a FunctionError. */
   run(frame: InvokeFrame, o: { deadline: number; timeoutMessage: string; cpuSeconds?: number }): Promise<Outcome> {
@@ -146,19 +167,14 @@ export class Worker {
       const timers = [setTimeout(() => this.kill({ kind: "timeout", message: o.timeoutMessage }), Math.max(0, o.deadline - Date.now()))];
       this.pending = { id: frame.id, started: performance.now(), resolve, reject, timers };
       if (o.cpuSeconds) this.watchCpu(o.cpuSeconds);
-      this.channel.write(JSON.stringify({ t: "invoke", ...frame }) + "\n");
+      this.channel!.write(JSON.stringify({ t: "invoke", ...frame }) + "\n");
     });
   }
 
   kill(reason: Failure = { kind: "crash", message: "the worker was stopped" }): void {
     if (this.finished) return;
     this.killReason ??= reason;
-    try {
-      if (this.proc.pid) process.kill(-this.proc.pid, "SIGKILL");
-    } catch {
-      this.proc.kill("SIGKILL");
-    }
-    this.s.cgroup?.killAll();
+    this.proc.kill();
   }
 
   /** Stops an idle worker without treating it as a failure. */
@@ -283,13 +299,8 @@ export class Worker {
     this.finished = true;
     this.state = "exited";
     for (const s of ["out", "err"] as const) if (this.raw[s]) this.rawLine(s, this.raw[s]);
-    // Whatever the function left running in its process group or cgroup goes with it.
-    try {
-      if (this.proc.pid) process.kill(-this.proc.pid, "SIGKILL");
-    } catch {
-      // group already empty
-    }
-    this.s.cgroup?.killAll();
+    // Whatever the function left running in its process group, cgroup or container goes with it.
+    this.proc.kill();
     const failure = this.classify();
     if (this.starting) {
       clearTimeout(this.starting.timer);
@@ -304,12 +315,13 @@ export class Worker {
       this.pending = null;
     }
     this.s.onExit(this, this.takeLogs(), failure.message);
-    void this.s.cgroup?.remove();
+    this.channel?.destroy();
+    this.proc.cleanup();
   }
 
   private classify(): Failure {
     if (this.initError) return this.initError;
-    const oom = this.fatal?.kind === "out_of_memory" || this.runtimeOom || (this.s.cgroup?.oomKills() ?? 0) > 0;
+    const oom = this.fatal?.kind === "out_of_memory" || this.runtimeOom || this.exitStatus.oomKilled;
     if (this.killReason && this.killReason.kind !== "crash") return this.killReason;
     if (oom) return { kind: "out_of_memory", message: "the function ran out of memory" };
     if (this.killReason) return this.killReason;
@@ -325,7 +337,7 @@ export class Worker {
   // invocations, so the budget is checked per invocation from /proc instead.
 
   private watchCpu(seconds: number): void {
-    const pid = this.findRuntimePid();
+    const pid = this.proc.runtimePid();
     const p = this.pending;
     if (!pid || !p) return;
     const start = cpuMs(pid);
@@ -341,22 +353,6 @@ export class Worker {
     p.timers.push(setTimeout(check, Math.max(20, Math.min(1000, budget / CPU_COUNT))));
   }
 
-  /** The interpreter's pid on the host: below the bubblewrap processes when sandboxed. */
-  private findRuntimePid(): number | null {
-    if (this.runtimePid) return this.runtimePid;
-    let pid = this.proc.pid ?? null;
-    for (let depth = 0; pid && depth < 4; depth++) {
-      let comm: string;
-      try {
-        comm = readFileSync(`/proc/${pid}/comm`, "utf8").trim();
-      } catch {
-        return null;
-      }
-      if (comm !== "bwrap" && comm !== "sh") return (this.runtimePid = pid);
-      pid = firstChild(pid);
-    }
-    return null;
-  }
 }
 
 const CPU_COUNT = Math.max(1, availableParallelism());
@@ -369,15 +365,6 @@ function cpuMs(pid: number): number | null {
     // fields 14-17 (utime stime cutime cstime), counted from the state field at index 0 = field 3
     const ticks = Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
     return (ticks * 1000) / CLOCK_TICKS;
-  } catch {
-    return null;
-  }
-}
-
-function firstChild(pid: number): number | null {
-  try {
-    const c = readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/)[0];
-    return c ? Number(c) : null;
   } catch {
     return null;
   }

@@ -51,6 +51,12 @@ export interface Config {
   functionTimeoutMs: number;
   /** Standard functions per project (403 beyond). */
   maxFunctions: number;
+  /** Where function workers run: local processes (bubblewrap when available) or containers. */
+  functionRuntime: "process" | "docker";
+  /** The Docker or Podman engine API for the container runtime; default DOCKER_HOST, then the usual sockets. */
+  dockerHost?: string;
+  /** Base image of function containers (imported by Kiln when the engine lacks it). */
+  functionImage: string;
   /** Lets tests move time forward through /_kiln/clock. */
   controllableClock: boolean;
   /** Check every response against its declared schema (tests turn this on). */
@@ -71,6 +77,9 @@ export interface StartOptions {
   controllableClock?: boolean;
   postgresUrl?: string;
   pgPort?: string | number;
+  functionRuntime?: string;
+  dockerHost?: string;
+  functionImage?: string;
 }
 
 function intEnv(name: string, fallback: number): number {
@@ -104,6 +113,9 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
   const platformToken = env.KILN_PLATFORM_TOKEN || undefined;
   if (platformToken && !/^pk-[A-Za-z0-9_-]{16,}$/.test(platformToken))
     throw new Error("KILN_PLATFORM_TOKEN must start with pk- followed by at least 16 letters or digits");
+  const functionRuntime = (opts.functionRuntime ?? env.KILN_FUNCTION_RUNTIME ?? "process").toLowerCase();
+  if (functionRuntime !== "process" && functionRuntime !== "docker")
+    throw new Error(`--function-runtime must be process or docker (Docker or Podman engine), got "${opts.functionRuntime ?? env.KILN_FUNCTION_RUNTIME}"`);
   return {
     host: opts.host ?? env.KILN_HOST ?? "127.0.0.1",
     port,
@@ -128,6 +140,9 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     dbMemoryBudgetMb: intEnv("KILN_DB_MEMORY_BUDGET_MB", 512),
     sourceArchiveLimitMb: intEnv("KILN_SOURCE_ARCHIVE_LIMIT_MB", 50),
     maxFunctions: intEnv("KILN_FUNCTION_LIMIT", 10_000),
+    functionRuntime,
+    dockerHost: opts.dockerHost ?? (env.KILN_DOCKER_HOST || undefined),
+    functionImage: opts.functionImage ?? (env.KILN_FUNCTION_IMAGE || "kiln-runtime:base"),
     functionMemoryMb: intEnv("KILN_FUNCTION_MEMORY_MB", 256),
     functionTimeoutMs: intEnv("KILN_FUNCTION_TIMEOUT_MS", 30_000),
     functionsDomain: (env.KILN_FUNCTIONS_DOMAIN || "fn.localhost").toLowerCase(),

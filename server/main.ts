@@ -213,11 +213,18 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   activity.start();
 
   // Functions: warm sandboxed workers; Kiln's own data dir is never visible to them.
-  // Made at the first invocation: a Kiln that runs no functions never pays for the sandbox.
+  // Made at the first invocation: a Kiln that runs no functions never pays for the sandbox. The
+  // container engine, when asked for, is checked now: a wrong socket should fail the start.
+  const containers = config.functionRuntime === "docker" ? await connectContainerEngine(config, log) : null;
   let pool: Promise<WorkerPool> | null = null;
   kiln.functionPool = () =>
-    (pool ??= import("../runtime-sandbox/worker-pool").then((m) => new m.WorkerPool({ hiddenPaths: [config.dataDir], log: (msg) => log.warn(msg) })));
-  undo.push(async () => (await pool)?.close());
+    (pool ??= import("../runtime-sandbox/worker-pool").then(
+      (m) => new m.WorkerPool({ hiddenPaths: [config.dataDir], containers: containers ?? undefined, log: (msg) => log.warn(msg) }),
+    ));
+  undo.push(async () => {
+    await (await pool)?.close();
+    await containers?.settle();
+  });
   kiln.functionLogs = new FunctionLogs(store, log);
   kiln.functions = new FunctionsService({
     store,
@@ -289,4 +296,11 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
       if (config.ephemeral) rmSync(config.dataDir, { recursive: true, force: true });
     })());
   return { url, port: server.port!, kiln, stop };
+}
+
+async function connectContainerEngine(config: Config, log: Logger) {
+  const { ContainerEngine } = await import("../runtime-sandbox/container");
+  const engine = await ContainerEngine.connect({ host: config.dockerHost, image: config.functionImage, hiddenPaths: [config.dataDir], log: (m) => log.info(m) });
+  log.info(`functions run in containers: ${engine.describe()}`);
+  return engine;
 }

@@ -128,7 +128,8 @@ export function functionsCommand(program: Command): void {
   program
     .command("doctor")
     .description("what serves each function runtime on this machine, and how functions are isolated")
-    .action(async () => {
+    .option("--docker-host <address>", "also check this container engine (unix:///path or tcp://host:port) for --function-runtime docker")
+    .action(async (opts: { dockerHost?: string }) => {
       const { listRuntimes } = await import("../../runtime-sandbox/runtimes");
       const { detectBwrap } = await import("../../runtime-sandbox/sandbox");
       const rows = await listRuntimes();
@@ -137,5 +138,25 @@ export function functionsCommand(program: Command): void {
         ["runtime", "served_by", "install"],
       );
       console.log(detectBwrap() ? "isolation: bubblewrap" : "isolation: none (install the bubblewrap package)");
+      if (opts.dockerHost || process.env.DOCKER_HOST || process.env.KILN_DOCKER_HOST) {
+        const { ContainerEngine } = await import("../../runtime-sandbox/container");
+        try {
+          const engine = await ContainerEngine.connect({ host: opts.dockerHost ?? process.env.KILN_DOCKER_HOST, image: process.env.KILN_FUNCTION_IMAGE, importImage: false });
+          console.log(`containers: ${engine.describe()}`);
+        } catch (e) {
+          console.log(`containers: ${(e as Error).message}`);
+          process.exitCode = 1;
+        }
+      }
+    });
+
+  fns
+    .command("base-image")
+    .description("write the function containers' base image (a root filesystem tar) to stdout, for `docker import - kiln-runtime:base`")
+    .action(async () => {
+      if (process.stdout.isTTY) throw new Error("this writes a tar archive; pipe it, e.g. kiln functions base-image | docker import - kiln-runtime:base");
+      const { baseImageTar } = await import("../../runtime-sandbox/container");
+      const tar = await baseImageTar();
+      await new Promise<void>((resolve, reject) => tar.pipe(process.stdout).on("finish", resolve).on("error", reject));
     });
 }

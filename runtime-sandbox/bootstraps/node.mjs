@@ -1,6 +1,6 @@
 // Kiln's Node.js bootstrap: loads the function once, then serves invocations one at a time.
 // Protocol (see runtime-sandbox/worker.ts): one JSON object per line on fd 3, a socketpair shared
-// with the pool. Everything the function prints is turned into log frames on that same channel,
+// with the pool (or on the unix socket KILN_CHANNEL names, in a container). Everything the function prints is turned into log frames on that same channel,
 // so a stray line on stdout can never be mistaken for a response.
 //
 // argv: <task root> <entry, relative> <handler export name>
@@ -13,7 +13,10 @@ import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 
 const [taskRoot, entry, handlerName] = process.argv.slice(2);
-const channel = new net.Socket({ fd: 3, readable: true, writable: true });
+// In a container the channel is a unix socket Kiln listens on (KILN_CHANNEL), not an inherited fd.
+const channelPath = process.env.KILN_CHANNEL;
+delete process.env.KILN_CHANNEL;
+const channel = channelPath ? net.createConnection(channelPath) : new net.Socket({ fd: 3, readable: true, writable: true });
 
 function send(frame) {
   channel.write(JSON.stringify(frame) + "\n");

@@ -1,6 +1,6 @@
 # Kiln's Python bootstrap: imports the function once, then serves invocations one at a time.
 # Protocol (see runtime-sandbox/worker.ts): one JSON object per line on fd 3, a socketpair shared
-# with the pool. print(), sys.stdout/stderr and logging become log frames on that channel, so a
+# with the pool (or on the unix socket KILN_CHANNEL names, in a container). print(), sys.stdout/stderr and logging become log frames on that channel, so a
 # stray line on stdout can never be mistaken for a response.
 #
 # argv: <task root> <entry, relative> <handler name>
@@ -18,9 +18,19 @@ import traceback
 
 TASK_ROOT, ENTRY, HANDLER = sys.argv[1:4]
 
-os.set_inheritable(3, False)  # subprocesses of the function must not hold the channel
-_in = open(3, "rb", closefd=False)
-_out = open(3, "wb", closefd=False)
+# In a container the channel is a unix socket Kiln listens on (KILN_CHANNEL), not an inherited fd.
+_channel_path = os.environ.pop("KILN_CHANNEL", None)
+if _channel_path:
+    import socket
+
+    _sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # not inheritable by default
+    _sock.connect(_channel_path)
+    _in = _sock.makefile("rb")
+    _out = _sock.makefile("wb")
+else:
+    os.set_inheritable(3, False)  # subprocesses of the function must not hold the channel
+    _in = open(3, "rb", closefd=False)
+    _out = open(3, "wb", closefd=False)
 _lock = threading.Lock()
 
 

@@ -12,7 +12,14 @@ require "stringio"
 
 module KilnBootstrap
   TASK_ROOT, ENTRY, HANDLER = ARGV
-  CHANNEL = IO.for_fd(3, "r+", autoclose: false)
+  # In a container the channel is a unix socket Kiln listens on (KILN_CHANNEL), not an inherited fd.
+  CHANNEL_PATH = ENV.delete("KILN_CHANNEL")
+  CHANNEL = if CHANNEL_PATH
+    require "socket"
+    UNIXSocket.new(CHANNEL_PATH)
+  else
+    IO.for_fd(3, "r+", autoclose: false)
+  end
   CHANNEL.binmode
   CHANNEL.sync = true
   CHANNEL.close_on_exec = true # subprocesses of the function must not hold the channel

@@ -1,47 +1,11 @@
 // Standard functions: deploy from archives, builds and the deployment queue, RPC invocation with
 // the credential rules, the sandbox as users meet it.
-import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
-import { afterAll, describe, expect, test } from "vitest";
+import { symlinkSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, test } from "vitest";
 import postgres from "postgres";
-import { createProject, eventually, startKiln, STORE, useKiln, withKiln, type TestKiln } from "../support/kiln";
-
-const work = mkdtempSync(join(tmpdir(), "kiln-fn-test-"));
-afterAll(() => rmSync(work, { recursive: true, force: true }));
-let n = 0;
-
-function tgz(files: Record<string, string>, extra?: (dir: string) => void): Buffer {
-  const dir = join(work, `src-${++n}`);
-  mkdirSync(dir, { recursive: true });
-  for (const [p, c] of Object.entries(files)) {
-    mkdirSync(dirname(join(dir, p)), { recursive: true });
-    writeFileSync(join(dir, p), c);
-  }
-  extra?.(dir);
-  const out = join(work, `a-${n}.tgz`);
-  execFileSync("tar", ["-czf", out, "-C", dir, "."]);
-  return readFileSync(out);
-}
-
-async function deploy(k: TestKiln, projectId: string, fields: Record<string, string>, code: Buffer | null, token?: string) {
-  const form = new FormData();
-  for (const [key, v] of Object.entries(fields)) form.set(key, v);
-  if (code) form.set("code", new Blob([new Uint8Array(code)]), "code.tgz");
-  const res = await fetch(`${k.url}/projects/${projectId}/functions`, { method: "POST", headers: { authorization: `Bearer ${token ?? k.token}` }, body: form });
-  return { status: res.status, body: (await res.json()) as any };
-}
-
-async function settled(k: TestKiln, projectId: string, fnId: string) {
-  return (
-    await eventually(
-      () => k.api("GET", `/projects/${projectId}/functions/${fnId}`),
-      (r) => r.body.status !== "provisioning" && !r.body.pending_deployment_id,
-      60_000,
-    )
-  ).body;
-}
+import { deploy, settled, tgz } from "../support/functions";
+import { createProject, eventually, startKiln, STORE, useKiln, withKiln } from "../support/kiln";
 
 const NODE_HELLO = {
   "index.js": `exports.handler = async (event, context) => ({ hello: event?.name ?? "world", fn: context.functionName, auth: event?.__service_auth ?? null, secret: process.env.GREETING ?? null });`,

@@ -13,6 +13,7 @@ export const KILN = join(ROOT, "cmd/kiln.ts");
 
 /** Which control store this vitest project tests: `embedded` (PGlite) or `postgres`. */
 export const STORE = (process.env.KILN_TEST_STORE ?? "embedded") as "embedded" | "postgres";
+export const FUNCTION_RUNTIME = (process.env.KILN_TEST_FUNCTION_RUNTIME ?? "process") as "process" | "docker";
 
 export interface KilnOptions {
   env?: Record<string, string | undefined>;
@@ -68,7 +69,9 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
   const adminToken = opts.env?.KILN_ADMIN_TOKEN ?? secret("admin");
   // The postgres project runs the production profile: control store and managed databases on PostgreSQL.
   const production = databaseUrl ? ["--database-url", databaseUrl, "--postgres-url", inject("pgUrl")] : [];
-  const args = [KILN, "start", "--port", "0", "--pg-port", "0", "--data-dir", dataDir, ...production, ...(opts.args ?? [])];
+  // The containers project runs every function in a container on the engine its global setup provides.
+  const containers = FUNCTION_RUNTIME === "docker" ? ["--function-runtime", "docker", "--docker-host", inject("dockerHost")] : [];
+  const args = [KILN, "start", "--port", "0", "--pg-port", "0", "--data-dir", dataDir, ...production, ...containers, ...(opts.args ?? [])];
   const env: Record<string, string | undefined> = {
     ...process.env,
     KILN_VALIDATE_RESPONSES: "1",

@@ -1,0 +1,321 @@
+import { chmodSync, copyFileSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, symlinkSync } from "node:fs";
+import { createServer, type Server, type Socket } from "node:net";
+import { hostname, tmpdir } from "node:os";
+import { join } from "node:path";
+import { PassThrough, type Readable } from "node:stream";
+import type Docker from "dockerode";
+import { DEFAULT_MAX_PROCESSES, pidAlive, runtimeArgv, sandboxEnv, sandboxMounts, SANDBOX_PATHS, type LaunchSpec } from "./sandbox";
+import type { ExitStatus, WorkerProcess } from "./worker";
+
+/**
+ * The container runtime (production profile): each worker is a container on a Docker or Podman
+ * engine, driven through dockerode. The container sees what a bubblewrap sandbox sees (the same
+ * mount plan from sandbox.ts: the host's /usr and runtime read-only, bootstraps at /var/runtime,
+ * code at /var/task) on top of a tiny base image that only holds the merged-/usr links, the sandbox
+ * user and empty mount points. Limits are the engine's: memory (no swap), pids, a sized /tmp, no
+ * capabilities, no network unless asked. The protocol channel is a unix socket in a per-worker
+ * folder bind-mounted at /run/kiln, so it works with the network switched off.
+ *
+ * The engine must run on this host: code, runtimes and the channel reach the container as binds.
+ * Labels: dev.kiln.worker=1, dev.kiln.owner=<host>/<kiln pid> (orphans of a dead Kiln are removed at
+ * the next start), dev.kiln.function=<name>, dev.kiln.version=<function id>:<deployment id>:<region>.
+ */
+
+export const DEFAULT_IMAGE = "kiln-runtime:base";
+const CHANNEL_DIR = "/run/kiln";
+const LABEL = "dev.kiln.worker";
+const OWNER_LABEL = "dev.kiln.owner";
+
+export interface ContainerEngineOptions {
+  /** unix:///path, /path, or tcp://host:port; default DOCKER_HOST, then the usual Docker and Podman sockets. */
+  host?: string;
+  image?: string;
+  /** Never visible inside (Kiln's data dir); covered where a bind would expose it. */
+  hiddenPaths?: string[];
+  /** false: a missing base image is an error instead of being imported (kiln doctor only looks). */
+  importImage?: boolean;
+  log?: (msg: string) => void;
+}
+
+/** Where an engine's API usually is, in the order tried. */
+function defaultSockets(): string[] {
+  const out = ["/var/run/docker.sock", "/run/podman/podman.sock"];
+  if (process.env.XDG_RUNTIME_DIR) out.push(join(process.env.XDG_RUNTIME_DIR, "podman", "podman.sock"));
+  return out;
+}
+
+function dockerOptions(host: string): Docker.DockerOptions {
+  if (host.startsWith("unix://")) return { socketPath: host.slice("unix://".length) };
+  if (host.startsWith("/")) return { socketPath: host };
+  const u = new URL(host.replace(/^tcp:/, "http:"));
+  return { host: u.hostname, port: Number(u.port || 2375), protocol: "http" };
+}
+
+export class ContainerEngine {
+  private constructor(
+    readonly docker: Docker,
+    readonly address: string,
+    readonly image: string,
+    readonly version: string,
+    private readonly hiddenPaths: string[],
+  ) {}
+
+  /** Connects, checks the engine answers, makes the base image if it is missing, removes workers left by dead Kiln processes. */
+  static async connect(o: ContainerEngineOptions = {}): Promise<ContainerEngine> {
+    const { default: DockerCtor } = await import("dockerode");
+    const candidates = o.host ? [o.host] : process.env.DOCKER_HOST ? [process.env.DOCKER_HOST] : defaultSockets();
+    const errors: string[] = [];
+    for (const address of candidates) {
+      const docker = new DockerCtor(dockerOptions(address));
+      let v: Docker.DockerVersion;
+      try {
+        v = await withTimeout(docker.version(), 5000);
+      } catch (e) {
+        errors.push(`${address}: ${(e as Error).message}`);
+        continue;
+      }
+      const engine = new ContainerEngine(docker, address, o.image ?? DEFAULT_IMAGE, `${v.Components?.[0]?.Name ?? "engine"} ${v.Version} (API ${v.ApiVersion})`, o.hiddenPaths ?? []);
+      await engine.ensureImage(o.importImage ?? true, o.log ?? (() => {}));
+      await engine.removeOrphans();
+      return engine;
+    }
+    throw new Error(`no container engine answered (${errors.join("; ")}); start Docker or Podman, or pass its socket with --docker-host`);
+  }
+
+  /** The base image, imported from a generated root filesystem when the engine does not have it. */
+  private async ensureImage(importIt: boolean, log: (msg: string) => void): Promise<void> {
+    try {
+      await this.docker.getImage(this.image).inspect();
+      return;
+    } catch (e) {
+      if ((e as { statusCode?: number }).statusCode !== 404) throw e;
+    }
+    if (!importIt) throw new Error(`the engine has no image ${this.image} (kiln start imports it; or: kiln functions base-image | docker import - ${this.image})`);
+    log(`container runtime: importing the base image ${this.image}`);
+    const [repo, tag] = splitImage(this.image);
+    const stream = await baseImageTar();
+    const res = await this.docker.importImage(stream as unknown as string, { repo, tag });
+    await new Promise<void>((resolve, reject) => this.docker.modem.followProgress(res, (err) => (err ? reject(err) : resolve())));
+    await this.docker.getImage(this.image).inspect();
+  }
+
+  private async removeOrphans(): Promise<void> {
+    const list = await this.docker.listContainers({ all: true, filters: { label: [LABEL] } });
+    const host = hostname();
+    for (const c of list) {
+      const [h, pid] = (c.Labels[OWNER_LABEL] ?? "").split("/");
+      if (h !== host || !pid || pidAlive(Number(pid))) continue;
+      await this.docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
+    }
+    // Their channel folders too.
+    for (const e of readdirSync(tmpdir())) {
+      const m = /^kiln-w-(\d+)-/.exec(e);
+      if (m && !pidAlive(Number(m[1]))) rmSync(join(tmpdir(), e), { recursive: true, force: true });
+    }
+  }
+
+  /** A worker container; `labels` tell operators what it serves (docker ps --filter label=...). */
+  launch(spec: LaunchSpec, labels: Record<string, string> = {}): WorkerProcess {
+    return new ContainerProcess(this, spec, this.hiddenPaths, labels);
+  }
+
+  private readonly removals = new Set<Promise<unknown>>();
+
+  /** Container removals still under way; `settle` waits for them (a clean stop leaves no container). */
+  track(p: Promise<unknown>): void {
+    this.removals.add(p);
+    void p.finally(() => this.removals.delete(p));
+  }
+
+  async settle(): Promise<void> {
+    while (this.removals.size) await Promise.all([...this.removals]);
+  }
+
+  describe(): string {
+    return `${this.version} at ${this.address}, image ${this.image}`;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+class ContainerProcess implements WorkerProcess {
+  readonly stdout = new PassThrough();
+  readonly stderr = new PassThrough();
+  readonly channel: Promise<Socket>;
+  private container: Docker.Container | null = null;
+  private server: Server | null = null;
+  private readonly dir: string;
+  private pid: number | null = null;
+  private killed = false;
+  private status: ExitStatus | null = null;
+  private exitListeners: Array<(s: ExitStatus) => void> = [];
+  private closeListeners: Array<() => void> = [];
+  private closed = false;
+  private resolveChannel!: (s: Socket) => void;
+  private rejectChannel!: (e: Error) => void;
+
+  constructor(
+    private readonly engine: ContainerEngine,
+    private readonly spec: LaunchSpec,
+    private readonly hiddenPaths: string[],
+    private readonly labels: Record<string, string>,
+  ) {
+    // Short: a unix socket path is limited to about 100 bytes.
+    this.dir = mkdtempSync(join(tmpdir(), `kiln-w-${process.pid}-`));
+    this.channel = new Promise<Socket>((resolve, reject) => {
+      this.resolveChannel = resolve;
+      this.rejectChannel = reject;
+    });
+    this.channel.catch(() => {});
+    this.start().catch((e: Error) => this.exit({ code: null, signal: null, error: e.message, oomKilled: false }));
+  }
+
+  private async start(): Promise<void> {
+    chmodSync(this.dir, 0o755);
+    const socketPath = join(this.dir, "channel.sock");
+    const server = createServer({ allowHalfOpen: false }, (sock) => {
+      // Only the first connection is the bootstrap's (it connects before loading any user code).
+      server.close();
+      this.resolveChannel(sock);
+    });
+    this.server = server;
+    await new Promise<void>((resolve, reject) => server.once("error", reject).listen(socketPath, resolve));
+    chmodSync(socketPath, 0o777); // the sandbox user (uid 1000) connects to it
+    if (this.killed) throw new Error("stopped before it started");
+
+    const s = this.spec;
+    const memBytes = s.limits.memoryMb * 1024 * 1024;
+    const binds: string[] = [];
+    // Owned by the sandbox user: some engines ignore mode= on a tmpfs (Docker 20.10 here does).
+    const uid = SANDBOX_PATHS.uid;
+    const tmpfs: Record<string, string> = { "/tmp": `rw,exec,nosuid,nodev,size=${memBytes},uid=${uid},gid=${uid}` };
+    for (const m of sandboxMounts(s, this.hiddenPaths, { networkEtc: false })) {
+      if (m.kind === "bind") binds.push(`${m.src}:${m.dest}:ro`);
+      else if (m.kind === "cover-dir") tmpfs[m.dest] = "ro,size=4k";
+      else if (m.kind === "cover-file") binds.push(`/dev/null:${m.dest}:ro`);
+      // symlinks: part of the base image (made from this host's layout)
+    }
+    binds.push(`${this.dir}:${CHANNEL_DIR}`);
+    const env = { ...sandboxEnv(s), KILN_CHANNEL: `${CHANNEL_DIR}/channel.sock` };
+    const container = await this.engine.docker.createContainer({
+      Image: this.engine.image,
+      Cmd: runtimeArgv(s, SANDBOX_PATHS),
+      Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
+      User: `${SANDBOX_PATHS.uid}:${SANDBOX_PATHS.uid}`,
+      WorkingDir: SANDBOX_PATHS.task,
+      Hostname: "kiln-function",
+      Labels: { ...this.labels, [LABEL]: "1", [OWNER_LABEL]: `${hostname()}/${process.pid}` },
+      AttachStdout: true,
+      AttachStderr: true,
+      HostConfig: {
+        NetworkMode: s.network ? "default" : "none",
+        Binds: binds,
+        Tmpfs: tmpfs,
+        ReadonlyRootfs: true,
+        Memory: memBytes,
+        MemorySwap: memBytes, // no swap: a hog is killed, not paged out
+        PidsLimit: s.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES,
+        CapDrop: ["ALL"],
+        SecurityOpt: ["no-new-privileges"],
+        Ulimits: [{ Name: "core", Soft: 0, Hard: 0 }],
+      },
+    });
+    this.container = container;
+    if (this.killed) throw new Error("stopped before it started");
+    const stream = (await container.attach({ stream: true, stdout: true, stderr: true })) as unknown as Readable;
+    this.engine.docker.modem.demuxStream(stream, this.stdout, this.stderr);
+    stream.on("end", () => this.close());
+    stream.on("error", () => this.close());
+    await container.start();
+    const info = await container.inspect();
+    this.pid = info.State.Pid || null;
+    container.wait().then(
+      async (r: { StatusCode?: number }) => {
+        const after = await container.inspect().catch(() => null);
+        this.exit({ code: r.StatusCode ?? null, signal: null, oomKilled: !!after?.State.OOMKilled });
+      },
+      (e: Error) => this.exit({ code: null, signal: null, error: e.message, oomKilled: false }),
+    );
+    if (this.killed) void container.kill().catch(() => {});
+  }
+
+  onExit(l: (s: ExitStatus) => void): void {
+    if (this.status) l(this.status);
+    else this.exitListeners.push(l);
+  }
+
+  onClose(l: () => void): void {
+    if (this.closed) l();
+    else this.closeListeners.push(l);
+  }
+
+  kill(): void {
+    this.killed = true;
+    void this.container?.kill().catch(() => {});
+  }
+
+  cleanup(): void {
+    this.server?.close();
+    rmSync(this.dir, { recursive: true, force: true });
+    if (this.container) this.engine.track(this.container.remove({ force: true }).catch(() => {}));
+  }
+
+  runtimePid(): number | null {
+    return this.pid;
+  }
+
+  private exit(s: ExitStatus): void {
+    if (this.status) return;
+    this.status = s;
+    this.rejectChannel(new Error("the container ended"));
+    this.server?.close();
+    for (const l of this.exitListeners.splice(0)) l(s);
+    // Without an attached stream (creation failed) nothing else will end the output.
+    if (!this.container) this.close();
+  }
+
+  private close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.stdout.end();
+    this.stderr.end();
+    for (const l of this.closeListeners.splice(0)) l();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The base image
+
+/**
+ * The root filesystem of the base image as a tar stream: this host's merged-/usr links (or empty
+ * directories where /lib and friends are real ones, to bind over), the sandbox user, and the empty
+ * mount points. Everything else arrives as read-only binds, so the image never goes stale.
+ */
+export async function baseImageTar(): Promise<Readable> {
+  const { create } = await import("tar");
+  const root = mkdtempSync(join(tmpdir(), "kiln-rootfs-"));
+  for (const d of ["etc", "tmp", "proc", "dev", "sys", "run/kiln", "usr", "var/task", "var/runtime"]) mkdirSync(join(root, d), { recursive: true });
+  chmodSync(join(root, "tmp"), 0o1777);
+  for (const p of ["bin", "sbin", "lib", "lib32", "lib64", "libx32"]) {
+    try {
+      const st = lstatSync(`/${p}`);
+      if (st.isSymbolicLink()) symlinkSync(readlinkSync(`/${p}`), join(root, p));
+      else if (st.isDirectory()) mkdirSync(join(root, p));
+    } catch {
+      // not on this system
+    }
+  }
+  for (const f of ["passwd", "group"]) copyFileSync(join(import.meta.dirname, "sandbox-etc", f), join(root, "etc", f));
+  const stream = create({ cwd: root, portable: true, gzip: false }, ["."]) as unknown as Readable;
+  stream.on("end", () => rmSync(root, { recursive: true, force: true }));
+  return stream;
+}
+
+function splitImage(image: string): [string, string] {
+  const at = image.lastIndexOf(":");
+  return at > image.lastIndexOf("/") ? [image.slice(0, at), image.slice(at + 1)] : [image, "latest"];
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  return Promise.race([p, new Promise<T>((_, reject) => setTimeout(() => reject(new Error(`no answer in ${ms} ms`)), ms).unref?.())]);
+}

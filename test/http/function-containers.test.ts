@@ -1,0 +1,118 @@
+// The container runtime (--function-runtime docker), as its users meet it: functions really run in
+// containers on the engine, one warm container per version, with the engine's limits, and no
+// container outlives the Kiln that made it. Runs only in the "containers" project (vitest.config.ts),
+// whose global setup provides a Docker engine; functions.test.ts runs there too.
+import { readdirSync } from "node:fs";
+import { hostname, tmpdir } from "node:os";
+import Docker from "dockerode";
+import { describe, expect, inject, test } from "vitest";
+import { deploy, settled, tgz } from "../support/functions";
+import { createProject, eventually, startKiln, useKiln, type TestKiln } from "../support/kiln";
+
+const engineAddress = inject("dockerHost");
+const docker = new Docker(engineAddress.startsWith("unix://") ? { socketPath: engineAddress.slice(7) } : { host: new URL(engineAddress.replace(/^tcp:/, "http:")).hostname, port: Number(new URL(engineAddress.replace(/^tcp:/, "http:")).port) });
+
+const PROBE = {
+  "index.js": `
+const fs = require("fs");
+let calls = 0;
+const read = (p) => { try { return fs.readFileSync(p, "utf8").trim(); } catch (e) { return e.code; } };
+exports.handler = async () => ({
+  calls: ++calls,
+  pid: process.pid,
+  uid: process.getuid(),
+  dockerenv: fs.existsSync("/.dockerenv") || fs.existsSync("/run/.containerenv"),
+  memoryLimit: read("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+  rootWritable: (() => { try { fs.writeFileSync("/probe", "x"); return true; } catch { return false; } })(),
+  tmpWritable: (() => { try { fs.writeFileSync("/tmp/probe", "x"); return true; } catch { return false; } })(),
+});`,
+};
+
+/** This Kiln's worker containers (of one function, when given), from the engine's point of view. */
+async function workersOf(k: TestKiln, functionId?: string) {
+  const all = await docker.listContainers({ all: true, filters: { label: ["dev.kiln.worker"] } });
+  return all.filter((c) => c.Labels["dev.kiln.owner"] === `${hostname()}/${k.proc.pid}` && (!functionId || c.Labels["dev.kiln.version"]?.startsWith(`${functionId}:`)));
+}
+
+const k = useKiln({ env: { KILN_FUNCTION_MEMORY_MB: "192" } });
+
+describe("the container runtime", () => {
+  test("a function runs in a container with the engine's limits; the warm container is reused", async () => {
+    const p = await createProject(k);
+    const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
+    const fn = await settled(k, p.id, (await deploy(k, p.id, { name: "probe", runtime: "nodejs22.x" }, tgz(PROBE))).body.id);
+    expect(fn.status).toBe("active");
+    const first = await k.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: {} } });
+    expect(first.status).toBe(200);
+    expect(first.body).toMatchObject({ calls: 1, uid: 1000, dockerenv: true, memoryLimit: String(192 * 1024 * 1024), rootWritable: false, tmpWritable: true });
+    const second = await k.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: {} } });
+    expect(second.body).toMatchObject({ calls: 2, pid: first.body.pid });
+
+    const workers = await workersOf(k, fn.id);
+    expect(workers).toHaveLength(1);
+    expect(workers[0]!.Labels["dev.kiln.function"]).toBe("probe");
+    const info = await docker.getContainer(workers[0]!.Id).inspect();
+    expect(info.State.Running).toBe(true);
+    expect(info.HostConfig.NetworkMode).toBe("none");
+    expect(info.HostConfig.ReadonlyRootfs).toBe(true);
+    expect(info.HostConfig.Memory).toBe(192 * 1024 * 1024);
+    expect(info.HostConfig.CapDrop).toEqual(["ALL"]);
+    expect(info.HostConfig.PidsLimit).toBeGreaterThan(0);
+    // The function's environment is its own: nothing of Kiln's, no channel address left behind.
+    const env = (info.Config.Env ?? []).map((e) => e.split("=")[0]);
+    expect(env).not.toContain("KILN_PLATFORM_TOKEN");
+  });
+
+  test("a redeploy retires the old version's container; deleting the function removes its containers", async () => {
+    const p = await createProject(k);
+    const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
+    const v1 = await settled(k, p.id, (await deploy(k, p.id, { name: "ver", runtime: "nodejs22.x" }, tgz({ "index.js": `exports.handler = async () => "v1"` }))).body.id);
+    expect((await k.api("POST", `/functions/${v1.id}/invoke`, { token: sk, body: { payload: {} } })).body).toBe("v1");
+    const before = (await workersOf(k, v1.id)).map((c) => c.Id);
+    expect(before).toHaveLength(1);
+    await settled(k, p.id, (await deploy(k, p.id, { name: "ver", runtime: "nodejs22.x" }, tgz({ "index.js": `exports.handler = async () => "v2"` }))).body.id);
+    expect((await k.api("POST", `/functions/${v1.id}/invoke`, { token: sk, body: { payload: {} } })).body).toBe("v2");
+    // The v1 container is gone from the engine once retired.
+    await eventually(() => workersOf(k, v1.id), (list) => list.length === 1 && list[0]!.Id !== before[0]);
+    expect((await k.api("DELETE", `/projects/${p.id}/functions/${v1.id}`)).status).toBe(202);
+    await eventually(() => k.api("GET", `/projects/${p.id}/functions/${v1.id}`), (r) => r.status === 404);
+    await eventually(() => workersOf(k, v1.id), (list) => list.length === 0);
+  });
+
+  test("containers of a Kiln killed outright are removed by the next start; a clean stop leaves none", async () => {
+    const first = await startKiln();
+    const p = await createProject(first);
+    const sk = (await first.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
+    const fn = await settled(first, p.id, (await deploy(first, p.id, { name: "left", runtime: "nodejs22.x" }, tgz({ "index.js": `exports.handler = async () => "hi"` }))).body.id);
+    expect((await first.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: {} } })).body).toBe("hi");
+    const orphans = await workersOf(first);
+    expect(orphans).toHaveLength(1);
+    first.proc.kill("SIGKILL");
+    await new Promise((r) => first.proc.once("exit", r));
+    // Still there: nobody stopped it.
+    expect((await docker.getContainer(orphans[0]!.Id).inspect()).State.Running).toBe(true);
+    const channelDirs = () => readdirSync(tmpdir()).filter((e) => e.startsWith(`kiln-w-${first.proc.pid}-`));
+    expect(channelDirs()).toHaveLength(1);
+
+    const second = await startKiln();
+    try {
+      await expect(docker.getContainer(orphans[0]!.Id).inspect()).rejects.toMatchObject({ statusCode: 404 });
+      expect(channelDirs()).toEqual([]);
+      const p2 = await createProject(second);
+      const sk2 = (await second.api("POST", `/projects/${p2.id}/service-keys`, { body: { name: "b" } })).body.key;
+      const fn2 = await settled(second, p2.id, (await deploy(second, p2.id, { name: "warm", runtime: "python3.11" }, tgz({ "main.py": `def handler(event, context):\n    return "py"\n` }))).body.id);
+      expect((await second.api("POST", `/functions/${fn2.id}/invoke`, { token: sk2, body: { payload: {} } })).body).toBe("py");
+      expect(await workersOf(second)).toHaveLength(1);
+      const pid = second.proc.pid;
+      expect(await second.stop()).toBe(0);
+      const left = await docker.listContainers({ all: true, filters: { label: ["dev.kiln.worker"] } });
+      expect(left.filter((c) => c.Labels["dev.kiln.owner"] === `${hostname()}/${pid}`)).toEqual([]);
+    } finally {
+      await second.stop();
+    }
+  });
+
+  test("an engine that does not answer fails the start with a message naming the flag", async () => {
+    await expect(startKiln({ args: ["--docker-host", "unix:///nonexistent/docker.sock"] })).rejects.toThrow(/no container engine answered.*--docker-host/s);
+  });
+});
