@@ -98,14 +98,14 @@ const ETC_NETWORK = ["/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/e
  * hidden paths. /proc, /dev and the private /tmp are each engine's own.
  */
 export type Mount =
-  | { kind: "bind"; src: string; dest: string }
+  | { kind: "bind"; src: string; dest: string; writable?: boolean }
   | { kind: "symlink"; target: string; dest: string }
   /** An empty directory over a hidden directory. */
   | { kind: "cover-dir"; dest: string }
   /** /dev/null over a hidden file. */
   | { kind: "cover-file"; dest: string };
 
-export function sandboxMounts(s: Pick<LaunchSpec, "runtime" | "codeDir" | "network">, hiddenPaths: string[], opts: { networkEtc?: boolean } = {}): Mount[] {
+export function sandboxMounts(s: Pick<LaunchSpec, "runtime" | "codeDir" | "network">, hiddenPaths: string[], opts: { networkEtc?: boolean; codeWritable?: boolean } = {}): Mount[] {
   // Never the host root: only what the runtime needs, so Kiln's data dir, the user's home and
   // everything else simply does not exist inside.
   const m: Mount[] = systemMountList();
@@ -114,7 +114,7 @@ export function sandboxMounts(s: Pick<LaunchSpec, "runtime" | "codeDir" | "netwo
   }
   m.push({ kind: "bind", src: join(SANDBOX_ETC, "passwd"), dest: "/etc/passwd" }, { kind: "bind", src: join(SANDBOX_ETC, "group"), dest: "/etc/group" });
   for (const r of s.runtime.mounts) if (!isUnder(r, "/usr")) m.push({ kind: "bind", src: r, dest: r });
-  m.push({ kind: "bind", src: realpathSync(BOOTSTRAP_DIR), dest: RUNTIME_ROOT }, { kind: "bind", src: realpathSync(s.codeDir), dest: TASK_ROOT });
+  m.push({ kind: "bind", src: realpathSync(BOOTSTRAP_DIR), dest: RUNTIME_ROOT }, { kind: "bind", src: realpathSync(s.codeDir), dest: TASK_ROOT, writable: !!opts.codeWritable });
   // A hidden path that lies inside something bound (a data dir under the code dir, say) is
   // covered up: an empty directory over a directory, /dev/null over a file.
   const binds = m.filter((x): x is Extract<Mount, { kind: "bind" }> => x.kind === "bind");
@@ -138,7 +138,7 @@ export function sandboxMounts(s: Pick<LaunchSpec, "runtime" | "codeDir" | "netwo
 function toBwrap(mounts: Mount[]): string[] {
   const a: string[] = [];
   for (const m of mounts) {
-    if (m.kind === "bind") a.push("--ro-bind", m.src, m.dest);
+    if (m.kind === "bind") a.push(m.writable ? "--bind" : "--ro-bind", m.src, m.dest);
     else if (m.kind === "symlink") a.push("--symlink", m.target, m.dest);
     else if (m.kind === "cover-dir") a.push("--tmpfs", m.dest);
     else a.push("--ro-bind", "/dev/null", m.dest);
@@ -146,12 +146,17 @@ function toBwrap(mounts: Mount[]): string[] {
   return a;
 }
 
-function bwrapArgs(bw: Bwrap, s: LaunchSpec, hiddenPaths: string[], extra: { tmpfsBytes: number }): string[] {
+function bwrapArgs(
+  bw: Bwrap,
+  s: Pick<LaunchSpec, "runtime" | "codeDir" | "network">,
+  hiddenPaths: string[],
+  extra: { tmpfsBytes: number; codeWritable?: boolean; hostname?: string; chdir?: string },
+): string[] {
   const a = ["--die-with-parent", "--new-session", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"];
   if (!s.network) a.push("--unshare-net");
   if (bw.modern) a.push("--disable-userns");
-  a.push("--uid", SANDBOX_UID, "--gid", SANDBOX_UID, "--cap-drop", "ALL", "--hostname", "kiln-function");
-  const mounts = sandboxMounts(s, hiddenPaths);
+  a.push("--uid", SANDBOX_UID, "--gid", SANDBOX_UID, "--cap-drop", "ALL", "--hostname", extra.hostname ?? "kiln-function");
+  const mounts = sandboxMounts(s, hiddenPaths, { codeWritable: extra.codeWritable });
   // The system part, then /proc, /dev and the private /tmp, then the runtime, bootstraps and code
   // (a runtime cached under /tmp stays visible), then the covers on top of what they hide.
   const system = mounts.findIndex((m) => m.dest === "/etc/group") + 1;
@@ -160,8 +165,32 @@ function bwrapArgs(bw: Bwrap, s: LaunchSpec, hiddenPaths: string[], extra: { tmp
   if (bw.modern) a.push("--size", String(extra.tmpfsBytes));
   a.push("--tmpfs", "/tmp");
   a.push(...toBwrap(mounts.slice(system)));
-  a.push("--chdir", TASK_ROOT);
+  a.push("--chdir", extra.chdir ?? TASK_ROOT);
   return a;
+}
+
+/**
+ * A build step (npm, pip, bundler) in the sandbox: the network (registries), the function root
+ * writable at /var/task, the working directory `cwd` inside it, everything else as for a worker
+ * (read-only system and runtime, private /tmp as HOME, Kiln's data dir invisible). Without
+ * bubblewrap the command runs on the host in the same cleared environment.
+ */
+export function planBuild(
+  b: { argv: string[]; root: string; cwd: string; runtime: ResolvedRuntime; env: Record<string, string>; readOnly?: string[]; tmpfsMb?: number },
+  o: { bwrap: Bwrap | null; hiddenPaths: string[] },
+): Launch {
+  const env = { ...sandboxEnv({ runtime: b.runtime, env: b.env }) };
+  if (!o.bwrap) return { argv: b.argv, env: { ...env, HOME: process.env.HOME ?? "/tmp", TMPDIR: process.env.TMPDIR ?? "/tmp" }, cwd: b.cwd };
+  const rel = relative(realpathSync(b.root), realpathSync(b.cwd));
+  // Extra host files (a CA bundle outside /usr and /etc/ssl, say) ride along as runtime mounts.
+  const runtime = { ...b.runtime, mounts: [...b.runtime.mounts, ...(b.readOnly ?? [])] };
+  const args = bwrapArgs(o.bwrap, { runtime, codeDir: b.root, network: true }, o.hiddenPaths, {
+    tmpfsBytes: (b.tmpfsMb ?? 1024) * 1024 * 1024,
+    codeWritable: true,
+    hostname: "kiln-build",
+    chdir: join(TASK_ROOT, rel),
+  });
+  return { argv: [o.bwrap.path, ...args, "--", ...b.argv], env, cwd: "/" };
 }
 
 // ---------------------------------------------------------------------------------------------

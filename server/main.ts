@@ -232,6 +232,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
     blobDir: join(config.dataDir, "blobs", "functions"),
     codeDir: join(config.dataDir, "functions"),
     maxFunctions: () => config.maxFunctions,
+    build: { hiddenPaths: [config.dataDir], sandbox: true },
     retireWorkers: async (functionId, keep) => {
       const deps = await store.query<{ id: string }>(`select id from function_deployments where function_id = $1`, [functionId]);
       if (!pool) return; // no worker has ever run

@@ -1,42 +1,80 @@
 import { spawn } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { isMissing, resolveRuntime } from "../../runtime-sandbox/runtimes";
+import { isMissing, resolveRuntime, type ResolvedRuntime } from "../../runtime-sandbox/runtimes";
+import { detectBwrap, planBuild } from "../../runtime-sandbox/sandbox";
 import { RESERVED_PATH, runtimeFamily, type FunctionBuildConfig } from "./archive";
 
 type Log = (level: "info" | "error", line: string) => Promise<void>;
 
-/** Runs a command, streaming every output line into the build log; resolves with its exit code. */
-function run(cmd: string, args: string[], cwd: string, env: Record<string, string>, log: Log, timeoutMs = 300_000): Promise<number> {
+export interface BuildOptions {
+  /** Never visible to a build (Kiln's data dir). */
+  hiddenPaths: string[];
+  /** false: run installers on the host (no bubblewrap, or the pool runs without isolation). */
+  sandbox: boolean;
+}
+
+// Registry, mirror, proxy and TLS trust settings a build may need (a proxy that re-signs TLS needs
+// its CA); nothing else of Kiln's environment goes in.
+const PASSED_THROUGH = /^(npm_config_(registry|cafile)|NPM_CONFIG_(REGISTRY|CAFILE)|PIP_(INDEX_URL|EXTRA_INDEX_URL|TRUSTED_HOST|CERT)|BUNDLE_MIRROR__.*|(HTTPS?|NO)_PROXY|(https?|no)_proxy|NODE_EXTRA_CA_CERTS|SSL_CERT_FILE|SSL_CERT_DIR|REQUESTS_CA_BUNDLE)$/;
+// Of those, the ones naming files the sandbox must show (read-only).
+const FILE_VALUED = /CAFILE|cafile|CERT|CA_BUNDLE|CA_CERTS/;
+
+function buildEnv(): { env: Record<string, string>; files: string[] } {
+  const env: Record<string, string> = {};
+  const files = new Set<string>();
+  for (const [k, v] of Object.entries(process.env)) {
+    if (v === undefined || !PASSED_THROUGH.test(k)) continue;
+    env[k] = v;
+    if (FILE_VALUED.test(k) && v.startsWith("/") && existsSync(v)) files.add(v);
+  }
+  return { env, files: [...files] };
+}
+
+/**
+ * Runs an installer in the build sandbox, streaming every output line into the build log. Resolves
+ * with null on success, else the failure for the deployment's error: the exit code and the last
+ * line the installer printed on stderr (usually the reason).
+ */
+function run(argv: string[], root: string, cwd: string, runtime: ResolvedRuntime, o: BuildOptions, log: Log, timeoutMs = 300_000): Promise<string | null> {
+  const { env, files } = buildEnv();
+  const launch = planBuild({ argv, root, cwd, runtime, env, readOnly: files }, { bwrap: o.sandbox ? detectBwrap() : null, hiddenPaths: o.hiddenPaths });
+  const cmd = argv[0]!;
   return new Promise((resolve) => {
-    const p = spawn(cmd, args, { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
-    const timer = setTimeout(() => p.kill("SIGKILL"), timeoutMs);
+    const p = spawn(launch.argv[0]!, launch.argv.slice(1), { cwd: launch.cwd, env: launch.env, stdio: ["ignore", "pipe", "pipe"] });
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      p.kill("SIGKILL");
+    }, timeoutMs);
     let pending = Promise.resolve();
-    const pipe = (level: "info" | "error") => (chunk: Buffer) => {
-      for (const line of chunk.toString("utf8").split(/\r?\n/)) if (line.trim()) pending = pending.then(() => log(level, line));
+    let lastError = "";
+    const pipe = (stream: "out" | "err") => (chunk: Buffer) => {
+      for (const line of chunk.toString("utf8").split(/\r?\n/)) {
+        if (!line.trim()) continue;
+        if (stream === "err") lastError = line.trim();
+        pending = pending.then(() => log("info", line));
+      }
     };
-    p.stdout.on("data", pipe("info"));
-    p.stderr.on("data", pipe("info"));
+    p.stdout.on("data", pipe("out"));
+    p.stderr.on("data", pipe("err"));
     p.on("error", (e) => {
-      pending = pending.then(() => log("error", `${cmd}: ${e.message}`));
+      lastError = `${cmd}: ${e.message}`;
+      pending = pending.then(() => log("error", lastError));
     });
     p.on("close", (code) => {
       clearTimeout(timer);
-      void pending.then(() => resolve(code ?? 1));
+      const failure = timedOut ? `${cmd} did not finish in ${timeoutMs / 1000} s` : code === 0 ? null : `${cmd} exited with ${code ?? "a signal"}${lastError ? `: ${lastError.slice(0, 500)}` : ""}`;
+      void pending.then(() => resolve(failure));
     });
   });
-}
-
-/** A clean environment for installers: nothing of Kiln's leaks into a build. */
-function buildEnv(): Record<string, string> {
-  return { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp", LANG: "C.UTF-8" };
 }
 
 /**
  * The compile build of a deployment in its extracted source folder: reserved-path check, runtime
  * check, dependency installation from the manifests. Returns an error message, or null on success.
  */
-export async function buildFunction(root: string, build: FunctionBuildConfig & { reserved_path?: boolean }, log: Log): Promise<string | null> {
+export async function buildFunction(root: string, build: FunctionBuildConfig & { reserved_path?: boolean }, o: BuildOptions, log: Log): Promise<string | null> {
   await log("info", `build: runtime ${build.runtime}, function root ${build.function_root}, install root ${build.install_root}`);
   if (build.reserved_path || existsSync(join(root, RESERVED_PATH)))
     return `reserved path: the top-level path ${RESERVED_PATH} is reserved and must not be in the source archive`;
@@ -52,20 +90,20 @@ export async function buildFunction(root: string, build: FunctionBuildConfig & {
     const pkg = JSON.parse(readFileSync(join(installDir, "package.json"), "utf8")) as { dependencies?: Record<string, string> };
     if (pkg.dependencies && Object.keys(pkg.dependencies).length > 0) {
       await log("info", "installing Node dependencies (npm install --omit=dev)");
-      const code = await run("npm", ["install", "--omit=dev", "--no-audit", "--no-fund", "--ignore-scripts"], installDir, buildEnv(), log);
-      if (code !== 0) return `dependency installation failed: npm exited with ${code}`;
+      const failed = await run(["npm", "install", "--omit=dev", "--no-audit", "--no-fund", "--ignore-scripts"], root, installDir, runtime, o, log);
+      if (failed) return `dependency installation failed: ${failed}`;
     }
   } else if (family === "python" && existsSync(join(installDir, "requirements.txt"))) {
     const reqs = readFileSync(join(installDir, "requirements.txt"), "utf8").split("\n").filter((l) => l.trim() && !l.trim().startsWith("#"));
     if (reqs.length > 0) {
       await log("info", "installing Python dependencies (pip install --target python_deps)");
-      const code = await run(runtime.command, ["-m", "pip", "install", "--disable-pip-version-check", "-r", "requirements.txt", "--target", "python_deps"], installDir, buildEnv(), log);
-      if (code !== 0) return `dependency installation failed: pip exited with ${code}`;
+      const failed = await run([runtime.command, "-m", "pip", "install", "--disable-pip-version-check", "-r", "requirements.txt", "--target", "python_deps"], root, installDir, runtime, o, log);
+      if (failed) return `dependency installation failed: ${failed.replace(runtime.command, "pip")}`;
     }
   } else if (family === "ruby" && existsSync(join(installDir, "Gemfile"))) {
     await log("info", "installing Ruby dependencies (bundle install)");
-    const code = await run("bundle", ["install", "--path", "vendor/bundle"], installDir, buildEnv(), log);
-    if (code !== 0) return `dependency installation failed: bundler exited with ${code}`;
+    const failed = await run(["bundle", "install", "--path", "vendor/bundle"], root, installDir, runtime, o, log);
+    if (failed) return `dependency installation failed: ${failed}`;
   }
   return null;
 }

@@ -46,6 +46,8 @@ export interface FunctionsDeps {
   maxFunctions: () => number;
   /** Stops the workers of every version of a function except `keep` (a deployment id). */
   retireWorkers: (functionId: string, keep?: string) => Promise<void>;
+  /** Where dependency installs run: the build sandbox (bubblewrap when available), never seeing these paths. */
+  build: { hiddenPaths: string[]; sandbox: boolean };
   log: { error: (m: string, e?: unknown) => void };
 }
 
@@ -291,7 +293,7 @@ export class FunctionsService {
       // The archive and build code (tar, the runtime resolver) load with the first build.
       const [{ extractSource }, { buildFunction }] = await Promise.all([import("./archive"), import("./builds")]);
       await extractSource(readFileSync(join(this.d.blobDir, `${dep.id}.tar.gz`)), root);
-      error = await buildFunction(root, dep.build as FunctionBuildConfig & { reserved_path?: boolean }, log);
+      error = await buildFunction(root, dep.build as FunctionBuildConfig & { reserved_path?: boolean }, this.d.build, log);
     } catch (err) {
       error = `build failed: ${(err as Error).message}`;
     }

@@ -1,6 +1,7 @@
 // Standard functions: deploy from archives, builds and the deployment queue, RPC invocation with
 // the credential rules, the sandbox as users meet it.
-import { symlinkSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdirSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, test } from "vitest";
 import postgres from "postgres";
@@ -155,6 +156,37 @@ describe("credential rules", () => {
     const pre = await fetch(`${k.url}/functions/${fn.id}/invoke`, { method: "OPTIONS", headers: { origin: "http://localhost:3000", "access-control-request-method": "POST" } });
     expect(pre.status).toBe(204);
     expect(pre.headers.get("access-control-allow-methods")).toBe("POST, OPTIONS");
+  });
+});
+
+describe("builds", () => {
+  // A wheel made on the spot and shipped in the archive: pip installs it without any index.
+  const withWheel = (dir: string) => {
+    mkdirSync(join(dir, "wheels"));
+    const py = `import zipfile
+with zipfile.ZipFile("wheels/kilnprobe-1.0-py3-none-any.whl", "w") as z:
+    z.writestr("kilnprobe/__init__.py", "VALUE = 42\\n")
+    z.writestr("kilnprobe-1.0.dist-info/METADATA", "Metadata-Version: 2.1\\nName: kilnprobe\\nVersion: 1.0\\n")
+    z.writestr("kilnprobe-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\\nGenerator: kiln-test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n")
+    z.writestr("kilnprobe-1.0.dist-info/RECORD", "")`;
+    execFileSync("python3", ["-c", py], { cwd: dir });
+  };
+
+  test("python: requirements.txt is installed with pip into python_deps, importable by the function", async () => {
+    const { p, sk } = await setup();
+    const code = tgz({ "main.py": "import kilnprobe\ndef handler(event, context):\n    return kilnprobe.VALUE\n", "requirements.txt": "./wheels/kilnprobe-1.0-py3-none-any.whl\n" }, withWheel);
+    const fn = await settled(k, p.id, (await deploy(k, p.id, { name: "wheel", runtime: "python3.11" }, code)).body.id);
+    expect(fn.status).toBe("active");
+    expect((await invoke(fn.id, sk)).body).toBe(42);
+  });
+
+  test("installers run in the build sandbox: Kiln's data dir does not exist there; the failure says why", async () => {
+    const { p } = await setup();
+    const code = tgz({ "main.py": "def handler(event, context):\n    return 1\n", "requirements.txt": `-r ${join(k.dataDir, "kiln.pid")}\n` });
+    const fn = await settled(k, p.id, (await deploy(k, p.id, { name: "peek", runtime: "python3.11" }, code)).body.id);
+    expect(fn.status).toBe("failed");
+    const deps = (await k.api("GET", `/projects/${p.id}/functions/${fn.id}/deployments`)).body.data;
+    expect(deps[0].error).toMatch(/^dependency installation failed: pip exited with 1: .*No such file or directory/);
   });
 });
 
