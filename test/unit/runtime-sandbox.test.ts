@@ -1,11 +1,13 @@
 import { spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { listRuntimes, resolveRuntime } from "../../runtime-sandbox/runtimes";
-import { detectBwrap } from "../../runtime-sandbox/sandbox";
+import { LocalProcess } from "../../runtime-sandbox/local-process";
+import { listRuntimes, resolveRuntime, which } from "../../runtime-sandbox/runtimes";
+import { detectBwrap, planLaunch } from "../../runtime-sandbox/sandbox";
+import { Worker } from "../../runtime-sandbox/worker";
 import { FunctionError, WorkerPool, type FunctionVersion, type InvokeResult } from "../../runtime-sandbox/worker-pool";
 
 // Real processes throughout. Node comes from npm on first use into the shared cache
@@ -608,4 +610,60 @@ describe("node install", () => {
     },
     INSTALL_TIMEOUT,
   );
+});
+
+// The Ruby bootstrap with whatever Ruby the machine has (Debian's is 3.1, which no runtime name maps
+// to: ruby3.3+ only), started directly rather than through a runtime name. CI installs ruby.
+describe("ruby bootstrap", () => {
+  const rubyPath = which("ruby");
+  const run = !!rubyPath || !!process.env.CI;
+
+  async function rubyWorker(source: string, handler = "handler"): Promise<Worker> {
+    if (!rubyPath) throw new Error("ruby is not installed (apt-get install ruby)");
+    const codeDir = join(root, `rb${++n}`);
+    mkdirSync(codeDir, { recursive: true });
+    writeFileSync(join(codeDir, "main.rb"), source);
+    const runtime = { kind: "ruby" as const, command: realpathSync(rubyPath), version: "system", mounts: [] };
+    const plan = planLaunch(
+      { runtime, codeDir, entry: "main.rb", handler, env: { GREETING: "hi" }, limits: { memoryMb: 256, timeoutMs: 10_000 }, network: false },
+      { bwrap: detectBwrap(), hiddenPaths: [], cgroupMemory: false, cgroupPids: false, asRoot: isRoot },
+    );
+    const w = new Worker({ process: new LocalProcess(plan.argv, plan.env, plan.cwd, null), onExit: () => {} }, Date.now() + 10_000, "start-up timed out");
+    return w;
+  }
+  const invokeOnce = (w: Worker, event: unknown) =>
+    w.run({ id: id(), event, context: { functionName: "rb", invocationId: "inv-rb", region: "local", deadlineMs: Date.now() + 5000 } }, { deadline: Date.now() + 5000, timeoutMessage: "timed out" });
+
+  test.skipIf(!run)("handler(event:, context:) gets the event and a context; puts/warn become log lines; state survives between calls", async () => {
+    const w = await rubyWorker(`$calls = 0
+def handler(event:, context:)
+  $calls += 1
+  puts "hello #{event["name"]}"
+  warn "careful"
+  { name: event["name"], fn: context.function_name, id: context[:invocation_id], left: context.get_remaining_time_in_millis > 0, env: ENV["GREETING"], calls: $calls }
+end
+`);
+    await w.ready;
+    const first = await invokeOnce(w, { name: "ruby" });
+    expect(first).toMatchObject({ ok: true, value: { name: "ruby", fn: "rb", id: "inv-rb", left: true, env: "hi", calls: 1 } });
+    expect(first.logs.map((l) => [l.level, l.message])).toEqual([
+      ["info", "hello ruby"],
+      ["error", "careful"],
+    ]);
+    expect(await invokeOnce(w, { name: "again" })).toMatchObject({ ok: true, value: { calls: 2 } });
+    w.stop();
+  });
+
+  test.skipIf(!run)("a raised error is an error result with its class; a missing handler method fails the start", async () => {
+    const w = await rubyWorker(`def handler(event:, context:)\n  raise ArgumentError, "bad input"\nend\n`);
+    await w.ready;
+    const r = await invokeOnce(w, {});
+    expect(r).toMatchObject({ ok: false, error: "bad input", type: "ArgumentError" });
+    expect(r.logs.some((l) => l.message.includes("ArgumentError: bad input"))).toBe(true);
+    w.stop();
+    const broken = await rubyWorker(`def other(event:, context:) = 1\n`);
+    const e = await failure(broken.ready);
+    expect(e.kind).toBe("init_error");
+    expect(e.message).toContain('defines no method named "handler"');
+  });
 });
