@@ -58,14 +58,23 @@ export function isMissing(r: ResolvedRuntime | MissingRuntime): r is MissingRunt
 
 // Found interpreters are remembered for the life of the process; misses are not, so installing a
 // Python while Kiln runs takes effect at the next invocation.
-const resolved = new Map<string, ResolvedRuntime>();
+const resolved = new Map<string, ResolvedRuntime & { checkedAt?: number }>();
+// A hit is re-checked on disk at most this often: a stat per invocation is measurable on the warm path.
+const RECHECK_MS = 1000;
 const nodeInstalls = new Map<string, Promise<ResolvedRuntime | MissingRuntime>>();
 
 export async function resolveRuntime(name: string): Promise<ResolvedRuntime | MissingRuntime> {
   const spec = RUNTIMES[name];
   if (!spec) return { missing: `unknown runtime "${name}" (known: ${RUNTIME_NAMES.join(", ")})` };
   const hit = resolved.get(name);
-  if (hit && existsSync(hit.command)) return hit;
+  if (hit) {
+    const now = Date.now();
+    if (now - (hit.checkedAt ?? 0) < RECHECK_MS) return hit;
+    if (existsSync(hit.command)) {
+      hit.checkedAt = now;
+      return hit;
+    }
+  }
   let r: ResolvedRuntime | MissingRuntime;
   if (spec.kind === "node") {
     // Concurrent first uses in this process share one install; other processes are handled by the rename.

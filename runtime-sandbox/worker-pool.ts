@@ -375,13 +375,13 @@ export class WorkerPool {
 // ---------------------------------------------------------------------------------------------
 
 const JSON_TYPE = "application/json";
+const enc = new TextEncoder();
 
 /**
  * `{statusCode, headers?, body?, isBase64Encoded?}` is an HTTP response; any other value is the
  * JSON body of a 200. A thrown error is a 500 `{error, type}`.
  */
 export function toHttp(out: Outcome): { status: number; headers: Record<string, string>; body: Uint8Array } {
-  const enc = new TextEncoder();
   if (!out.ok) return { status: 500, headers: { "content-type": JSON_TYPE }, body: enc.encode(JSON.stringify({ error: out.error, type: out.type })) };
   const v = out.value;
   if (v && typeof v === "object" && !Array.isArray(v) && "statusCode" in v) {
