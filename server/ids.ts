@@ -16,12 +16,40 @@ function randomString(alphabet: string, length: number): string {
   return out;
 }
 
+// Ids are made per invocation and per log line: their random bytes come from a block refilled
+// every few hundred ids instead of one randomBytes call each. Each byte is used once.
+let idBytes = Buffer.alloc(0);
+let idPos = 0;
+const ID_LIMIT = 256 - (256 % ID_ALPHABET.length);
+
+function idChars(length: number): string {
+  let out = "";
+  while (out.length < length) {
+    if (idPos === idBytes.length) {
+      idBytes = randomBytes(4096);
+      idPos = 0;
+    }
+    const b = idBytes[idPos++]!;
+    if (b < ID_LIMIT) out += ID_ALPHABET[b % ID_ALPHABET.length];
+  }
+  return out;
+}
+
 /**
  * Resource ids: 20 lowercase letters and digits. DNS-safe so they can appear in host names
  * (function invoke addresses) and short enough to leave room for a function name beside them.
  */
 export function newId(): string {
-  return randomString(ID_ALPHABET, 20);
+  return idChars(20);
+}
+
+/**
+ * An id of the same shape whose order follows creation time (9 base-36 characters of milliseconds,
+ * then 11 random ones), for rows written at a high rate: the primary-key index then grows at its
+ * end instead of at random pages.
+ */
+export function newTimeOrderedId(): string {
+  return Date.now().toString(36).padStart(9, "0") + idChars(11);
 }
 
 export type SecretKind = "pk" | "pt" | "sk" | "ak";

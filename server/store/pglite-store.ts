@@ -1,6 +1,6 @@
 import { PGlite } from "@electric-sql/pglite";
 import { compiledPglite } from "./pglite-wasm";
-import type { ControlStore, Row, Sql } from "./store";
+import { copyText, type ControlStore, type Row, type Sql } from "./store";
 
 /**
  * Settings of the embedded control store. Its tables are small and the OS page cache sits behind
@@ -32,6 +32,12 @@ export class PgliteStore implements ControlStore {
     return this.db.transaction(async (tx) =>
       fn({ query: async <R extends Row>(text: string, params?: unknown[]) => (await tx.query<R>(text, clean(params))).rows }),
     );
+  }
+
+  async copyRows(table: string, columns: readonly string[], rows: ReadonlyArray<ReadonlyArray<string | null>>): Promise<void> {
+    if (!rows.length) return;
+    // PGlite reads COPY input from the blob it is given as /dev/blob.
+    await this.db.query(`copy ${table} (${columns.join(", ")}) from '/dev/blob'`, [], { blob: new Blob([copyText(rows)]) });
   }
 
   async close(): Promise<void> {

@@ -1,5 +1,7 @@
+import { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
 import postgres from "postgres";
-import type { ControlStore, Row, Sql } from "./store";
+import { copyText, type ControlStore, type Row, type Sql } from "./store";
 
 function clean(params?: unknown[]): any[] {
   return (params ?? []).map((p) => (p === undefined ? null : p));
@@ -25,6 +27,12 @@ export class PostgresStore implements ControlStore {
     return (await this.sql.begin((tx) =>
       fn({ query: async <R extends Row>(text: string, params?: unknown[]) => (await tx.unsafe(text, clean(params))) as unknown as R[] }),
     )) as T;
+  }
+
+  async copyRows(table: string, columns: readonly string[], rows: ReadonlyArray<ReadonlyArray<string | null>>): Promise<void> {
+    if (!rows.length) return;
+    const target = await this.sql.unsafe(`copy ${table} (${columns.join(", ")}) from stdin`).writable();
+    await pipeline(Readable.from([copyText(rows)]), target);
   }
 
   async close(): Promise<void> {

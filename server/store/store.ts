@@ -18,7 +18,31 @@ export interface Sql {
 export interface ControlStore extends Sql {
   readonly kind: "pglite" | "postgres";
   transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T>;
+  /**
+   * Appends rows with COPY (text format), for high-volume append-only tables such as logs: a row
+   * costs about half of what it costs in a multi-row INSERT. Values are text (PostgreSQL casts
+   * them to the column types, as it would `$n` parameters) or null.
+   */
+  copyRows(table: string, columns: readonly string[], rows: ReadonlyArray<ReadonlyArray<string | null>>): Promise<void>;
   close(): Promise<void>;
+}
+
+const COPY_ESCAPES: Record<string, string> = { "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t" };
+const COPY_SPECIAL = /[\\\n\r\t]/;
+const COPY_SPECIALS = /[\\\n\r\t]/g;
+
+/** The body of a `COPY ... FROM` in text format: tab-separated, `\N` for null, one row a line. */
+export function copyText(rows: ReadonlyArray<ReadonlyArray<string | null>>): string {
+  let out = "";
+  for (const row of rows) {
+    for (let i = 0; i < row.length; i++) {
+      const v = row[i];
+      if (i) out += "\t";
+      out += v === null || v === undefined ? "\\N" : COPY_SPECIAL.test(v) ? v.replace(COPY_SPECIALS, (c) => COPY_ESCAPES[c]!) : v;
+    }
+    out += "\n";
+  }
+  return out;
 }
 
 /** A timestamp column as the API writes it (RFC 3339, UTC). */

@@ -2,13 +2,21 @@ import { describe, expect, test } from "vitest";
 import { resolveConfig, takeFault } from "../../server/config";
 import { compareVersions, judgeCliVersion, parseVersion } from "../../server/http/cli-version";
 import { FixedWindowLimiter } from "../../server/http/rate-limit";
-import { hashSecret, newId, newSecret, secretPrefix } from "../../server/ids";
+import { hashSecret, newId, newSecret, newTimeOrderedId, secretPrefix } from "../../server/ids";
 
 describe("ids and secrets", () => {
   test("ids are DNS-safe and unique", () => {
     const ids = new Set(Array.from({ length: 1000 }, newId));
     expect(ids.size).toBe(1000);
     for (const id of ids) expect(id).toMatch(/^[a-z0-9]{20}$/);
+  });
+  test("time-ordered ids have the same shape and sort by creation time", async () => {
+    const first = Array.from({ length: 500 }, newTimeOrderedId);
+    await new Promise((r) => setTimeout(r, 5));
+    const later = newTimeOrderedId();
+    expect(new Set(first).size).toBe(500);
+    for (const id of [...first, later]) expect(id).toMatch(/^[a-z0-9]{20}$/);
+    for (const id of first) expect(id < later).toBe(true);
   });
   test("secrets carry their kind; only a stable hash is stored", () => {
     const s = newSecret("pt");
