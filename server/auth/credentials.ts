@@ -22,6 +22,15 @@ export class Credentials {
     this.cache = new TtlCache(() => config.credentialCacheMs, now);
   }
 
+  /**
+   * The answer resolve would give from memory: undefined when the secret is not cached (then call
+   * resolve). Lets the hot paths skip a promise per request.
+   */
+  cached(secret: string): Principal | null | undefined {
+    const hit = this.cache.get(hashSecret(secret));
+    return hit && this.stillValid(hit);
+  }
+
   /** null: the secret is not a live credential. Throws when the store cannot answer. */
   async resolve(secret: string): Promise<Principal | null> {
     const hash = hashSecret(secret);

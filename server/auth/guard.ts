@@ -93,12 +93,14 @@ export class Guard {
   async authenticate(request: Request, ip: string): Promise<Principal> {
     const secret = bearerOf(request);
     if (secret === null) throw unauthorized(MSG.missing);
-    let principal: Principal | null;
-    try {
-      principal = secret ? await this.kiln.credentials.resolve(secret) : null;
-    } catch (err) {
-      this.kiln.log.error("credential validation failed", err);
-      throw new HttpError(500, { error: MSG.validationFailed });
+    let principal = secret ? this.kiln.credentials.cached(secret) : null;
+    if (principal === undefined) {
+      try {
+        principal = await this.kiln.credentials.resolve(secret!);
+      } catch (err) {
+        this.kiln.log.error("credential validation failed", err);
+        throw new HttpError(500, { error: MSG.validationFailed });
+      }
     }
     if (principal) return principal;
     // Unrecognized credentials are rationed per source address; valid ones never reach this.

@@ -3,8 +3,9 @@ import type { Principal } from "../auth/principal";
 import type { Kiln } from "../context";
 import { forbidden, HttpError } from "../http/errors";
 import { newId, newTimeOrderedId } from "../ids";
-import type { FunctionError, LogLine } from "../../runtime-sandbox/worker-pool";
+import type { FunctionError, FunctionVersion, LogLine } from "../../runtime-sandbox/worker-pool";
 import { FlushLoop } from "../store/flush-loop";
+import type { FunctionBuildConfig } from "./archive";
 import type { FunctionRecord } from "./service";
 
 /** Headers only the platform sets; a function's own copies are dropped, as are hop-by-hop ones. */
@@ -61,6 +62,35 @@ function failure(err: FunctionError, invocationId: string): HttpError {
 }
 
 /**
+ * What the pool is given for a function version. Kept per function record (itself cached for up to
+ * 2 s) and rebuilt when the record, its build or the project's variables are other objects, which
+ * is how a changed variable or deployment shows here: the pool then sees the very object it saw
+ * before and has nothing new to compare.
+ */
+const versions = new WeakMap<FunctionRecord, { build: FunctionBuildConfig; env: Record<string, string>; version: FunctionVersion }>();
+
+function versionOf(kiln: Kiln, fn: FunctionRecord, deploymentId: string, build: FunctionBuildConfig, env: Record<string, string>): FunctionVersion {
+  const hit = versions.get(fn);
+  if (hit && hit.build === build && hit.env === env) return hit.version;
+  const region = kiln.config.regions[0]!;
+  const root = build.function_root === "." ? "" : `${build.function_root}/`;
+  const version: FunctionVersion = {
+    key: `${fn.id}:${deploymentId}:${region}`,
+    functionName: fn.name,
+    region,
+    runtime: fn.runtime,
+    codeDir: kiln.functions.deploymentRoot(fn.id, deploymentId),
+    entry: `${root}${build.entry}`,
+    handler: fn.handler,
+    env: { ...env, PYTHONPATH: [build.function_root, posix.join(build.install_root, "python_deps")].join(":") },
+    limits: { memoryMb: kiln.config.functionMemoryMb, timeoutMs: kiln.config.functionTimeoutMs },
+    network: false,
+  };
+  versions.set(fn, { build, env, version });
+  return version;
+}
+
+/**
  * Runs one invocation of the function's active deployment and answers with what the function
  * returned, plus the platform's timing headers.
  */
@@ -73,14 +103,15 @@ export async function invoke(
   handlerStart: number,
   opts: { head?: boolean } = {},
 ): Promise<Response> {
-  if (!fn.active_deployment_id) throw new HttpError(409, { error: `the function has no successful deployment yet (status ${fn.status})` });
-  const build = await kiln.functions.buildConfig(fn.active_deployment_id);
+  const deploymentId = fn.active_deployment_id;
+  if (!deploymentId) throw new HttpError(409, { error: `the function has no successful deployment yet (status ${fn.status})` });
+  // Warm invocations find both in memory; the awaits are only for a miss.
+  const build = kiln.functions.cachedBuildConfig(deploymentId) ?? (await kiln.functions.buildConfig(deploymentId));
   if (!build?.entry) throw new HttpError(409, { error: "the function's deployment has no entry file" });
   const region = kiln.config.regions[0]!;
   const invocationId = newId();
-  const env = await kiln.variables.values(fn.project_id);
-  const root = build.function_root === "." ? "" : `${build.function_root}/`;
-  const pythonPath = [build.function_root, posix.join(build.install_root, "python_deps")].join(":");
+  const env = kiln.variables.cachedValues(fn.project_id) ?? (await kiln.variables.values(fn.project_id));
+  const version = versionOf(kiln, fn, deploymentId, build, env);
   let event = payload;
   if (principal?.kind === "user" && (payload === undefined || (typeof payload === "object" && payload !== null && !Array.isArray(payload)))) {
     event = {
@@ -92,22 +123,7 @@ export async function invoke(
   let logs: LogLine[] = [];
   let status = 0;
   try {
-    const out = await (await kiln.functionPool()).invoke(
-      {
-        key: `${fn.id}:${fn.active_deployment_id}:${region}`,
-        functionName: fn.name,
-        region,
-        runtime: fn.runtime,
-        codeDir: kiln.functions.deploymentRoot(fn.id, fn.active_deployment_id),
-        entry: `${root}${build.entry}`,
-        handler: fn.handler,
-        env: { ...env, PYTHONPATH: pythonPath },
-        limits: { memoryMb: kiln.config.functionMemoryMb, timeoutMs: kiln.config.functionTimeoutMs },
-        network: false,
-      },
-      event,
-      { invocationId },
-    );
+    const out = await (await kiln.functionPool()).invoke(version, event, { invocationId });
     logs = out.logs;
     status = out.status;
     const headers: Record<string, string> = {};

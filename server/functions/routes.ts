@@ -216,13 +216,14 @@ export function functionRoutes(r: Router): void {
     params: functionParams.pick({ functionId: true }),
     body: invokeBody,
     bodyValidation: "handler",
+    direct: true,
     responses: { 200: { description: "the function's response (status and headers are the function's)" }, ...errors, 502: errorSchema, 503: errorSchema, 504: errorSchema },
     handler: async ({ kiln, request, ip, arrivedAt, params, body }) => {
       const handlerStart = performance.now();
       const principal = await kiln.guard.authenticate(request, ip);
       if (principal.kind !== "service_key" && principal.kind !== "user" && principal.kind !== "anon_key")
         throw new HttpError(403, { error: "invoking a function needs a service key, an end-user access token or an anon key" });
-      const fn = await kiln.functions.forInvocation(params.functionId);
+      const fn = kiln.functions.cachedForInvocation(params.functionId) ?? (await kiln.functions.forInvocation(params.functionId));
       if (!fn || fn.project_id !== principal.projectId) throw notFound("function not found");
       mayInvoke(principal, fn);
       const parsed = invokeBody.safeParse(body);

@@ -75,6 +75,11 @@ export class FunctionsService {
    */
   private readonly hot = new TtlCache<string, FunctionRecord>(() => 2000);
 
+  /** The function as forInvocation has it in memory, else undefined (then call forInvocation). */
+  cachedForInvocation(functionId: string): FunctionRecord | undefined {
+    return this.hot.get(functionId);
+  }
+
   async forInvocation(functionId: string): Promise<FunctionRecord | null> {
     const hit = this.hot.get(functionId);
     if (hit) return hit;
@@ -114,6 +119,11 @@ export class FunctionsService {
 
   /** A deployment's build configuration never changes, so invocations read it from memory. */
   private readonly builds = new Map<string, FunctionBuildConfig>();
+
+  /** The build configuration when it is already in memory (the warm path), else undefined. */
+  cachedBuildConfig(deploymentId: string): FunctionBuildConfig | undefined {
+    return this.builds.get(deploymentId);
+  }
 
   async buildConfig(deploymentId: string): Promise<FunctionBuildConfig | null> {
     const hit = this.builds.get(deploymentId);

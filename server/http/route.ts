@@ -33,6 +33,11 @@ export interface RouteDef<P = any, Q = any, B = any> {
   bodyValidation?: "route" | "handler";
   /** Extra methods served by the same handler (HEAD beside GET). */
   alsoHead?: boolean;
+  /**
+   * Matched ahead of Elysia's router when the path has exactly this shape (see Router.direct):
+   * for the warm invocation path, where the router's work is a visible share of a request.
+   */
+  direct?: boolean;
   handler: (ctx: RouteContext<P, Q, B>) => Promise<Reply> | Reply;
 }
 
@@ -93,8 +98,23 @@ function queryObject(url: URL): Record<string, string> {
   return out;
 }
 
+interface DirectRoute {
+  def: RouteDef;
+  pattern: RegExp;
+  names: string[];
+}
+
+/** The path of an absolute request URL, still percent-encoded (as Elysia matches it). */
+function rawPath(url: string): string {
+  const start = url.indexOf("/", url.indexOf("//") + 2);
+  if (start < 0) return "/";
+  const q = url.indexOf("?", start);
+  return q < 0 ? url.slice(start) : url.slice(start, q);
+}
+
 export class Router {
   readonly routes: RouteDef[] = [];
+  private readonly directRoutes: DirectRoute[] = [];
 
   add<P, Q, B>(def: RouteDef<P, Q, B>): this {
     this.routes.push(def as RouteDef);
@@ -114,14 +134,35 @@ export class Router {
       };
       const methods: Method[] = def.alsoHead ? [def.method, "HEAD"] : [def.method];
       for (const m of methods) app.route(m, elysiaPath, run as any);
+      if (def.direct) {
+        const names = [...def.path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
+        // No '%' in a parameter: Elysia's decoding of those is left to Elysia.
+        this.directRoutes.push({ def, names, pattern: new RegExp(`^${def.path.replace(/\{\w+\}/g, "([^/%]+)")}$`) });
+      }
     }
+  }
+
+  /**
+   * Serves a request for a `direct` route whose path has exactly the route's shape, exactly as the
+   * bound route would (same parsing, auth and error mapping); null leaves the request to Elysia,
+   * which also takes the variants (trailing slash, other methods) it would have served anyway.
+   */
+  direct(request: Request, kiln: Kiln, meta: { ip: string; arrivedAt: number }): Promise<Response> | null {
+    for (const r of this.directRoutes) {
+      if (request.method !== r.def.method) continue;
+      const m = r.pattern.exec(rawPath(request.url));
+      if (!m) continue;
+      const params: Record<string, string> = {};
+      for (let i = 0; i < r.names.length; i++) params[r.names[i]!] = m[i + 1]!;
+      return this.execute(r.def, kiln, request, params, meta).catch((err) => kiln.http.renderError(err, request));
+    }
+    return null;
   }
 
   private async execute(def: RouteDef, kiln: Kiln, request: Request, rawParams: Record<string, string>, meta: { ip: string; arrivedAt: number }) {
     const ip = meta.ip;
-    const url = new URL(request.url);
     const params = parseWith(def.params, decodeParams(rawParams), "path");
-    const query = parseWith(def.query, queryObject(url), "query");
+    const query = def.query ? parseWith(def.query, queryObject(new URL(request.url)), "query") : undefined;
     const { principal, project } = await kiln.guard.authorize(def.auth, request, (params ?? {}) as { projectId?: string }, ip);
     const body = def.body
       ? def.bodyValidation === "handler"

@@ -60,7 +60,8 @@ export function serveHttp(kiln: Kiln, router: Router, byHost: HostRouter = () =>
       }
       let res: Response;
       try {
-        res = (await byHost(request, meta.get(request)!)) ?? (await app.handle(request));
+        const m = meta.get(request)!;
+        res = (await byHost(request, m)) ?? (await (router.direct(request, kiln, m) ?? app.handle(request)));
       } catch (err) {
         res = renderError(kiln, err, request);
       }

@@ -123,6 +123,11 @@ export class VariablesService {
    */
   private readonly cache = new TtlCache<string, Record<string, string>>(() => 2000);
 
+  /** The values when they are in memory (the warm invocation path), else undefined. */
+  cachedValues(projectId: string): Record<string, string> | undefined {
+    return this.cache.get(projectId);
+  }
+
   async values(projectId: string): Promise<Record<string, string>> {
     const hit = this.cache.get(projectId);
     if (hit) return hit;

@@ -42,4 +42,21 @@ describe("credential cache", () => {
     expect(calls.n).toBe(2);
     expect(await creds.resolve("zz-not-a-kiln-secret")).toBeNull();
   });
+  test("cached() answers from memory only: what resolve would, or undefined when it would ask the store", async () => {
+    const token = "pk-abcdefghijklmnopqrstuvwxyz";
+    const { store, calls } = countingStore(token);
+    let now = 1_000;
+    const creds = new Credentials(store, resolveConfig({}, { KILN_CREDENTIAL_CACHE_MS: "2000" }), () => now);
+    expect(creds.cached(token)).toBeUndefined();
+    await creds.resolve(token);
+    expect(creds.cached(token)?.kind).toBe("platform");
+    expect(calls.n).toBe(1);
+    creds.evict((p) => p.kind === "platform");
+    expect(creds.cached(token)).toBeUndefined();
+    await creds.resolve(token);
+    now += 2500;
+    expect(creds.cached(token)).toBeUndefined();
+    expect(creds.cached("pk-unknown-unknown-unknown")).toBeUndefined();
+    expect(calls.n).toBe(2);
+  });
 });

@@ -2,6 +2,7 @@ import { describe, expect, test } from "vitest";
 import { resolveConfig, takeFault } from "../../server/config";
 import { compareVersions, judgeCliVersion, parseVersion } from "../../server/http/cli-version";
 import { FixedWindowLimiter } from "../../server/http/rate-limit";
+import { createHash } from "node:crypto";
 import { hashSecret, newId, newSecret, newTimeOrderedId, secretPrefix } from "../../server/ids";
 
 describe("ids and secrets", () => {
@@ -24,6 +25,8 @@ describe("ids and secrets", () => {
     expect(hashSecret(s)).toBe(hashSecret(s));
     expect(hashSecret(s)).not.toContain(s.slice(3));
     expect(hashSecret(s)).toMatch(/^[0-9a-f]{64}$/);
+    // Stored hashes must not change with the implementation.
+    for (const x of [s, "sk-abc", "pt-ÄÖü€😀"]) expect(hashSecret(x)).toBe(createHash("sha256").update(x).digest("hex"));
     expect(s.startsWith(secretPrefix(s))).toBe(true);
     expect(secretPrefix(s).length).toBeLessThan(s.length / 2);
   });
