@@ -196,6 +196,12 @@ export function planBuild(
 // ---------------------------------------------------------------------------------------------
 // rlimits (prlimit) and the runtime's own flags
 
+let chrtPath: string | null | undefined;
+function chrt(): string | null {
+  if (chrtPath === undefined) chrtPath = ["/usr/bin/chrt", "/bin/chrt"].find((p) => existsSync(p)) ?? null;
+  return chrtPath;
+}
+
 let prlimitPath: string | null | undefined;
 function prlimit(): string | null {
   if (prlimitPath === undefined) prlimitPath = ["/usr/bin/prlimit", "/bin/prlimit"].find((p) => existsSync(p)) ?? null;
@@ -250,11 +256,14 @@ export function planLaunch(
   }
 
   const env = sandboxEnv(s);
-  if (!o.bwrap) return { argv: [...limits, ...rt], env, cwd: inside.task, notes };
+  // SCHED_BATCH: a frame Kiln writes to a worker no longer preempts Kiln on the spot to run the
+  // worker (bench:functions, 3 alternating runs on 2 cores: 8.2k vs 7.5k req/s; p50 unchanged).
+  const sched = chrt() ? [chrt()!, "--batch", "0"] : [];
+  if (!o.bwrap) return { argv: [...sched, ...limits, ...rt], env, cwd: inside.task, notes };
   // The environment is handed over as bwrap's own (it passes it through), not as --setenv
   // arguments: argv is readable by every user of the host in `ps`, the environment is not.
   const args = bwrapArgs(o.bwrap, s, o.hiddenPaths, { tmpfsBytes: memBytes });
-  return { argv: [o.bwrap.path, ...args, "--", ...limits, ...rt], env, cwd: "/", notes };
+  return { argv: [...sched, o.bwrap.path, ...args, "--", ...limits, ...rt], env, cwd: "/", notes };
 }
 
 /** Inside the sandbox: where the code and the bootstraps are. */

@@ -217,6 +217,9 @@ export class WorkerPool {
   // -------------------------------------------------------------------------------------------
 
   private groupFor(v: FunctionVersion, runtime: ResolvedRuntime): Group {
+    // The caller passes the same objects while nothing changed: nothing to compare then.
+    const same = this.groups.get(v.key);
+    if (same && same.version === v && same.runtime === runtime) return same;
     const settings = JSON.stringify([v.runtime, runtime.command, v.codeDir, v.entry, v.handler, v.limits, v.network, v.functionName, v.region]);
     const callerEnv = JSON.stringify(v.env);
     let g = this.groups.get(v.key);
