@@ -89,8 +89,8 @@ describe("the container runtime", () => {
     expect(orphans).toHaveLength(1);
     first.proc.kill("SIGKILL");
     await new Promise((r) => first.proc.once("exit", r));
-    // Still there: nobody stopped it.
-    expect((await docker.getContainer(orphans[0]!.Id).inspect()).State.Running).toBe(true);
+    // Still there: nobody removed it (it may have exited already: its bootstrap ends when the channel closes).
+    expect((await docker.getContainer(orphans[0]!.Id).inspect()).Id).toBe(orphans[0]!.Id);
     const channelDirs = () => readdirSync(tmpdir()).filter((e) => e.startsWith(`kiln-w-${first.proc.pid}-`));
     expect(channelDirs()).toHaveLength(1);
 
