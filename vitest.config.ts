@@ -1,8 +1,9 @@
 import { defineConfig } from "vitest/config";
 
-// Four projects: fast unit tests; the black-box HTTP suite twice, once against the embedded control
+// Five projects: fast unit tests; the black-box HTTP suite twice, once against the embedded control
 // store (PGlite) and once against a real PostgreSQL server started for the run; and the functions
-// suite once more with every function in a container on a Docker engine (--function-runtime docker).
+// suites with every function in a container (--function-runtime docker), once on a Docker engine and
+// once on Podman's Docker-compatible API.
 const blackBox = { include: ["test/http/**/*.test.ts"], exclude: ["test/http/function-containers.test.ts"], testTimeout: 60_000, hookTimeout: 60_000 };
 
 export default defineConfig({
@@ -19,16 +20,16 @@ export default defineConfig({
           globalSetup: ["test/support/global-postgres.ts"],
         },
       },
-      {
+      ...(["docker", "podman"] as const).map((engine) => ({
         test: {
           ...blackBox,
           include: ["test/http/functions.test.ts", "test/http/function-containers.test.ts"],
           exclude: [],
-          name: "containers",
-          env: { KILN_TEST_STORE: "embedded", KILN_TEST_FUNCTION_RUNTIME: "docker" },
-          globalSetup: ["test/support/global-docker.ts"],
+          name: engine === "docker" ? "containers" : "containers-podman",
+          env: { KILN_TEST_STORE: "embedded", KILN_TEST_FUNCTION_RUNTIME: "docker", KILN_TEST_CONTAINER_ENGINE: engine },
+          globalSetup: ["test/support/global-container-engine.ts"],
         },
-      },
+      })),
     ],
   },
 });

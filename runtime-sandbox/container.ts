@@ -1,4 +1,4 @@
-import { chmodSync, copyFileSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, symlinkSync } from "node:fs";
+import { chmodSync, copyFileSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, symlinkSync } from "node:fs";
 import { createServer, type Server, type Socket } from "node:net";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -22,6 +22,11 @@ import type { ExitStatus, WorkerProcess } from "./worker";
  */
 
 export const DEFAULT_IMAGE = "kiln-runtime:base";
+// Modest, and never above Kiln's own hard limits: the engine's are unknown (Podman's service here has
+// nproc 32768 while its default for a container is about 4 million, which then fails to apply).
+// RLIMIT_NPROC counts every process and thread of uid 1000 on the host, so it cannot be small.
+const NOFILE = Math.min(16384, hardLimit("Max open files", 4096));
+const NPROC = Math.min(4096, hardLimit("Max processes", 4096));
 const CHANNEL_DIR = "/run/kiln";
 const LABEL = "dev.kiln.worker";
 const OWNER_LABEL = "dev.kiln.owner";
@@ -60,6 +65,10 @@ export class ContainerEngine {
     private readonly hiddenPaths: string[],
   ) {}
 
+  get podman(): boolean {
+    return /podman/i.test(this.version);
+  }
+
   /** Connects, checks the engine answers, makes the base image if it is missing, removes workers left by dead Kiln processes. */
   static async connect(o: ContainerEngineOptions = {}): Promise<ContainerEngine> {
     const { default: DockerCtor } = await import("dockerode");
@@ -92,9 +101,9 @@ export class ContainerEngine {
     }
     if (!importIt) throw new Error(`the engine has no image ${this.image} (kiln start imports it; or: kiln functions base-image | docker import - ${this.image})`);
     log(`container runtime: importing the base image ${this.image}`);
-    const [repo, tag] = splitImage(this.image);
     const stream = await baseImageTar();
-    const res = await this.docker.importImage(stream as unknown as string, { repo, tag });
+    // The reference goes whole in `repo` (the API allows a tag there): Podman ignores `tag`.
+    const res = await this.docker.importImage(stream as unknown as string, { repo: this.image });
     await new Promise<void>((resolve, reject) => this.docker.modem.followProgress(res, (err) => (err ? reject(err) : resolve())));
     await this.docker.getImage(this.image).inspect();
   }
@@ -186,9 +195,10 @@ class ContainerProcess implements WorkerProcess {
     const s = this.spec;
     const memBytes = s.limits.memoryMb * 1024 * 1024;
     const binds: string[] = [];
-    // Owned by the sandbox user: some engines ignore mode= on a tmpfs (Docker 20.10 here does).
-    const uid = SANDBOX_PATHS.uid;
-    const tmpfs: Record<string, string> = { "/tmp": `rw,exec,nosuid,nodev,size=${memBytes},uid=${uid},gid=${uid}` };
+    // Writable by the sandbox user. Docker 20.10 ignores mode= on a tmpfs but takes uid=/gid=;
+    // Podman refuses uid= but honours mode=.
+    const owner = this.engine.podman ? "mode=1777" : `uid=${SANDBOX_PATHS.uid},gid=${SANDBOX_PATHS.uid}`;
+    const tmpfs: Record<string, string> = { "/tmp": `rw,exec,nosuid,nodev,size=${memBytes},${owner}` };
     for (const m of sandboxMounts(s, this.hiddenPaths, { networkEtc: false })) {
       if (m.kind === "bind") binds.push(`${m.src}:${m.dest}:ro`);
       else if (m.kind === "cover-dir") tmpfs[m.dest] = "ro,size=4k";
@@ -217,7 +227,13 @@ class ContainerProcess implements WorkerProcess {
         PidsLimit: s.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES,
         CapDrop: ["ALL"],
         SecurityOpt: ["no-new-privileges"],
-        Ulimits: [{ Name: "core", Soft: 0, Hard: 0 }],
+        // nofile and nproc set explicitly: Podman's defaults (about a million each) fail to apply
+        // where the engine's own limits are lower. Processes are capped by PidsLimit anyway.
+        Ulimits: [
+          { Name: "core", Soft: 0, Hard: 0 },
+          { Name: "nofile", Soft: NOFILE, Hard: NOFILE },
+          { Name: "nproc", Soft: NPROC, Hard: NPROC },
+        ],
       },
     });
     this.container = container;
@@ -311,11 +327,18 @@ export async function baseImageTar(): Promise<Readable> {
   return stream;
 }
 
-function splitImage(image: string): [string, string] {
-  const at = image.lastIndexOf(":");
-  return at > image.lastIndexOf("/") ? [image.slice(0, at), image.slice(at + 1)] : [image, "latest"];
-}
-
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
   return Promise.race([p, new Promise<T>((_, reject) => setTimeout(() => reject(new Error(`no answer in ${ms} ms`)), ms).unref?.())]);
+}
+
+/** One of this process's hard rlimits, from /proc (Node has no getrlimit); "unlimited" → 1<<20. */
+function hardLimit(name: string, fallback: number): number {
+  try {
+    const line = readFileSync("/proc/self/limits", "utf8").split("\n").find((l) => l.startsWith(name));
+    const hard = line?.slice(name.length).trim().split(/\s+/)[1];
+    if (!hard) return fallback;
+    return hard === "unlimited" ? 1 << 20 : Number(hard);
+  } catch {
+    return fallback;
+  }
 }

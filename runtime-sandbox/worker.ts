@@ -326,6 +326,7 @@ export class Worker {
     if (oom) return { kind: "out_of_memory", message: "the function ran out of memory" };
     if (this.killReason) return this.killReason;
     if (this.fatal) return this.fatal;
+    if (this.exitStatus.error) return { kind: "crash", message: `could not start the worker: ${this.exitStatus.error}` };
     const { code, signal } = this.exitStatus;
     // bubblewrap reports a signal death of the sandboxed process as 128 + the signal number.
     const sig = signal ?? (code !== null && code > 128 ? signalName(code - 128) : null);
