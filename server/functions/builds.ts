@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { isMissing, resolveRuntime, type ResolvedRuntime } from "../../runtime-sandbox/runtimes";
 import { detectBwrap, planBuild } from "../../runtime-sandbox/sandbox";
@@ -12,6 +12,8 @@ export interface BuildOptions {
   hiddenPaths: string[];
   /** false: run installers on the host (no bubblewrap, or the pool runs without isolation). */
   sandbox: boolean;
+  /** Kiln is stopping: the installer is killed and the build fails as interrupted. */
+  signal?: AbortSignal;
 }
 
 // Registry, mirror, proxy and TLS trust settings a build may need (a proxy that re-signs TLS needs
@@ -41,12 +43,25 @@ function run(argv: string[], root: string, cwd: string, runtime: ResolvedRuntime
   const launch = planBuild({ argv, root, cwd, runtime, env, readOnly: files }, { bwrap: o.sandbox ? detectBwrap() : null, hiddenPaths: o.hiddenPaths });
   const cmd = argv[0]!;
   return new Promise((resolve) => {
-    const p = spawn(launch.argv[0]!, launch.argv.slice(1), { cwd: launch.cwd, env: launch.env, stdio: ["ignore", "pipe", "pipe"] });
+    // Its own process group, whose id is written beside the build folder: a Kiln killed outright
+    // mid-build (before bubblewrap's --die-with-parent took hold, or without bubblewrap) leaves it
+    // running, and the next start kills it (killLeftoverBuild).
+    const p = spawn(launch.argv[0]!, launch.argv.slice(1), { cwd: launch.cwd, env: launch.env, stdio: ["ignore", "pipe", "pipe"], detached: true });
+    if (p.pid) writeFileSync(pidFile(root), String(p.pid));
+    const killGroup = () => {
+      try {
+        if (p.pid) process.kill(-p.pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    };
     let timedOut = false;
     const timer = setTimeout(() => {
       timedOut = true;
-      p.kill("SIGKILL");
+      killGroup();
     }, timeoutMs);
+    const onAbort = () => killGroup();
+    o.signal?.addEventListener("abort", onAbort, { once: true });
     let pending = Promise.resolve();
     let lastError = "";
     const pipe = (stream: "out" | "err") => (chunk: Buffer) => {
@@ -64,7 +79,12 @@ function run(argv: string[], root: string, cwd: string, runtime: ResolvedRuntime
     });
     p.on("close", (code) => {
       clearTimeout(timer);
-      const failure = timedOut ? `${cmd} did not finish in ${timeoutMs / 1000} s` : code === 0 ? null : `${cmd} exited with ${code ?? "a signal"}${lastError ? `: ${lastError.slice(0, 500)}` : ""}`;
+      o.signal?.removeEventListener("abort", onAbort);
+      killGroup(); // whatever the installer left running
+      rmSync(pidFile(root), { force: true });
+      const failure = o.signal?.aborted
+        ? `${cmd} was stopped: Kiln is stopping`
+        : timedOut ? `${cmd} did not finish in ${timeoutMs / 1000} s` : code === 0 ? null : `${cmd} exited with ${code ?? "a signal"}${lastError ? `: ${lastError.slice(0, 500)}` : ""}`;
       void pending.then(() => resolve(failure));
     });
   });
@@ -106,4 +126,26 @@ export async function buildFunction(root: string, build: FunctionBuildConfig & {
     if (failed) return `dependency installation failed: ${failed}`;
   }
   return null;
+}
+
+const pidFile = (root: string) => `${root}.build-pid`;
+
+/**
+ * After a crash: kills the installer a build in `root` may have left running, then forgets it. The
+ * group is only killed when its leader is still an installer or bubblewrap (pids get reused).
+ */
+export function killLeftoverBuild(root: string): void {
+  let pid: number;
+  try {
+    pid = Number(readFileSync(pidFile(root), "utf8"));
+  } catch {
+    return;
+  }
+  rmSync(pidFile(root), { force: true });
+  try {
+    const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+    if (/bwrap|npm|pip|bundle|python|ruby/.test(cmdline)) process.kill(-pid, "SIGKILL");
+  } catch {
+    // not running any more (or not Linux)
+  }
 }

@@ -6,6 +6,8 @@ import { isoTimeOrNull as iso, type ControlStore, type Row } from "../store/stor
 import { TtlCache } from "../store/ttl-cache";
 import type { FunctionBuildConfig, NormalizedSource } from "./archive";
 
+const INTERRUPTED = "interrupted: Kiln stopped during the build";
+
 export type FunctionStatus = "provisioning" | "active" | "failed" | "deleting" | "deleted";
 
 export interface FunctionRecord {
@@ -57,6 +59,8 @@ export interface FunctionsDeps {
  */
 export class FunctionsService {
   private readonly running = new Map<string, Promise<void>>();
+  /** Aborted by drain(): running installers are killed, queued work waits for the next start. */
+  private readonly stopping = new AbortController();
 
   constructor(private readonly d: FunctionsDeps) {
     mkdirSync(d.blobDir, { recursive: true });
@@ -266,6 +270,7 @@ export class FunctionsService {
 
   private async drainQueue(functionId: string): Promise<void> {
     for (;;) {
+      if (this.stopping.signal.aborted) return; // queued work resumes at the next start
       const [next] = await this.d.store.query(
         `select * from function_deployments where function_id = $1 and status = 'queued' order by created_at, id limit 1`,
         [functionId],
@@ -303,7 +308,8 @@ export class FunctionsService {
       // The archive and build code (tar, the runtime resolver) load with the first build.
       const [{ extractSource }, { buildFunction }] = await Promise.all([import("./archive"), import("./builds")]);
       await extractSource(readFileSync(join(this.d.blobDir, `${dep.id}.tar.gz`)), root);
-      error = await buildFunction(root, dep.build as FunctionBuildConfig & { reserved_path?: boolean }, this.d.build, log);
+      error = await buildFunction(root, dep.build as FunctionBuildConfig & { reserved_path?: boolean }, { ...this.d.build, signal: this.stopping.signal }, log);
+      if (error && this.stopping.signal.aborted) error = INTERRUPTED;
     } catch (err) {
       error = `build failed: ${(err as Error).message}`;
     }
@@ -348,9 +354,13 @@ export class FunctionsService {
   async resume(): Promise<void> {
     const at = this.d.now().toISOString();
     const cut = await this.d.store.query(
-      `update function_deployments set status = 'failed', error = 'interrupted: Kiln stopped during the build', finished_at = $1 where status = 'building' returning function_id, kind`,
-      [at],
+      `update function_deployments set status = 'failed', error = $2, finished_at = $1 where status = 'building' returning id, function_id, kind`,
+      [at, INTERRUPTED],
     );
+    if (cut.length) {
+      const { killLeftoverBuild } = await import("./builds");
+      for (const c of cut) killLeftoverBuild(join(this.d.codeDir, c.function_id, c.id));
+    }
     for (const c of cut)
       await this.d.store.query(
         `update functions set status = case when active_deployment_id is null then 'failed' else 'active' end, updated_at = $2 where id = $1 and status in ('provisioning', 'deleting')`,
@@ -360,7 +370,9 @@ export class FunctionsService {
     for (const q of queued) this.kick(q.function_id);
   }
 
+  /** At stop: running builds end now as interrupted (their installers killed), queued ones stay queued. */
   async drain(): Promise<void> {
+    this.stopping.abort();
     await Promise.allSettled([...this.running.values()]);
   }
 

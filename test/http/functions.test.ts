@@ -1,12 +1,13 @@
 // Standard functions: deploy from archives, builds and the deployment queue, RPC invocation with
 // the credential rules, the sandbox as users meet it.
 import { execFileSync } from "node:child_process";
-import { mkdirSync, symlinkSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, symlinkSync } from "node:fs";
+import { createServer, type AddressInfo, type Socket } from "node:net";
 import { join } from "node:path";
 import { describe, expect, test } from "vitest";
 import postgres from "postgres";
 import { deploy, settled, tgz } from "../support/functions";
-import { createProject, eventually, startKiln, STORE, useKiln, withKiln } from "../support/kiln";
+import { createProject, eventually, startKiln, STORE, useKiln, withKiln, type TestKiln } from "../support/kiln";
 
 const NODE_HELLO = {
   "index.js": `exports.handler = async (event, context) => ({ hello: event?.name ?? "world", fn: context.functionName, auth: event?.__service_auth ?? null, secret: process.env.GREETING ?? null });`,
@@ -335,12 +336,55 @@ describe("the deployment queue", () => {
     await eventually(() => first.api("GET", `/projects/${p.id}/functions/${d.body.id}/deployments`), (r) => r.body.data[0]?.status === "building");
     first.proc.kill("SIGKILL");
     await new Promise((r) => first.proc.once("exit", r));
+    // Processes whose command line names this function's build folder (the installer, its sandbox).
+    // (A killed Kiln can leave an installer behind; the next start kills it.)
+    const buildDir = join(first.dataDir, "functions", d.body.id);
+    const installers = () =>
+      readdirSync("/proc")
+        .filter((e) => /^\d+$/.test(e))
+        .filter((pid) => {
+          try {
+            return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(buildDir);
+          } catch {
+            return false;
+          }
+        });
     await withKiln({ dataDir: first.dataDir, databaseUrl: first.databaseUrl, env: { KILN_PLATFORM_TOKEN: first.token } }, async (again) => {
       const fn = await again.api("GET", `/projects/${p.id}/functions/${d.body.id}`);
       expect(fn.body.status).toBe("failed");
       const deps = (await again.api("GET", `/projects/${p.id}/functions/${d.body.id}/deployments`)).body.data;
       expect(deps[0]).toMatchObject({ status: "failed", error: expect.stringMatching(/interrupted/) });
+      // Whatever installer the killed Kiln left running is gone too.
+      await eventually(async () => installers(), (list) => list.length === 0);
     });
+  });
+});
+
+describe("stopping during a build", () => {
+  test("a stop kills the running installer: it does not wait for it, and the deployment is failed as interrupted", async () => {
+    // A registry that accepts connections and never answers: npm would wait minutes for it.
+    const seen: Socket[] = [];
+    const hang = createServer((s) => seen.push(s));
+    await new Promise<void>((r) => hang.listen(0, "127.0.0.1", r));
+    const port = (hang.address() as AddressInfo).port;
+    let first: TestKiln | undefined;
+    try {
+      first = await startKiln();
+      const p = await createProject(first);
+      const code = tgz({ "index.js": "exports.handler = async () => 1", "package.json": `{"dependencies":{"stuck":"http://127.0.0.1:${port}/stuck.tgz"}}` });
+      const d = await deploy(first, p.id, { name: "stuck", runtime: "nodejs22.x" }, code);
+      await eventually(async () => seen.length, (n) => n > 0, 30_000); // npm is waiting on the registry
+      expect(await first.stop()).toBe(0);
+      await withKiln({ dataDir: first.dataDir, databaseUrl: first.databaseUrl, env: { KILN_PLATFORM_TOKEN: first.token } }, async (again) => {
+        const deps = (await again.api("GET", `/projects/${p.id}/functions/${d.body.id}/deployments`)).body.data;
+        expect(deps[0]).toMatchObject({ status: "failed", error: expect.stringMatching(/interrupted/) });
+        expect((await again.api("GET", `/projects/${p.id}/functions/${d.body.id}`)).body.status).toBe("failed");
+      });
+    } finally {
+      first?.proc.kill("SIGKILL"); // only matters when the stop above hung
+      for (const s of seen) s.destroy();
+      hang.close();
+    }
   });
 });
 
