@@ -68,14 +68,15 @@ function run(argv: string[], root: string, cwd: string, runtime: ResolvedRuntime
       for (const line of chunk.toString("utf8").split(/\r?\n/)) {
         if (!line.trim()) continue;
         if (stream === "err") lastError = line.trim();
-        pending = pending.then(() => log("info", line));
+        // A log row that cannot be written is lost, never the build: the chain must keep going.
+        pending = pending.then(() => log("info", line)).catch(() => {});
       }
     };
     p.stdout.on("data", pipe("out"));
     p.stderr.on("data", pipe("err"));
     p.on("error", (e) => {
       lastError = `${cmd}: ${e.message}`;
-      pending = pending.then(() => log("error", lastError));
+      pending = pending.then(() => log("error", lastError)).catch(() => {});
     });
     p.on("close", (code) => {
       clearTimeout(timer);

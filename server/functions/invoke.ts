@@ -5,6 +5,7 @@ import { forbidden, HttpError } from "../http/errors";
 import { newId, newTimeOrderedId } from "../ids";
 import type { FunctionError, FunctionVersion, LogLine } from "../../runtime-sandbox/worker-pool";
 import { FlushLoop } from "../store/flush-loop";
+import { storableText } from "../store/store";
 import type { FunctionBuildConfig } from "./archive";
 import type { FunctionRecord } from "./service";
 
@@ -173,7 +174,7 @@ export class FunctionLogs {
   }
 
   record(fn: FunctionRecord, region: string, invocationId: string, lines: LogLine[]): void {
-    for (const l of lines) this.pending.push([newTimeOrderedId(), fn.project_id, fn.id, fn.active_deployment_id, invocationId, region, l.level, l.message.slice(0, 16_000), l.timestamp]);
+    for (const l of lines) this.pending.push([newTimeOrderedId(), fn.project_id, fn.id, fn.active_deployment_id, invocationId, region, l.level, storableText(l.message.slice(0, 16_000)), l.timestamp]);
   }
 
   private async write(): Promise<void> {

@@ -2,7 +2,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { conflict, forbidden, HttpError, notFound } from "../http/errors";
 import { newId } from "../ids";
-import { isoTimeOrNull as iso, type ControlStore, type Row } from "../store/store";
+import { isoTimeOrNull as iso, storableText, type ControlStore, type Row } from "../store/store";
 import { TtlCache } from "../store/ttl-cache";
 import type { FunctionBuildConfig, NormalizedSource } from "./archive";
 
@@ -298,7 +298,7 @@ export class FunctionsService {
         seq++,
         this.d.now().toISOString(),
         level,
-        line.slice(0, 4000),
+        storableText(line.slice(0, 4000)),
       ]);
     };
     let error: string | null = null;

@@ -45,6 +45,14 @@ export function copyText(rows: ReadonlyArray<ReadonlyArray<string | null>>): str
   return out;
 }
 
+/**
+ * Text PostgreSQL can store: a NUL character (which a function or an installer may well print) is
+ * refused by every text column and would fail the whole write, so it becomes U+FFFD.
+ */
+export function storableText(s: string): string {
+  return s.includes("\0") ? s.replaceAll("\0", "\uFFFD") : s;
+}
+
 /** A timestamp column as the API writes it (RFC 3339, UTC). */
 export function isoTime(v: unknown): string {
   return new Date(v as string).toISOString();

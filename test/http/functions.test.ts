@@ -449,9 +449,10 @@ describe("time limit and invocation logs", () => {
     await withKiln({ env: { KILN_FUNCTION_TIMEOUT_MS: "2500" } }, async (kk) => {
       const p = await createProject(kk);
       const key = (await kk.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
-      const code = tgz({ "index.js": `exports.handler = async (e) => { console.log("working on", e.ms); await new Promise((r) => setTimeout(r, e.ms)); return "done"; };` });
+      // A NUL in a log line (PostgreSQL text refuses it) must not cost the other rows.
+      const code = tgz({ "index.js": `exports.handler = async (e) => { console.log("working on", e.ms); if (e.nul) console.log("nul:\\u0000:end"); await new Promise((r) => setTimeout(r, e.ms)); return "done"; };` });
       const fn = await settled(kk, p.id, (await deploy(kk, p.id, { name: "sleepy", runtime: "nodejs22.x" }, code)).body.id);
-      const quick = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 10 } } });
+      const quick = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 10, nul: true } } });
       expect(quick.status).toBe(200);
       const slow = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 5000 } } });
       expect(slow.status).toBe(504);
@@ -469,6 +470,7 @@ describe("time limit and invocation logs", () => {
           expect(mine.every((r) => r.region === "local")).toBe(true);
           expect(mine.some((r) => r.level === "error")).toBe(true);
           expect(new Set(rows.map((r) => r.invocation_id)).size).toBe(3);
+          expect(rows.map((r) => r.body)).toContain("nul:\uFFFD:end");
         } finally {
           await sql.end();
         }
