@@ -74,8 +74,28 @@ export function describeZodError(where: string, error: z.ZodError): string {
   return `invalid request: ${parts.join("; ")}`;
 }
 
+/** The path of the first string holding a NUL character, if any ("" for the value itself). */
+function nulAt(v: unknown, path: string): string | null {
+  if (typeof v === "string") return v.includes("\0") ? path : null;
+  if (Array.isArray(v)) {
+    for (let i = 0; i < v.length; i++) {
+      const p = nulAt(v[i], path ? `${path}.${i}` : String(i));
+      if (p !== null) return p;
+    }
+  } else if (v && typeof v === "object") {
+    for (const [k, x] of Object.entries(v)) {
+      const p = nulAt(x, path ? `${path}.${k}` : k);
+      if (p !== null) return p;
+    }
+  }
+  return null;
+}
+
 function parseWith<T>(schema: z.ZodType<T> | undefined, value: unknown, where: string): T {
   if (!schema) return undefined as T;
+  // PostgreSQL text cannot hold a NUL: refused here, named, rather than failing as a 500 in a store write.
+  const nul = nulAt(value, "");
+  if (nul !== null) throw badRequest(`invalid request: ${where}${nul ? ` field '${nul}'` : ""}: must not contain a NUL character (\\u0000)`);
   const r = schema.safeParse(value);
   if (!r.success) throw badRequest(describeZodError(where, r.error));
   return r.data;

@@ -40,6 +40,20 @@ describe("HTTP conventions", () => {
     expect(r.body).toEqual({ error: "request body is not valid JSON" });
   });
 
+  test("a NUL character in a field, a path segment or a query value is a 400 naming it, not a 500", async () => {
+    const body = await k.api("POST", "/projects", { body: '{"name":"a\\u0000b"}' });
+    expect(body.status).toBe(400);
+    expect(body.body.error).toBe("invalid request: body field 'name': must not contain a NUL character (\\u0000)");
+    const path = await k.api("GET", "/projects/ab%00cd");
+    expect(path.status).toBe(400);
+    expect(path.body.error).toMatch(/path field 'projectId': must not contain a NUL/);
+    const query = await k.api("GET", "/projects?name=%00");
+    expect([200, 400]).toContain(query.status); // 400 when the route takes that query field
+    expect(query.status).not.toBe(500);
+    // Nothing was created by the refused request.
+    expect((await k.api("GET", "/projects")).body.data.some((p: any) => p.name.includes("\u0000"))).toBe(false);
+  });
+
   test("missing and unknown credentials are 401 in the error shape", async () => {
     const none = await k.api("GET", "/projects", { token: null });
     expect(none.status).toBe(401);
