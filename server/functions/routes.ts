@@ -3,7 +3,7 @@ import { errorSchema } from "../http/common-schemas";
 import { preflight } from "../http/cors";
 import { badRequest, HttpError, notFound } from "../http/errors";
 import { DEFAULT_LIMIT, paginated } from "../http/pagination";
-import { describeZodError, reply, type Router } from "../http/route";
+import { parseInput, reply, type Router } from "../http/route";
 import { projectIdParams } from "../projects/schemas";
 import { invokeUrl } from "./http-mode";
 import { invoke, mayInvoke } from "./invoke";
@@ -57,11 +57,10 @@ async function readDeploy(request: Request) {
   }
   const fields: Record<string, string> = {};
   for (const [k, v] of form.entries()) if (typeof v === "string") fields[k] = v;
-  const parsed = deployFields.safeParse(fields);
-  if (!parsed.success) throw badRequest(describeZodError("body", parsed.error));
+  const parsed = parseInput(deployFields, fields, "body");
   const code = form.get("code");
   if (!code || typeof code === "string") throw badRequest("invalid request: body field 'code': an archive file (ZIP or tar.gz) is required");
-  return { fields: parsed.data, archive: new Uint8Array(await code.arrayBuffer()) };
+  return { fields: parsed, archive: new Uint8Array(await code.arrayBuffer()) };
 }
 
 /** Rules 4–6 for one upload; archive problems are the caller's 400. */
@@ -133,18 +132,16 @@ export function functionRoutes(r: Router): void {
       } catch {
         throw badRequest("invalid request: body field 'functions': must be a JSON array");
       }
-      const parsed = batchEntries.safeParse(list);
-      if (!parsed.success) throw badRequest(describeZodError("body", parsed.error));
+      const entries = parseInput(batchEntries, list, "body");
       const accepted = [];
       const failed: { name: string; error: string }[] = [];
-      for (const entry of parsed.data) {
+      for (const entry of entries) {
         try {
-          const fields = deployFields.pick({ name: true, runtime: true, handler: true }).safeParse(entry);
-          if (!fields.success) throw badRequest(describeZodError("body", fields.error));
+          const fields = parseInput(deployFields.pick({ name: true, runtime: true, handler: true }), entry, "body");
           const file = form.get(entry.file_field);
           if (!file || typeof file === "string") throw badRequest(`no archive in the multipart field '${entry.file_field}'`);
-          const source = await normalized(kiln, new Uint8Array(await file.arrayBuffer()), fields.data.runtime, fields.data.handler);
-          const { fn } = await kiln.functions.deploy(project!.id, fields.data, source);
+          const source = await normalized(kiln, new Uint8Array(await file.arrayBuffer()), fields.runtime, fields.handler);
+          const { fn } = await kiln.functions.deploy(project!.id, fields, source);
           accepted.push(view(kiln, fn));
         } catch (err) {
           // Deployments already started keep running; this one never started, so nothing to undo.

@@ -91,14 +91,26 @@ function nulAt(v: unknown, path: string): string | null {
   return null;
 }
 
-function parseWith<T>(schema: z.ZodType<T> | undefined, value: unknown, where: string): T {
-  if (!schema) return undefined as T;
-  // PostgreSQL text cannot hold a NUL: refused here, named, rather than failing as a 500 in a store write.
+function refuseNul(value: unknown, where: string): void {
   const nul = nulAt(value, "");
   if (nul !== null) throw badRequest(`invalid request: ${where}${nul ? ` field '${nul}'` : ""}: must not contain a NUL character (\\u0000)`);
+}
+
+/**
+ * Input through its schema, or a 400 naming the field. PostgreSQL text cannot hold a NUL, so one is
+ * refused here, before and after the schema's transforms (a JSON text field may decode to one),
+ * rather than failing as a 500 in a store write.
+ */
+export function parseInput<T>(schema: z.ZodType<T>, value: unknown, where: string): T {
+  refuseNul(value, where);
   const r = schema.safeParse(value);
   if (!r.success) throw badRequest(describeZodError(where, r.error));
+  refuseNul(r.data, where);
   return r.data;
+}
+
+function parseWith<T>(schema: z.ZodType<T> | undefined, value: unknown, where: string): T {
+  return schema ? parseInput(schema, value, where) : (undefined as T);
 }
 
 async function readJsonBody(request: Request): Promise<unknown> {

@@ -111,6 +111,10 @@ describe("deploy validation", () => {
     expect(none.status).toBe(400);
     expect(none.body.error).toMatch(/http_auth_mode none/);
     expect((await deploy(k, p.id, { name: "x", runtime: "nodejs22.x", openapi_spec: '{"swagger":"2.0"}' }, code)).body.error).toContain("'openapi_spec'");
+    // A NUL inside the JSON text would fail the store write: a 400 naming the field instead.
+    const nul = await deploy(k, p.id, { name: "x", runtime: "nodejs22.x", openapi_spec: '{"openapi":"3.1.0","info":{"title":"a\\u0000b"}}' }, code);
+    expect(nul.status).toBe(400);
+    expect(nul.body.error).toMatch(/body field 'openapi_spec.info.title': must not contain a NUL/);
     const huge = JSON.stringify({ openapi: "3.1.0", info: { description: "x".repeat(256 * 1024) } });
     const tooBig = await deploy(k, p.id, { name: "x", runtime: "nodejs22.x", openapi_spec: huge }, code);
     expect(tooBig.status).toBe(400);
