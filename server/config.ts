@@ -49,6 +49,8 @@ export interface Config {
   /** Limits of every function invocation. */
   functionMemoryMb: number;
   functionTimeoutMs: number;
+  /** CPU time one invocation may use (all its threads and processes); default: the time limit. */
+  functionCpuSeconds: number;
   /** Standard functions per project (403 beyond). */
   maxFunctions: number;
   /** Where function workers run: local processes (bubblewrap when available) or containers. */
@@ -145,6 +147,7 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     functionImage: opts.functionImage ?? (env.KILN_FUNCTION_IMAGE || "kiln-runtime:base"),
     functionMemoryMb: intEnv("KILN_FUNCTION_MEMORY_MB", 256),
     functionTimeoutMs: intEnv("KILN_FUNCTION_TIMEOUT_MS", 30_000),
+    functionCpuSeconds: intEnv("KILN_FUNCTION_CPU_SECONDS", Math.max(1, Math.ceil(intEnv("KILN_FUNCTION_TIMEOUT_MS", 30_000) / 1000))),
     functionsDomain: (env.KILN_FUNCTIONS_DOMAIN || "fn.localhost").toLowerCase(),
     dbIdleCloseMs: intEnv("KILN_DB_IDLE_CLOSE_MS", 60_000),
     smtpUrl: env.KILN_SMTP_URL || undefined,

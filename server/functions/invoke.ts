@@ -84,7 +84,7 @@ function versionOf(kiln: Kiln, fn: FunctionRecord, deploymentId: string, build: 
     entry: `${root}${build.entry}`,
     handler: fn.handler,
     env: { ...env, PYTHONPATH: [build.function_root, posix.join(build.install_root, "python_deps")].join(":") },
-    limits: { memoryMb: kiln.config.functionMemoryMb, timeoutMs: kiln.config.functionTimeoutMs },
+    limits: { memoryMb: kiln.config.functionMemoryMb, timeoutMs: kiln.config.functionTimeoutMs, cpuSeconds: kiln.config.functionCpuSeconds },
     network: false,
   };
   versions.set(fn, { build, env, version });

@@ -448,6 +448,29 @@ exports.handler = async (e) => {
 });
 
 describe("time limit and invocation logs", () => {
+  test("CPU time is limited per invocation, threads included: two spinning threads are stopped at the budget with a 504", async () => {
+    await withKiln({ env: { KILN_FUNCTION_CPU_SECONDS: "1", KILN_FUNCTION_TIMEOUT_MS: "20000" } }, async (kk) => {
+      const p = await createProject(kk);
+      const key = (await kk.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
+      // Two threads spin for 4 s of wall time: 8 s of CPU, far over the 1 s budget, well under the time limit.
+      const code = tgz({
+        "index.js": `const { Worker } = require("worker_threads");
+const spin = "const end = Date.now() + 4000; while (Date.now() < end) {} require('worker_threads').parentPort.postMessage(1);";
+exports.handler = async (e) => {
+  if (!e.spin) return "idle";
+  await Promise.all([0, 1].map(() => new Promise((ok) => new Worker(spin, { eval: true }).on("message", ok))));
+  return "spun";
+};`,
+      });
+      const fn = await settled(kk, p.id, (await deploy(kk, p.id, { name: "spinner", runtime: "nodejs22.x" }, code)).body.id);
+      expect((await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: {} } })).body).toBe("idle");
+      const spun = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { spin: true } } });
+      expect(spun.status).toBe(504);
+      expect(spun.body.error).toMatch(/CPU time limit of 1 s/);
+      expect((await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: {} } })).body).toBe("idle");
+    });
+  });
+
   test("an invocation over the time limit is a 504; every invocation leaves log lines with level, invocation id and region", async () => {
     // The limit includes a cold start, which for a container on a busy machine can take a second.
     await withKiln({ env: { KILN_FUNCTION_TIMEOUT_MS: "2500" } }, async (kk) => {
