@@ -1,4 +1,5 @@
 import { chmodSync, copyFileSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, symlinkSync } from "node:fs";
+import { randomBytes } from "node:crypto";
 import { createServer, type Server, type Socket } from "node:net";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -182,10 +183,37 @@ class ContainerProcess implements WorkerProcess {
   private async start(): Promise<void> {
     chmodSync(this.dir, 0o755);
     const socketPath = join(this.dir, "channel.sock");
+    // The socket must be open to uid 1000, and so to any host user with that uid: a connection only
+    // becomes the channel once its first line is the hello with this worker's token (which only the
+    // container's environment holds; the bootstrap sends it before loading any user code).
+    const token = randomBytes(24).toString("hex");
     const server = createServer({ allowHalfOpen: false }, (sock) => {
-      // Only the first connection is the bootstrap's (it connects before loading any user code).
-      server.close();
-      this.resolveChannel(sock);
+      let first = "";
+      const timer = setTimeout(() => sock.destroy(), 10_000);
+      const onData = (d: Buffer) => {
+        first += d.toString("latin1");
+        const nl = first.indexOf("\n");
+        if (nl < 0) {
+          if (first.length > 4096) sock.destroy();
+          return;
+        }
+        sock.off("data", onData);
+        clearTimeout(timer);
+        let hello: { t?: string; token?: string } = {};
+        try {
+          hello = JSON.parse(first.slice(0, nl));
+        } catch {
+          // not a hello
+        }
+        if (hello.t !== "hello" || hello.token !== token) return void sock.destroy();
+        server.close();
+        sock.pause();
+        const rest = Buffer.from(first.slice(nl + 1), "latin1");
+        if (rest.length) sock.unshift(rest);
+        this.resolveChannel(sock);
+      };
+      sock.on("data", onData);
+      sock.on("error", () => {});
     });
     this.server = server;
     await new Promise<void>((resolve, reject) => server.once("error", reject).listen(socketPath, resolve));
@@ -206,7 +234,7 @@ class ContainerProcess implements WorkerProcess {
       // symlinks: part of the base image (made from this host's layout)
     }
     binds.push(`${this.dir}:${CHANNEL_DIR}`);
-    const env = { ...sandboxEnv(s), KILN_CHANNEL: `${CHANNEL_DIR}/channel.sock` };
+    const env = { ...sandboxEnv(s), KILN_CHANNEL: `${CHANNEL_DIR}/channel.sock`, KILN_CHANNEL_TOKEN: token };
     const container = await this.engine.docker.createContainer({
       Image: this.engine.image,
       Cmd: runtimeArgv(s, SANDBOX_PATHS),

@@ -139,6 +139,7 @@ export class Worker {
         channel.setEncoding("utf8");
         channel.on("data", (d: string) => this.onChannel(d));
         channel.on("error", () => {}); // EPIPE after a crash: the exit handler reports it
+        channel.resume(); // a container's channel arrives paused (its hello was read off it)
       },
       () => {}, // no channel: the process ends, and the exit handler reports why
     );

@@ -15,8 +15,12 @@ import { pathToFileURL } from "node:url";
 const [taskRoot, entry, handlerName] = process.argv.slice(2);
 // In a container the channel is a unix socket Kiln listens on (KILN_CHANNEL), not an inherited fd.
 const channelPath = process.env.KILN_CHANNEL;
+const channelToken = process.env.KILN_CHANNEL_TOKEN;
 delete process.env.KILN_CHANNEL;
+delete process.env.KILN_CHANNEL_TOKEN;
 const channel = channelPath ? net.createConnection(channelPath) : new net.Socket({ fd: 3, readable: true, writable: true });
+// The first line on a container's channel proves it is this worker's bootstrap.
+if (channelPath) channel.write(JSON.stringify({ t: "hello", token: channelToken }) + "\n");
 
 function send(frame) {
   channel.write(JSON.stringify(frame) + "\n");

@@ -20,11 +20,14 @@ TASK_ROOT, ENTRY, HANDLER = sys.argv[1:4]
 
 # In a container the channel is a unix socket Kiln listens on (KILN_CHANNEL), not an inherited fd.
 _channel_path = os.environ.pop("KILN_CHANNEL", None)
+_channel_token = os.environ.pop("KILN_CHANNEL_TOKEN", None)
 if _channel_path:
     import socket
 
     _sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # not inheritable by default
     _sock.connect(_channel_path)
+    # The first line on a container's channel proves it is this worker's bootstrap.
+    _sock.sendall((json.dumps({"t": "hello", "token": _channel_token}) + "\n").encode())
     _in = _sock.makefile("rb")
     _out = _sock.makefile("wb")
 else:

@@ -14,9 +14,11 @@ module KilnBootstrap
   TASK_ROOT, ENTRY, HANDLER = ARGV
   # In a container the channel is a unix socket Kiln listens on (KILN_CHANNEL), not an inherited fd.
   CHANNEL_PATH = ENV.delete("KILN_CHANNEL")
+  CHANNEL_TOKEN = ENV.delete("KILN_CHANNEL_TOKEN")
   CHANNEL = if CHANNEL_PATH
     require "socket"
-    UNIXSocket.new(CHANNEL_PATH)
+    # The first line on a container's channel proves it is this worker's bootstrap.
+    UNIXSocket.new(CHANNEL_PATH).tap { |s| s.write(JSON.generate({ t: "hello", token: CHANNEL_TOKEN }) + "\n") }
   else
     IO.for_fd(3, "r+", autoclose: false)
   end

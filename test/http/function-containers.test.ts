@@ -2,8 +2,10 @@
 // containers on the engine, one warm container per version, with the engine's limits, and no
 // container outlives the Kiln that made it. Runs only in the "containers" project (vitest.config.ts),
 // whose global setup provides a Docker engine; functions.test.ts runs there too.
-import { readdirSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
+import { connect, type Socket } from "node:net";
 import { hostname, tmpdir } from "node:os";
+import { join } from "node:path";
 import Docker from "dockerode";
 import { describe, expect, inject, test } from "vitest";
 import { deploy, settled, tgz } from "../support/functions";
@@ -110,6 +112,33 @@ describe("the container runtime", () => {
     } finally {
       await second.stop();
     }
+  });
+
+  test("a stranger connecting to a worker's channel before its bootstrap cannot pose as the worker", async () => {
+    const p = await createProject(k);
+    const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
+    const fn = await settled(k, p.id, (await deploy(k, p.id, { name: "real", runtime: "nodejs22.x" }, tgz({ "index.js": `exports.handler = async () => "real"` }))).body.id);
+    const prefix = `kiln-w-${k.proc.pid}-`;
+    const before = new Set(readdirSync(tmpdir()).filter((e) => e.startsWith(prefix)));
+    const invocation = k.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: {} } });
+    // The channel socket exists a while before the container runs: get there first.
+    let stranger: Socket | null = null;
+    let strangerClosed = false;
+    for (let i = 0; i < 2000 && !stranger; i++) {
+      const dir = readdirSync(tmpdir()).find((e) => e.startsWith(prefix) && !before.has(e) && existsSync(join(tmpdir(), e, "channel.sock")));
+      if (dir) {
+        const s = connect(join(tmpdir(), dir, "channel.sock"));
+        s.on("error", () => {});
+        s.on("close", () => (strangerClosed = true));
+        s.write('{"t":"ready"}\n{"t":"result","id":"x","value":"fake"}\n');
+        stranger = s;
+      } else await new Promise((r) => setTimeout(r, 2));
+    }
+    expect(stranger).not.toBeNull();
+    const r = await invocation;
+    expect(r.status).toBe(200);
+    expect(r.body).toBe("real");
+    await eventually(async () => strangerClosed, (closed) => closed);
   });
 
   test("an engine that does not answer fails the start with a message naming the flag", async () => {
