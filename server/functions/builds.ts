@@ -42,6 +42,7 @@ function run(argv: string[], root: string, cwd: string, runtime: ResolvedRuntime
   const { env, files } = buildEnv();
   const launch = planBuild({ argv, root, cwd, runtime, env, readOnly: files }, { bwrap: o.sandbox ? detectBwrap() : null, hiddenPaths: o.hiddenPaths });
   const cmd = argv[0]!;
+  if (o.signal?.aborted) return Promise.resolve(`${cmd} was stopped: Kiln is stopping`);
   return new Promise((resolve) => {
     // Its own process group, whose id is written beside the build folder: a Kiln killed outright
     // mid-build (before bubblewrap's --die-with-parent took hold, or without bubblewrap) leaves it
@@ -84,7 +85,7 @@ function run(argv: string[], root: string, cwd: string, runtime: ResolvedRuntime
       killGroup(); // whatever the installer left running
       rmSync(pidFile(root), { force: true });
       const failure = o.signal?.aborted
-        ? `${cmd} was stopped: Kiln is stopping`
+        ? `${cmd} was stopped: Kiln is stopping` // the service records it as interrupted
         : timedOut ? `${cmd} did not finish in ${timeoutMs / 1000} s` : code === 0 ? null : `${cmd} exited with ${code ?? "a signal"}${lastError ? `: ${lastError.slice(0, 500)}` : ""}`;
       void pending.then(() => resolve(failure));
     });
