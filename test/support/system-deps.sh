@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# What the test suite needs from the system, installed from Debian when it is missing and this runs
+# as root with apt-get (a fresh machine, CI); otherwise it names what to install. `npm test` runs it
+# first (pretest), so the README's test command holds on a fresh machine; .ci/run runs it too.
+#   postgresql  the production-profile project starts a throwaway server from its binaries
+#   bubblewrap  isolates function workers and builds (the isolation tests assert it)
+#   docker.io   the container runtime's engine ("containers" project)
+#   podman      the same on Podman ("containers-podman" project)
+#   ruby        Debian's Ruby exercises the Ruby bootstrap
+set -euo pipefail
+need=()
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v ruby >/dev/null 2>&1 || need+=(ruby)
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing what the tests need from Debian: ${need[*]}" >&2
+  apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
+else
+  echo "warning: the tests need ${need[*]} (apt-get install ${need[*]}); the projects that use them will fail" >&2
+fi
