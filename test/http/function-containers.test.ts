@@ -2,6 +2,7 @@
 // containers on the engine, one warm container per version, with the engine's limits, and no
 // container outlives the Kiln that made it. Runs only in the "containers" project (vitest.config.ts),
 // whose global setup provides a Docker engine; functions.test.ts runs there too.
+import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync } from "node:fs";
 import { connect, type Socket } from "node:net";
 import { hostname, tmpdir } from "node:os";
@@ -9,7 +10,7 @@ import { join } from "node:path";
 import Docker from "dockerode";
 import { describe, expect, inject, test } from "vitest";
 import { deploy, settled, tgz } from "../support/functions";
-import { createProject, eventually, startKiln, useKiln, type TestKiln } from "../support/kiln";
+import { BUN, createProject, eventually, KILN, ROOT, startKiln, useKiln, type TestKiln } from "../support/kiln";
 
 const engineAddress = inject("dockerHost");
 const docker = new Docker(engineAddress.startsWith("unix://") ? { socketPath: engineAddress.slice(7) } : { host: new URL(engineAddress.replace(/^tcp:/, "http:")).hostname, port: Number(new URL(engineAddress.replace(/^tcp:/, "http:")).port) });
@@ -139,6 +140,21 @@ describe("the container runtime", () => {
     expect(r.status).toBe(200);
     expect(r.body).toBe("real");
     await eventually(async () => strangerClosed, (closed) => closed);
+  });
+
+  test("the CLI: kiln doctor --docker-host reports the engine and its image; kiln functions base-image writes the root filesystem tar", () => {
+    const doctor = spawnSync(BUN, [KILN, "doctor", "--docker-host", engineAddress], { cwd: ROOT, encoding: "utf8", timeout: 60_000 });
+    expect(doctor.status).toBe(0);
+    expect(doctor.stdout).toMatch(/containers: .*(Engine|Podman).* at unix:\/\/.*, image kiln-runtime:base/);
+    const broken = spawnSync(BUN, [KILN, "doctor", "--docker-host", "unix:///nonexistent/docker.sock"], { cwd: ROOT, encoding: "utf8", timeout: 60_000 });
+    expect(broken.status).toBe(1);
+    expect(broken.stdout).toMatch(/containers: no container engine answered/);
+    const image = spawnSync(BUN, [KILN, "functions", "base-image"], { cwd: ROOT, timeout: 60_000, maxBuffer: 16 << 20 });
+    expect(image.status).toBe(0);
+    const listing = spawnSync("tar", ["-tvf", "-"], { input: image.stdout, encoding: "utf8" }).stdout;
+    expect(listing).toMatch(/\.\/etc\/passwd/);
+    expect(listing).toMatch(/\.\/var\/task\//);
+    expect(listing).toMatch(/\.\/lib -> usr\/lib/); // this host's merged /usr
   });
 
   test("an engine that does not answer fails the start with a message naming the flag", async () => {
