@@ -196,16 +196,11 @@ export function planBuild(
 // ---------------------------------------------------------------------------------------------
 // rlimits (prlimit) and the runtime's own flags
 
-let chrtPath: string | null | undefined;
-function chrt(): string | null {
-  if (chrtPath === undefined) chrtPath = ["/usr/bin/chrt", "/bin/chrt"].find((p) => existsSync(p)) ?? null;
-  return chrtPath;
-}
-
-let prlimitPath: string | null | undefined;
-function prlimit(): string | null {
-  if (prlimitPath === undefined) prlimitPath = ["/usr/bin/prlimit", "/bin/prlimit"].find((p) => existsSync(p)) ?? null;
-  return prlimitPath;
+// util-linux tools, looked up once: absolute paths, since the sandbox's PATH is not the host's.
+const hostTools = new Map<string, string | null>();
+function hostTool(name: "prlimit" | "chrt"): string | null {
+  if (!hostTools.has(name)) hostTools.set(name, [`/usr/bin/${name}`, `/bin/${name}`].find((p) => existsSync(p)) ?? null);
+  return hostTools.get(name)!;
 }
 
 // Below this, node does not start (it hangs in start-up with a smaller RLIMIT_DATA).
@@ -234,7 +229,7 @@ export function planLaunch(
   // prlimit runs inside the sandbox: RLIMIT_NPROC is then counted in the sandbox's own user
   // namespace rather than across every process of the user running Kiln.
   const limits: string[] = [];
-  const pl = prlimit();
+  const pl = hostTool("prlimit");
   if (pl) {
     limits.push(pl, "--core=0");
     if (!o.cgroupMemory) {
@@ -258,7 +253,8 @@ export function planLaunch(
   const env = sandboxEnv(s);
   // SCHED_BATCH: a frame Kiln writes to a worker no longer preempts Kiln on the spot to run the
   // worker (bench:functions, 3 alternating runs on 2 cores: 8.2k vs 7.5k req/s; p50 unchanged).
-  const sched = chrt() ? [chrt()!, "--batch", "0"] : [];
+  const chrt = hostTool("chrt");
+  const sched = chrt ? [chrt, "--batch", "0"] : [];
   if (!o.bwrap) return { argv: [...sched, ...limits, ...rt], env, cwd: inside.task, notes };
   // The environment is handed over as bwrap's own (it passes it through), not as --setenv
   // arguments: argv is readable by every user of the host in `ps`, the environment is not.
