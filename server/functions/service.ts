@@ -358,8 +358,8 @@ export class FunctionsService {
       [at, INTERRUPTED],
     );
     if (cut.length) {
-      const { killLeftoverBuild } = await import("./builds");
-      for (const c of cut) killLeftoverBuild(join(this.d.codeDir, c.function_id, c.id));
+      const { killLeftoverInstaller } = await import("../../runtime-sandbox/build-runner");
+      for (const c of cut) killLeftoverInstaller(join(this.d.codeDir, c.function_id, c.id));
     }
     for (const c of cut)
       await this.d.store.query(
