@@ -50,7 +50,8 @@ function defaultSockets(): string[] {
   return out;
 }
 
-function dockerOptions(host: string): Docker.DockerOptions {
+/** dockerode's options for an engine address: unix:///path, /path, or tcp://host:port. */
+export function dockerOptions(host: string): Docker.DockerOptions {
   if (host.startsWith("unix://")) return { socketPath: host.slice("unix://".length) };
   if (host.startsWith("/")) return { socketPath: host };
   const u = new URL(host.replace(/^tcp:/, "http:"));

@@ -9,11 +9,12 @@ import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import Docker from "dockerode";
 import { describe, expect, inject, test } from "vitest";
+import { dockerOptions } from "../../runtime-sandbox/container";
 import { deploy, settled, tgz } from "../support/functions";
 import { BUN, createProject, eventually, KILN, ROOT, startKiln, useKiln, type TestKiln } from "../support/kiln";
 
 const engineAddress = inject("dockerHost");
-const docker = new Docker(engineAddress.startsWith("unix://") ? { socketPath: engineAddress.slice(7) } : { host: new URL(engineAddress.replace(/^tcp:/, "http:")).hostname, port: Number(new URL(engineAddress.replace(/^tcp:/, "http:")).port) });
+const docker = new Docker(dockerOptions(engineAddress));
 
 const PROBE = {
   "index.js": `
@@ -149,6 +150,10 @@ describe("the container runtime", () => {
     const broken = spawnSync(BUN, [KILN, "doctor", "--docker-host", "unix:///nonexistent/docker.sock"], { cwd: ROOT, encoding: "utf8", timeout: 60_000 });
     expect(broken.status).toBe(1);
     expect(broken.stdout).toMatch(/containers: no container engine answered/);
+    // doctor only looks: a missing image is reported, never imported.
+    const absent = spawnSync(BUN, [KILN, "doctor", "--docker-host", engineAddress], { cwd: ROOT, encoding: "utf8", timeout: 60_000, env: { ...process.env, KILN_FUNCTION_IMAGE: "kiln-runtime:absent" } });
+    expect(absent.status).toBe(1);
+    expect(absent.stdout).toMatch(/the engine has no image kiln-runtime:absent .*docker import - kiln-runtime:absent/);
     const image = spawnSync(BUN, [KILN, "functions", "base-image"], { cwd: ROOT, timeout: 60_000, maxBuffer: 16 << 20 });
     expect(image.status).toBe(0);
     const listing = spawnSync("tar", ["-tvf", "-"], { input: image.stdout, encoding: "utf8" }).stdout;
