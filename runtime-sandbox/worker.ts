@@ -114,6 +114,8 @@ export class Worker {
     resolve: (o: Outcome) => void;
     reject: (e: FunctionError) => void;
     timers: Array<ReturnType<typeof setTimeout>>;
+    deadline: number;
+    timeoutMessage: string;
   } | null = null;
   private starting: { resolve: () => void; reject: (e: FunctionError) => void; timer: ReturnType<typeof setTimeout> } | null = null;
   private killReason: Failure | null = null;
@@ -166,7 +168,7 @@ export class Worker {
     this.state = "busy";
     return new Promise<Outcome>((resolve, reject) => {
       const timers = [setTimeout(() => this.kill({ kind: "timeout", message: o.timeoutMessage }), Math.max(0, o.deadline - Date.now()))];
-      this.pending = { id: frame.id, started: performance.now(), resolve, reject, timers };
+      this.pending = { id: frame.id, started: performance.now(), resolve, reject, timers, deadline: o.deadline, timeoutMessage: o.timeoutMessage };
       if (o.cpuSeconds) this.watchCpu(o.cpuSeconds);
       this.channel!.write(JSON.stringify({ t: "invoke", ...frame }) + "\n");
     });
@@ -239,12 +241,16 @@ export class Worker {
       case "result":
       case "error": {
         const p = this.pending;
-        if (!p || f.id !== p.id) return;
+        // Once killed (timeout, CPU budget) or past the deadline the answer no longer counts: a
+        // container's kill is an engine call, and a timer can fire late on a busy machine, so the
+        // handler may still answer before the kill lands. The exit settles it.
+        if (!p || f.id !== p.id || this.killReason) return;
+        if (Date.now() > p.deadline) return this.kill({ kind: "timeout", message: p.timeoutMessage });
         const computeMs = performance.now() - p.started;
         // Output a subprocess wrote before the handler returned is already in the stdout/stderr
         // pipes, but this turn of the event loop may have read fd 3 first: read the rest, then settle.
         setImmediate(() => {
-          if (this.pending !== p) return; // the worker died meanwhile: finish() rejected it
+          if (this.pending !== p || this.killReason) return; // the worker died meanwhile: finish() rejects it
           this.pending = null;
           for (const t of p.timers) clearTimeout(t);
           this.state = "idle";
