@@ -42,6 +42,8 @@ export interface Config {
   dbMaxOpen: number;
   dbMemoryBudgetMb: number;
   dbIdleCloseMs: number;
+  /** A wire client of an embedded database idle in a transaction this long is ended; 0: never. */
+  dbIdleInTransactionTimeoutMs: number;
   /** SOURCE_ARCHIVE_SIZE_LIMIT_MB: uploaded and normalized function archives. */
   sourceArchiveLimitMb: number;
   /** HTTP-mode function addresses are `<name>.<project>.<functionsDomain>` (resolving to Kiln). */
@@ -150,6 +152,7 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     functionCpuSeconds: intEnv("KILN_FUNCTION_CPU_SECONDS", Math.max(1, Math.ceil(intEnv("KILN_FUNCTION_TIMEOUT_MS", 30_000) / 1000))),
     functionsDomain: (env.KILN_FUNCTIONS_DOMAIN || "fn.localhost").toLowerCase(),
     dbIdleCloseMs: intEnv("KILN_DB_IDLE_CLOSE_MS", 60_000),
+    dbIdleInTransactionTimeoutMs: intEnv("KILN_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 60_000),
     smtpUrl: env.KILN_SMTP_URL || undefined,
     mailFrom: env.KILN_MAIL_FROM || "Kiln <no-reply@kiln.localhost>",
     smtpPort: Number(opts.smtpPort ?? env.KILN_SMTP_PORT ?? 0),

@@ -196,7 +196,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
     await pg.init();
     engine = pg;
   } else {
-    engine = new EmbeddedEngine({ dir: join(config.dataDir, "databases"), maxOpen: config.dbMaxOpen, memoryBudgetMb: config.dbMemoryBudgetMb, idleCloseMs: config.dbIdleCloseMs });
+    engine = new EmbeddedEngine({ dir: join(config.dataDir, "databases"), maxOpen: config.dbMaxOpen, memoryBudgetMb: config.dbMemoryBudgetMb, idleCloseMs: config.dbIdleCloseMs, idleInTransactionTimeoutMs: config.dbIdleInTransactionTimeoutMs });
   }
   undo.push(() => engine.close());
   const activity = new DatabaseActivity(store, now, log);

@@ -56,6 +56,7 @@ function tracked(inner: WireBackend, databaseId: string, role: string, databases
   };
   return {
     parameters: () => inner.parameters(),
+    cancel: () => inner.cancel?.(),
     async handle(message, send) {
       const type = String.fromCharCode(message[0]!);
       // Payloads start after the type byte and length; names and SQL are C strings.

@@ -10,7 +10,7 @@ afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })))
 function engine(o: { maxOpen: number; memoryBudgetMb: number }) {
   const dir = mkdtempSync(join(tmpdir(), "kiln-engine-test-"));
   dirs.push(dir);
-  return new EmbeddedEngine({ dir, idleCloseMs: 60_000, ...o });
+  return new EmbeddedEngine({ dir, idleCloseMs: 60_000, idleInTransactionTimeoutMs: 60_000, ...o });
 }
 
 const admin = { kind: "admin" } as const;

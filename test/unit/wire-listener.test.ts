@@ -7,6 +7,7 @@ import { startWireListener, type WireClient, type WireListener, type WireRouter 
 import { PgliteSessionMux } from "../../server/backends/databases/wire/pglite-mux";
 import { MessageBuilder, readInt32 } from "../../server/backends/databases/wire/protocol";
 import { compiledPglite } from "../../server/store/pglite-wasm";
+import { InProcessSession } from "../../server/backends/databases/pglite-thread";
 
 // A real PGlite behind a real listener, spoken to by the `postgres` client and by psql.
 
@@ -87,7 +88,7 @@ beforeAll(async () => {
     grant usage on schema elsewhere to r1;
     grant select on all tables in schema public, elsewhere to r1;
   `);
-  mux = new PgliteSessionMux(db);
+  mux = new PgliteSessionMux(new InProcessSession(db));
   listener = await startWireListener({ host: HOST, port: 0, router, onError: (e) => listenerErrors.push(e) });
 }, 60_000);
 
@@ -332,8 +333,10 @@ describe("transactions", () => {
     await inTx;
     const ex = watch(
       mux.exclusive(async (pg) => {
-        const r = await pg.query<Record<string, string | null>>(
+        const r = await pg.query(
+          [],
           "select current_user as u, current_setting('search_path') as sp, nullif(current_setting('request.jwt.claim.sub', true), '') as sub, nullif(current_setting('app.flag', true), '') as flag",
+          [],
         );
         return r.rows[0];
       }),
@@ -395,7 +398,7 @@ describe("session isolation", () => {
   });
 
   test("a client's named prepared statements are its own and are deallocated when it leaves", async () => {
-    const names = () => mux.exclusive(async (pg) => (await pg.query<{ name: string }>("select name from pg_prepared_statements")).rows.map((r) => r.name));
+    const names = () => mux.exclusive(async (pg) => (await pg.query([], "select name from pg_prepared_statements", [])).rows.map((r) => r.name as string));
     const others = new Set(await names());
     const a = client();
     const b = client();

@@ -4,6 +4,7 @@ import type { WireBackend } from "../../server/backends/databases/wire/listener"
 import { callsSessionSetConfig, PgliteSessionMux, startupSettings } from "../../server/backends/databases/wire/pglite-mux";
 import { eachMessage, errorFields, fromUtf8, MessageBuilder, readInt16, readInt32 } from "../../server/backends/databases/wire/protocol";
 import { compiledPglite } from "../../server/store/pglite-wasm";
+import { InProcessSession } from "../../server/backends/databases/pglite-thread";
 
 // The session mux spoken to in raw protocol messages, the way a driver would, without a socket.
 
@@ -90,12 +91,12 @@ function watch<T>(p: Promise<T>): { promise: Promise<T>; settled: () => boolean 
 }
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const preparedNames = () =>
-  mux.exclusive(async (pg) => (await pg.query<{ name: string }>("select name from pg_prepared_statements order by name")).rows.map((r) => r.name));
+  mux.exclusive(async (pg) => (await pg.query([], "select name from pg_prepared_statements order by name", [])).rows.map((r) => r.name as string));
 
 beforeAll(async () => {
   db = await PGlite.create({ pgliteWasmModule: await compiledPglite() });
   await db.exec("create role r1; create table t (id int primary key, v text); insert into t values (1, 'one')");
-  mux = new PgliteSessionMux(db);
+  mux = new PgliteSessionMux(new InProcessSession(db));
 }, 60_000);
 
 afterAll(async () => {

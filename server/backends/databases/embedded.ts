@@ -1,11 +1,8 @@
-import type { PGlite } from "@electric-sql/pglite";
 import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { openPglite } from "../../store/pglite-store";
 import { createFromTemplate, fingerprintOf, type TemplateSpec } from "../../store/template";
 import {
   DATABASE_SETUP_SQL,
-  DatabaseQueryError,
   sessionInitSql,
   transactionInitSql,
   type AccessMode,
@@ -13,6 +10,7 @@ import {
   type QueryResult,
 } from "./engine";
 import type { WireBackend, WireClient, WireControl } from "./wire/listener";
+import { PgliteThread } from "./pglite-thread";
 import { PgliteSessionMux } from "./wire/pglite-mux";
 
 /** Every user database starts as a copy of this: roles, grants and auth.* helpers already in place. */
@@ -30,7 +28,7 @@ export const DATABASE_TEMPLATE: TemplateSpec = {
 const PGLITE_PG_MAJOR = 18;
 
 interface OpenInstance {
-  db: PGlite;
+  db: PgliteThread;
   mux: PgliteSessionMux;
   lastUsed: number;
 }
@@ -46,11 +44,14 @@ export interface EmbeddedOptions {
   memoryBudgetMb: number;
   /** An instance without clients closes after this long idle. */
   idleCloseMs: number;
+  /** A wire client idle inside a transaction this long is ended (unless it set its own timeout); 0: never. */
+  idleInTransactionTimeoutMs: number;
 }
 
 /**
- * Embedded engine: one PGlite instance per database under `<data-dir>/databases/<id>`, opened on
- * first use and closed when idle, so a hundred databases do not hold a hundred instances.
+ * Embedded engine: one PGlite instance per database under `<data-dir>/databases/<id>`, each on its
+ * own thread (a long statement holds up only its database), opened on first use and closed when
+ * idle, so a hundred databases do not hold a hundred instances.
  */
 export class EmbeddedEngine implements DatabaseEngine {
   readonly kind = "embedded" as const;
@@ -97,8 +98,8 @@ export class EmbeddedEngine implements DatabaseEngine {
       pending = (async () => {
         if (!existsSync(join(this.dirOf(id), "PG_VERSION"))) throw new Error(`database ${id} has no data directory`);
         await this.makeRoom();
-        const db = await openPglite(this.dirOf(id), { postgresqlconf: DATABASE_CONF });
-        const inst = { db, mux: new PgliteSessionMux(db), lastUsed: Date.now() };
+        const db = await PgliteThread.open(this.dirOf(id), DATABASE_CONF);
+        const inst = { db, mux: new PgliteSessionMux(db, { idleInTransactionTimeoutMs: this.o.idleInTransactionTimeoutMs }), lastUsed: Date.now() };
         this.open.set(id, inst);
         return inst;
       })().finally(() => this.opening.delete(id));
@@ -140,31 +141,11 @@ export class EmbeddedEngine implements DatabaseEngine {
 
   async run(id: string, mode: AccessMode, text: string, params: unknown[]): Promise<QueryResult> {
     const inst = await this.instance(id);
-    return inst.mux.exclusive(
-      async (db) => {
-        try {
-          const init = transactionInitSql(mode);
-          if (init.length === 0) {
-            // The service role needs no setup: one statement commits on its own.
-            const t0 = performance.now();
-            const r = await db.query<Record<string, unknown>>(text, params);
-            return { rows: r.rows, computeMs: performance.now() - t0 };
-          }
-          return await db.transaction(async (tx) => {
-            await tx.exec(init.join(";\n")); // one round trip for the role and claims
-            const t0 = performance.now();
-            const r = await tx.query<Record<string, unknown>>(text, params);
-            return { rows: r.rows, computeMs: performance.now() - t0 };
-          });
-        } catch (err) {
-          const e = err as { message?: string; code?: string };
-          if (e && typeof e.code === "string" && e.code.length === 5) throw new DatabaseQueryError(e.message ?? "query failed", e.code);
-          throw err;
-        } finally {
-          inst.lastUsed = Date.now();
-        }
-      },
-    );
+    try {
+      return await inst.mux.exclusive((db) => db.query(transactionInitSql(mode), text, params));
+    } finally {
+      inst.lastUsed = Date.now();
+    }
   }
 
   async openWire(id: string, mode: AccessMode, client: WireClient, control: WireControl): Promise<WireBackend> {

@@ -32,9 +32,9 @@ export interface WireClient {
   remoteAddress: string;
 }
 
-/** Lets a backend end its client: FATAL ErrorResponse, then the connection closes. */
+/** Lets a backend end its client: FATAL ErrorResponse (57P01 unless told), then the connection closes. */
 export interface WireControl {
-  terminate(fatalMessage: string): void;
+  terminate(fatalMessage: string, code?: string): void;
 }
 
 export interface WireBackend {
@@ -50,6 +50,8 @@ export interface WireBackend {
    * possibly while a `handle` is still pending (the client left while waiting): that work is dropped.
    */
   close(): Promise<void>;
+  /** A CancelRequest with this client's key: cancel what it runs now, if anything (never throws). */
+  cancel?(): void;
 }
 
 export interface WireRouter {
@@ -104,6 +106,7 @@ export async function startWireListener(opts: {
     verifiers: new VerifierCache(),
     mockSecret: randomBytes(32),
     connections: new Set(),
+    keys: new Map(),
   };
   const server = createServer((socket) => {
     const conn = new Connection(socket, shared);
@@ -136,6 +139,8 @@ interface Shared {
   verifiers: VerifierCache;
   mockSecret: Buffer;
   connections: Set<Connection>;
+  /** BackendKeyData process id -> the connection and its secret, for CancelRequests. */
+  keys: Map<number, { secret: number; conn: Connection }>;
 }
 
 let nextPid = 1;
@@ -209,8 +214,14 @@ class Connection {
         this.send(utf8("N"));
         continue;
       }
-      // Queries run synchronously inside PGlite, so there is nothing a cancel could interrupt.
-      if (code === CANCEL_REQUEST) return null;
+      if (code === CANCEL_REQUEST) {
+        // As PostgreSQL: act on a matching key, answer nothing either way, close.
+        if (startup.length >= 16) {
+          const key = this.shared.keys.get(readInt32(startup, 8));
+          if (key && key.secret === readInt32(startup, 12)) key.conn.cancel();
+        }
+        return null;
+      }
       if (code >> 16 !== PROTOCOL_3) throw new Fatal("0A000", `unsupported frontend protocol ${code >> 16}.${code & 0xffff}`);
       break;
     }
@@ -265,7 +276,7 @@ class Connection {
       params,
       remoteAddress: this.socket.remoteAddress ?? "",
     };
-    const control: WireControl = { terminate: (message) => this.terminate(message) };
+    const control: WireControl = { terminate: (message, code) => this.terminate(message, code) };
     let announced: Record<string, string>;
     try {
       this.backend = await this.shared.router.open(found.target, client, control);
@@ -275,7 +286,11 @@ class Connection {
       throw refusal(e);
     }
     const hello = Object.entries(announced).map(([k, v]) => parameterStatus(k, v));
-    hello.push(backendKeyData(nextPid++, randomInt(0x7fffffff)), readyForQuery("I"));
+    const pid = nextPid++;
+    const secret = randomInt(0x7fffffff);
+    this.shared.keys.set(pid, { secret, conn: this });
+    this.done.then(() => this.shared.keys.delete(pid));
+    hello.push(backendKeyData(pid, secret), readyForQuery("I"));
     this.send(concatBytes(hello));
     return client;
   }
@@ -367,9 +382,17 @@ class Connection {
     this.send(errorResponse("FATAL", code, message));
   }
 
-  private terminate(message: string): void {
+  cancel(): void {
+    try {
+      this.backend?.cancel?.();
+    } catch (e) {
+      this.shared.onError(e);
+    }
+  }
+
+  private terminate(message: string, code = "57P01"): void {
     if (this.ended) return;
-    this.fatal("57P01", message);
+    this.fatal(code, message);
     this.end();
     this.socket.end();
   }

@@ -1,15 +1,19 @@
-import type { PGlite } from "@electric-sql/pglite";
+import type { PgliteSession } from "../pglite-thread";
+import { SessionKilled } from "../pglite-thread";
 import type { WireBackend, WireClient, WireControl } from "./listener";
 import {
   B,
   closeStatement,
   concatBytes,
   copyFail,
+  copyInResponse,
   cstringEnd,
+  errorResponse,
   F,
   firstResult,
   fromUtf8,
   readInt32,
+  readyForQuery,
   simpleQuery,
   sqlIdent,
   sqlLiteral,
@@ -20,15 +24,32 @@ import {
 /**
  * Many client sessions over PGlite's single backend session, multiplexed per transaction.
  *
- * A client holds the session from a batch (messages up to Sync, Flush or a simple Query) until a
- * ReadyForQuery with status 'I'; everyone else (clients and `exclusive`) waits in FIFO order. When
- * the session changes hands, the outgoing client's session settings are captured if it may have
- * changed them, and the incoming client gets defaults + its `init` + its own settings back. Named
- * prepared statements are renamed per client.
+ * The protocol state machine, per client:
+ * - Between batches and outside a transaction (its last ReadyForQuery said 'I') a client holds
+ *   nothing. A batch (messages up to Sync, Flush or a simple Query) takes the session; the client
+ *   keeps it until a ReadyForQuery 'I' (its transaction ended) and everyone else (clients and Kiln's
+ *   `exclusive` work) waits in FIFO order.
+ * - A batch that only manages statements (Parse, Describe and Close of statements, then Sync), from
+ *   a client outside a transaction, does not wait for a holder that sits idle in its transaction: it
+ *   runs inside a savepoint of that transaction with the client's own settings, rolled back after.
+ *   Without this, libpq's synchronous PQprepare deadlocks a single-threaded client with two
+ *   connections (pgbench -M prepared -c 2): one connection holds a transaction while the thread
+ *   blocks on the other's prepare.
+ * - A holder idle for longer than its idle_in_transaction_session_timeout (Kiln's default when it
+ *   set none) is terminated (FATAL 25P03) and rolled back, so one stuck client never freezes the rest.
+ * - A cancel (CancelRequest, or its statement_timeout) of a running batch restarts the database
+ *   thread: the only way to stop WebAssembly. The client gets 57014 and, if it was in a transaction
+ *   block, an aborted transaction to roll back; other clients keep their settings and prepared
+ *   statements (made again on the new session when they next run).
+ *
+ * When the session changes hands, the outgoing client's session settings are captured if it may
+ * have changed them, and the incoming client gets defaults + its `init` + its own settings back.
+ * Named prepared statements are renamed per client.
  */
 
 const I = 0x49; // ReadyForQuery status 'I'
 const T = 0x54; // ReadyForQuery status 'T'
+const E = 0x45; // ReadyForQuery status 'E'
 const COPY_IN_RESPONSE = 0x47; // G
 const COPY_DATA = 0x64; // d
 const EMPTY = new Uint8Array(0);
@@ -42,12 +63,23 @@ const COPY_GUARD = copyFail("inside a transaction block, COPY FROM STDIN must be
 const MAX_NAME = 63;
 /** A client that sends this much without a Sync or Flush gets it executed anyway. */
 const MAX_BATCH_BYTES = 1024 * 1024;
+const SIDE_SAVEPOINT = "kiln_side_work";
 const KILN = "kiln" as const;
 type Holder = MuxSession | typeof KILN;
 
+/** How a wait for the session ended. */
+type Grant = "owner" | "side" | "cancelled" | "gone";
+
 interface Waiter {
   who: Holder;
-  resolve: (granted: boolean) => void;
+  /** The waiting batch may run beside an idle holder (statement management only). */
+  side: boolean;
+  resolve: (grant: Grant) => void;
+}
+
+export interface MuxOptions {
+  /** A holder idle this long is terminated when it set no idle_in_transaction_session_timeout; 0: never. */
+  idleInTransactionTimeoutMs: number;
 }
 
 /** Startup parameters that are not settings. */
@@ -64,10 +96,20 @@ const REPORTED = [
   "default_transaction_read_only",
   "in_hot_standby",
 ];
+/** Timeouts PGlite accepts but cannot enforce (it has no signals): the mux enforces them. */
+const TIMEOUTS = ["statement_timeout", "idle_in_transaction_session_timeout"];
 
 export class PgliteSessionMux {
   private holder: Holder | null = null;
   private queue: Waiter[] = [];
+  /** The holder has had its answer and sent nothing since: side work may run in its transaction. */
+  private holderIdle = false;
+  /** Every use of the PGlite session, one at a time (holders and side work alike). */
+  private lane: Promise<unknown> = Promise.resolve();
+  /** The client whose batch PGlite is running now (a cancel for it restarts the session). */
+  private runningFor: MuxSession | null = null;
+  /** Bumped when the session restarts: clients whose statements are older make them again. */
+  private generation = 0;
   /** The client whose settings the session holds; it may have changed them since (`dirty`). */
   private current: MuxSession | null = null;
   /** Key (init + settings) of the state the session holds; null when unknown. */
@@ -82,8 +124,11 @@ export class PgliteSessionMux {
   /** ParameterStatus defaults; also the first thing in the queue, so it runs before any client. */
   readonly defaults: Promise<Record<string, string>>;
 
-  constructor(private readonly db: PGlite) {
-    this.defaults = this.withSession(KILN, () => this.setUp());
+  constructor(
+    private readonly db: PgliteSession,
+    readonly options: MuxOptions = { idleInTransactionTimeoutMs: 60_000 },
+  ) {
+    this.defaults = this.withSession(KILN, () => this.step(() => this.setUp()));
     this.defaults.catch(() => {});
   }
 
@@ -103,18 +148,19 @@ export class PgliteSessionMux {
    * Whatever fn leaves behind is reset before the next user (a statement can change session
    * settings in ways no caller sees, e.g. through a view calling set_config).
    */
-  exclusive<T>(fn: (db: PGlite) => Promise<T>): Promise<T> {
+  exclusive<T>(fn: (db: PgliteSession) => Promise<T>): Promise<T> {
     if (this.closed) return Promise.reject(new Error("the database session is closed"));
-    return this.withSession(KILN, async () => {
-      await this.switchTo(null);
-      try {
-        return await fn(this.db);
-      } finally {
-        if (!this.db.closed && this.db.isInTransaction()) await this.db.exec("ROLLBACK");
-        this.applied = null;
-        this.unnamedOwner = null;
-      }
-    });
+    return this.withSession(KILN, () =>
+      this.step(async () => {
+        await this.switchTo(null);
+        try {
+          return await fn(this.db);
+        } finally {
+          this.applied = null;
+          this.unnamedOwner = null;
+        }
+      }),
+    );
   }
 
   stats(): { clients: number; inTransaction: boolean; lastActivityMs: number } {
@@ -130,16 +176,23 @@ export class PgliteSessionMux {
     await this.withSession(KILN, async () => {});
   }
 
-  // ---- the lock ---------------------------------------------------------------------------------
+  // ---- the locks ----------------------------------------------------------------------------------
 
   private async withSession<T>(who: Holder, fn: () => Promise<T>): Promise<T> {
-    if (!this.tryTake(who)) await this.wait(who);
+    if (!this.tryTake(who) && (await this.wait(who, false)) !== "owner") throw new Error("the database session is closed");
     try {
       return await fn();
     } finally {
       this.lastActivity = Date.now();
       this.release();
     }
+  }
+
+  /** Runs fn when nothing else uses the PGlite session. */
+  private step<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.lane.then(fn, fn);
+    this.lane = run.catch(() => {});
+    return run;
   }
 
   private tryTake(who: Holder): boolean {
@@ -149,39 +202,111 @@ export class PgliteSessionMux {
     return true;
   }
 
-  /** Resolves true once `who` holds the session, false if its wait was cancelled. */
-  private wait(who: Holder): Promise<boolean> {
+  private wait(who: Holder, side: boolean): Promise<Grant> {
     return new Promise((resolve) => {
-      const w = { who, resolve };
+      const w = { who, side, resolve };
       this.queue.push(w);
-      if (who !== KILN) who.waiter = w;
+      if (who !== KILN) {
+        who.waiter = w;
+        if (side) this.serveSide();
+      }
     });
   }
 
-  private cancelWait(s: MuxSession): void {
+  /** Takes `s` out of the queue; its wait ends with `grant`. */
+  cancelWait(s: MuxSession, grant: Grant): boolean {
     const w = s.waiter;
-    if (!w) return;
+    if (!w) return false;
     s.waiter = null;
     this.queue.splice(this.queue.indexOf(w), 1);
-    w.resolve(false);
+    w.resolve(grant);
+    return true;
   }
 
   private release(): void {
     const next = this.queue.shift();
     this.holder = next ? next.who : null;
+    this.holderIdle = false;
     if (next && next.who !== KILN) next.who.waiter = null;
-    next?.resolve(true);
+    next?.resolve("owner");
+  }
+
+  /** Lets waiting statement-management batches run beside a holder idle in its transaction. */
+  private serveSide(): void {
+    if (!this.sideAllowed()) return;
+    for (const w of this.queue.filter((w) => w.side && w.who !== KILN)) {
+      (w.who as MuxSession).waiter = null;
+      this.queue.splice(this.queue.indexOf(w), 1);
+      w.resolve("side");
+    }
+  }
+
+  /** The holder is a client idle inside a healthy transaction block, between batches. */
+  private sideAllowed(): boolean {
+    const h = this.holder;
+    return h instanceof MuxSession && this.holderIdle && h.status === T && !h.copy && !h.midBatch && !h.skipToSync;
+  }
+
+  holderIs(s: MuxSession): boolean {
+    return this.holder === s;
   }
 
   // ---- running client batches (called by MuxSession) ---------------------------------------------
 
   async run(s: MuxSession, batch: Batch, send: (data: Uint8Array) => void): Promise<void> {
-    if (!this.tryTake(s) && !(await this.wait(s))) return;
-    // On a throw the session stays with `s`: its close() (which follows) rolls back and releases.
-    if (this.current !== s && !(await this.switchTo(s))) return this.release();
+    s.idle(false);
+    if (this.holder === s) this.holderIdle = false;
+    let side = batch.side && s.status === I && !s.midBatch;
+    for (;;) {
+      const grant = this.tryTake(s) ? "owner" : await this.wait(s, side);
+      if (grant === "gone") return;
+      if (grant === "cancelled") return this.answerCancelled(s, batch, send, s.cancelReason ?? CANCELLED_BY_USER);
+      if (grant === "owner") break;
+      if (await this.step(() => this.runSide(s, batch, send))) return;
+      side = false; // the holder moved on meanwhile: wait the ordinary way
+    }
+    await this.step(() => this.runOwned(s, batch, send));
+    if (this.holder === s) {
+      this.holderIdle = true;
+      s.idle(true);
+      this.serveSide();
+    }
+  }
 
-    const copy = batch.copy;
+  /** A batch of the holder `s`. On a throw the session stays with `s`: its close() rolls back and releases. */
+  private async runOwned(s: MuxSession, batch: Batch, send: (data: Uint8Array) => void): Promise<void> {
     const statusBefore = s.status;
+    s.cancelReason = null;
+    this.runningFor = s;
+    const timer = s.statementTimeoutMs > 0 && !batch.copy ? setTimeout(() => this.cancel(s, STATEMENT_TIMEOUT), s.statementTimeoutMs) : null;
+    try {
+      if (this.current !== s && !(await this.switchTo(s))) return this.release();
+      if (s.generation !== this.generation) await this.remakeStatements(s, batch);
+      await this.runBatch(s, batch, send, statusBefore);
+      if (s.readTimeouts) await this.readTimeouts(s);
+    } catch (err) {
+      if (!(err instanceof SessionKilled)) throw err;
+      await this.recover(s, batch, send, statusBefore);
+    } finally {
+      if (timer) clearTimeout(timer);
+      this.runningFor = null;
+      this.lastActivity = Date.now();
+    }
+  }
+
+  private async runBatch(s: MuxSession, batch: Batch, send: (data: Uint8Array) => void, statusBefore: number): Promise<void> {
+    // A COPY FROM STDIN that is a query of its own: answer CopyInResponse ourselves and run it once
+    // with its data (PGlite needs all of it in one call). No savepoint, so COPY FREEZE after a
+    // TRUNCATE in the same transaction works as in PostgreSQL.
+    if (batch.copyPlan && !batch.copy) {
+      const columns = batch.copyPlan.columns ?? (await this.columnCount(batch.copyPlan.table));
+      if (columns !== null) {
+        s.copy = { parts: batch.parts, data: [], sent: 1, savepoint: false };
+        send(copyInResponse(batch.copyPlan.binary, columns));
+        return;
+      }
+    }
+    const copy = batch.copy;
     const savepoint = copy ? copy.savepoint : batch.copyStatement && statusBefore === T && batch.fresh;
     if (savepoint) await this.exec(simpleQuery("SAVEPOINT kiln_copy"));
     const out = copy ? await this.exec(concatBytes([...copy.parts, ...copy.data, COPY_GUARD])) : await this.execBatch(s, batch);
@@ -207,16 +332,37 @@ export class PgliteSessionMux {
     const { status, changesSettings } = scanOutput(out);
     if (changesSettings || batch.setsConfig) {
       s.dirty = true;
+      s.readTimeouts = true;
       this.applied = null;
     }
     if (out.length > from) send(from ? out.subarray(from) : out);
     if (status) {
       s.status = status;
-      if (status === I) {
-        await this.db.syncToFs();
-        this.release();
-      }
+      if (status === I) this.release();
     }
+  }
+
+  /**
+   * A statement-management batch of `s` beside the idle holder: in a savepoint, with `s`'s settings.
+   * False (nothing ran) when the holder is no longer idle in a healthy transaction.
+   */
+  private async runSide(s: MuxSession, batch: Batch, send: (data: Uint8Array) => void): Promise<boolean> {
+    if (!this.sideAllowed() || this.closed || s.closed) return false;
+    const sql = [`SAVEPOINT ${SIDE_SAVEPOINT}`, ...this.resetSql(), ...s.init, ...restoreSql(s.saved)];
+    const setUp = firstResult(await this.exec(simpleQuery(sql.join(";\n"))));
+    let out: Uint8Array = EMPTY;
+    if (!setUp.error) {
+      if (s.generation !== this.generation) await this.remakeStatements(s, batch);
+      out = await this.execBatch(s, batch);
+    }
+    await this.exec(simpleQuery(`ROLLBACK TO SAVEPOINT ${SIDE_SAVEPOINT}; RELEASE SAVEPOINT ${SIDE_SAVEPOINT}`));
+    if (setUp.error) {
+      s.control.terminate(`could not set up the database session: ${setUp.error}`);
+      return true;
+    }
+    // The holder's transaction shows through the status byte; the client itself is in none.
+    send(withStatus(out, I));
+    return true;
   }
 
   /** Runs a client batch, with the COPY guard after it. */
@@ -239,24 +385,105 @@ export class PgliteSessionMux {
     return out;
   }
 
-  /** Everything PGlite answers to `bytes`, in one buffer (its callback hands out views of wasm memory). */
-  private async exec(bytes: Uint8Array): Promise<Uint8Array> {
-    const chunks: Uint8Array[] = [];
-    let total = 0;
-    await this.db.execProtocolRawStream(bytes, {
-      syncToFs: false,
-      onRawData: (d) => {
-        chunks.push(d.slice());
-        total += d.length;
-      },
-    });
-    return chunks.length === 1 ? chunks[0]! : concatBytes(chunks, total);
+  private exec(bytes: Uint8Array): Promise<Uint8Array> {
+    return this.db.exec(bytes);
+  }
+
+  /** Columns a COPY without a column list expects, or null when the table does not resolve (let PostgreSQL say why). */
+  private async columnCount(table: string): Promise<number | null> {
+    const { rows, error } = firstResult(
+      await this.exec(
+        simpleQuery(
+          `SELECT count(a.attnum) FROM pg_catalog.pg_attribute a WHERE a.attrelid = pg_catalog.to_regclass(${sqlLiteral(table)}) ` +
+            `AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' HAVING pg_catalog.to_regclass(${sqlLiteral(table)}) IS NOT NULL`,
+        ),
+      ),
+    );
+    this.unnamedOwner = null;
+    return error || rows.length === 0 ? null : Number(rows[0]![0]);
+  }
+
+  /** The timeouts `s` has set for itself (after it ran SET or set_config, or asked for them at startup). */
+  private async readTimeouts(s: MuxSession): Promise<void> {
+    if (s.status === E) return; // nothing runs in an aborted transaction; read them after it ends
+    const { rows, error } = firstResult(
+      await this.exec(simpleQuery(`SELECT name, setting FROM pg_catalog.pg_settings WHERE name IN (${TIMEOUTS.map(sqlLiteral).join(", ")})`)),
+    );
+    this.unnamedOwner = null;
+    if (error) return;
+    s.readTimeouts = false;
+    for (const [name, value] of rows) {
+      if (name === "statement_timeout") s.statementTimeoutMs = Number(value) || 0;
+      else if (name === "idle_in_transaction_session_timeout") s.idleTimeoutMs = Number(value) || 0;
+    }
+  }
+
+  // ---- cancelling ---------------------------------------------------------------------------------
+
+  /**
+   * Cancels what `s` is doing, as a CancelRequest does: a batch waiting for the session is answered
+   * with the error at once; a running one restarts the session (PGlite cannot be interrupted).
+   */
+  cancel(s: MuxSession, reason: CancelReason): void {
+    if (s.closed) return;
+    s.cancelReason = reason;
+    if (this.cancelWait(s, "cancelled")) return;
+    if (this.runningFor === s) void this.db.restart().catch(() => {});
+  }
+
+  private answerCancelled(s: MuxSession, batch: Batch, send: (data: Uint8Array) => void, reason: CancelReason): void {
+    s.cancelReason = null;
+    s.copy = null;
+    send(errorResponse("ERROR", reason.code, reason.message));
+    if (batch.endsWithSync) send(readyForQuery(statusChar(s.status)));
+    else s.skipToSync = true;
+  }
+
+  /**
+   * After the session was killed under `s` (its cancel, or the thread failing): a new session with
+   * nobody's state. `s` gets the error; if it was in a transaction block it holds an aborted one,
+   * as a cancelled PostgreSQL backend would, until it rolls back.
+   */
+  private async recover(s: MuxSession, batch: Batch, send: (data: Uint8Array) => void, statusBefore: number): Promise<void> {
+    this.generation++;
+    this.current = null;
+    this.applied = null;
+    this.unnamedOwner = null;
+    const reason = s.cancelReason;
+    s.cancelReason = null;
+    s.copy = null;
+    if (!reason) {
+      // Not a cancel: the database thread died. The client cannot know what happened to its work.
+      s.control.terminate("terminating connection because the database session ended unexpectedly", "57P01");
+      if (this.holder === s) {
+        s.status = I;
+        this.release();
+      }
+      return;
+    }
+    send(errorResponse("ERROR", reason.code, reason.message));
+    s.status = I;
+    if (statusBefore !== I && (await this.switchTo(s))) {
+      // Its statements first: nothing can be prepared inside the aborted transaction it gets back.
+      await this.remakeStatements(s, null);
+      await this.exec(simpleQuery("BEGIN; DO $$ BEGIN RAISE EXCEPTION 'cancelled'; END $$"));
+      s.status = E;
+    }
+    if (batch.endsWithSync) send(readyForQuery(statusChar(s.status)));
+    else s.skipToSync = true;
+    if (s.status === I && this.holder === s) this.release();
+  }
+
+  /** Prepares `s`'s named statements again on a session that lost them (not those `batch` parses itself). */
+  private async remakeStatements(s: MuxSession, batch: Batch | null): Promise<void> {
+    s.generation = this.generation;
+    const parses = [...s.statements].filter(([name]) => !batch?.parsed.includes(name)).map(([, parse]) => parse);
+    if (parses.length) await this.exec(concatBytes([...parses, sync()]));
   }
 
   // ---- switching owners -------------------------------------------------------------------------
 
   private async setUp(): Promise<Record<string, string>> {
-    await this.db.waitReady;
     await this.exec(simpleQuery("RESET ROLE; RESET ALL"));
     const names = REPORTED.map(sqlLiteral).join(", ");
     const { rows, error } = firstResult(
@@ -323,30 +550,55 @@ export class PgliteSessionMux {
 
   async cleanUp(s: MuxSession): Promise<void> {
     this.sessions.delete(s);
-    this.cancelWait(s);
+    s.idle(false);
+    this.cancelWait(s, "gone");
     await s.busy?.catch(() => {});
     const held = this.holder === s;
     if (!held) {
       if (this.unnamedOwner === s) this.unnamedOwner = null;
-      if (s.statements.size === 0) return;
-      if (!this.tryTake(s)) await this.wait(s);
+      if (s.statements.size === 0 || s.generation !== this.generation) return;
+      if (!this.tryTake(s) && (await this.wait(s, false)) !== "owner") return;
     }
     try {
-      if (this.db.closed) return;
-      if (held) {
-        // A Sync ends whatever extended-protocol batch it left open; then roll back what it left.
-        const out = await this.exec(sync());
-        if (out[out.length - 1] !== I) {
-          await this.exec(simpleQuery("ROLLBACK"));
-          this.unnamedOwner = null;
+      await this.step(async () => {
+        if (this.db.closed) return;
+        if (held) {
+          // A Sync ends whatever extended-protocol batch it left open; then roll back what it left.
+          const out = await this.exec(sync());
+          if (out[out.length - 1] !== I) {
+            await this.exec(simpleQuery("ROLLBACK"));
+            this.unnamedOwner = null;
+          }
         }
-      }
-      if (s.statements.size) await this.exec(concatBytes([...[...s.statements].map(closeStatement), sync()]));
-      if (this.unnamedOwner === s) this.unnamedOwner = null;
+        if (s.statements.size && s.generation === this.generation)
+          await this.exec(concatBytes([...[...s.statements.keys()].map(closeStatement), sync()]));
+        if (this.unnamedOwner === s) this.unnamedOwner = null;
+      });
+    } catch (err) {
+      if (!(err instanceof SessionKilled)) throw err;
     } finally {
       this.release();
     }
   }
+}
+
+interface CancelReason {
+  code: string;
+  message: string;
+}
+const CANCELLED_BY_USER: CancelReason = { code: "57014", message: "canceling statement due to user request" };
+const STATEMENT_TIMEOUT: CancelReason = { code: "57014", message: "canceling statement due to statement timeout" };
+
+const statusChar = (status: number): "I" | "T" | "E" => (status === T ? "T" : status === E ? "E" : "I");
+
+/** `out` with every ReadyForQuery status set to `status`. */
+function withStatus(out: Uint8Array, status: number): Uint8Array {
+  let at = 0;
+  while (at + 5 <= out.length) {
+    if (out[at] === B.readyForQuery) out[at + 5] = status;
+    at += 1 + readInt32(out, at + 1);
+  }
+  return out;
 }
 
 const keyOf = (init: string[], saved: Map<string, string>): string =>
@@ -369,8 +621,14 @@ interface Batch {
   bytes: number;
   /** It starts at a message boundary (not after a Flush). */
   fresh: boolean;
+  /** It ends with Sync or a simple Query: the client expects a ReadyForQuery. */
+  endsWithSync: boolean;
+  /** Only Parse, Describe and Close of statements, and Sync: it may run beside an idle holder. */
+  side: boolean;
   /** A simple query that starts with COPY and mentions STDIN: within a transaction, attempts run in a savepoint. */
   copyStatement: boolean;
+  /** A simple query that is exactly one COPY FROM STDIN: announced without a trial run. */
+  copyPlan: CopyPlan | null;
   /** Set when this batch finishes a COPY FROM STDIN. */
   copy?: CopyIn;
   /** Index of a Bind/Describe of the unnamed statement before any Parse of it in this batch; -1 if none. */
@@ -381,13 +639,27 @@ interface Batch {
   unnamed?: MuxSession | null;
   /** The SQL calls set_config(): the client's settings may change without a SET command tag. */
   setsConfig: boolean;
+  /** Server-side names of the statements it parses. */
+  parsed: string[];
 }
 
-const newBatch = (): Batch => ({ parts: [], bytes: 0, fresh: true, copyStatement: false, replayAt: -1, replayParse: null, setsConfig: false });
+const newBatch = (): Batch => ({
+  parts: [],
+  bytes: 0,
+  fresh: true,
+  endsWithSync: false,
+  side: true,
+  copyStatement: false,
+  copyPlan: null,
+  replayAt: -1,
+  replayParse: null,
+  setsConfig: false,
+  parsed: [],
+});
 
 class MuxSession implements WireBackend {
-  /** Server-side names of this client's named statements, closed when it leaves. */
-  readonly statements = new Set<string>();
+  /** Server-side names of this client's named statements and their Parse messages (to make them again). */
+  readonly statements = new Map<string, Uint8Array>();
   /** Settings to restore when it takes the session back (startup parameters at first). */
   saved = new Map<string, string>();
   key: string;
@@ -401,6 +673,15 @@ class MuxSession implements WireBackend {
   closed = false;
   waiter: Waiter | null = null;
   busy: Promise<void> | null = null;
+  generation = 0;
+  /** Its timeouts may have changed: read them after the batch. */
+  readTimeouts: boolean;
+  statementTimeoutMs = 0;
+  /** Its own idle_in_transaction_session_timeout (0: Kiln's default applies). */
+  idleTimeoutMs = 0;
+  cancelReason: CancelReason | null = null;
+  /** An error ended its extended-protocol batch before Sync: drop messages until Sync, then answer it. */
+  skipToSync = false;
 
   private readonly prefix: Uint8Array;
   private readonly longNames = new Map<string, string>();
@@ -409,6 +690,7 @@ class MuxSession implements WireBackend {
   private unnamedParse: Uint8Array | null = null;
   private batch = newBatch();
   private closing: Promise<void> | null = null;
+  private idleTimer: ReturnType<typeof setTimeout> | null = null;
 
   constructor(
     private readonly mux: PgliteSessionMux,
@@ -420,6 +702,7 @@ class MuxSession implements WireBackend {
     this.prefix = utf8(`c${id}_`);
     for (const [name, value] of startupSettings(client.params)) this.saved.set(name, value);
     this.key = keyOf(init, this.saved);
+    this.readTimeouts = TIMEOUTS.some((t) => this.saved.has(t));
   }
 
   async parameters(): Promise<Record<string, string>> {
@@ -436,18 +719,28 @@ class MuxSession implements WireBackend {
     if (this.closed) return;
     const type = message[0];
     if (type === F.terminate) return;
+    if (this.skipToSync) {
+      if (type !== F.sync) return;
+      this.skipToSync = false;
+      this.midBatch = false;
+      this.batch = newBatch();
+      send(readyForQuery(statusChar(this.status)));
+      return;
+    }
     let batch: Batch;
     if (this.copy) {
       // PostgreSQL ignores Flush and Sync during COPY FROM STDIN; anything but data ends it.
       this.copy.data.push(message);
-      if (type === COPY_DATA || type === F.flush || type === F.sync) return;
-      batch = { ...newBatch(), copy: this.copy };
+      if (type === COPY_DATA || type === F.flush || type === F.sync) return this.idle(true);
+      batch = { ...newBatch(), side: false, endsWithSync: true, copy: this.copy };
     } else {
       this.add(message);
       const buffered = type === F.parse || type === F.bind || type === F.describe || type === F.execute || type === F.close;
       if (buffered && this.batch.bytes < MAX_BATCH_BYTES) return;
       batch = this.batch;
       batch.fresh = !this.midBatch;
+      batch.endsWithSync = type === F.sync || type === F.query;
+      if (type !== F.sync) batch.side = false;
       this.batch = newBatch();
       // Held across Flush: the implicit transaction stays open until Sync.
       this.midBatch = type !== F.sync && type !== F.query;
@@ -456,8 +749,30 @@ class MuxSession implements WireBackend {
     await this.busy;
   }
 
+  /** Asks for the statement it runs (or waits to run) to be cancelled: a CancelRequest. */
+  cancel(): void {
+    this.mux.cancel(this, CANCELLED_BY_USER);
+  }
+
+  holds(): boolean {
+    return this.mux.holderIs(this);
+  }
+
+  /** Arms (or disarms) the idle-in-transaction timer while it holds the session and sends nothing. */
+  idle(on: boolean): void {
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    this.idleTimer = null;
+    const ms = this.idleTimeoutMs || this.mux.options.idleInTransactionTimeoutMs;
+    if (!on || this.closed || ms <= 0 || !this.holds()) return;
+    this.idleTimer = setTimeout(() => {
+      if (this.holds()) this.control.terminate("terminating connection due to idle-in-transaction timeout", "25P03");
+    }, ms);
+    this.idleTimer.unref?.();
+  }
+
   close(): Promise<void> {
     this.closed = true;
+    this.idle(false);
     this.closing ??= this.mux.cleanUp(this);
     return this.closing;
   }
@@ -487,10 +802,12 @@ class MuxSession implements WireBackend {
       } else {
         out = this.renamed(m, 5, end);
         server = fromUtf8(out.subarray(5, cstringEnd(out, 5)));
-        this.statements.add(server);
+        this.statements.set(server, out);
+        b.parsed.push(server);
       }
       if (this.noteSql(m, end + 1) && server) this.settingStatements.add(server);
     } else if (type === F.bind) {
+      b.side = false;
       const portalEnd = cstringEnd(m, 5);
       const end = cstringEnd(m, portalEnd + 1);
       if (end === portalEnd + 1) this.usesUnnamed(b);
@@ -508,12 +825,14 @@ class MuxSession implements WireBackend {
         if (type === F.close) this.statements.delete(fromUtf8(out.subarray(6, cstringEnd(out, 6))));
       }
     } else if (type === F.query) {
+      b.side = false;
       this.noteSql(m, 5);
       b.copyStatement = isCopyFromStdin(m);
+      if (b.copyStatement) b.copyPlan = parseCopyFromStdin(fromUtf8(m.subarray(5, m.length - 1)));
       // A simple query drops the unnamed statement.
       this.unnamedParse = null;
       b.unnamed = null;
-    }
+    } else if (type !== F.sync) b.side = false;
     b.parts.push(out);
     b.bytes += out.length;
   }
@@ -605,6 +924,31 @@ export function callsSessionSetConfig(sql: string): boolean {
     if (depth > 0 || !/^\s*true\s*$/i.test(sql.slice(lastArg, i - 1))) return true;
   }
   return false;
+}
+
+/** What a COPY FROM STDIN needs announced: its table, the number of columns it lists (null: all of them), the format. */
+export interface CopyPlan {
+  table: string;
+  columns: number | null;
+  binary: boolean;
+}
+
+const IDENT = String.raw`(?:"(?:[^"]|"")+"|[A-Za-z_\u0080-\uffff][\w$\u0080-\uffff]*)`;
+const COPY_FROM_STDIN = new RegExp(
+  String.raw`^(?:\s|--[^\n]*\n|/\*[\s\S]*?\*/)*copy\s+(?:only\s+)?(${IDENT}(?:\s*\.\s*${IDENT}){0,2})\s*(\(\s*${IDENT}(?:\s*,\s*${IDENT})*\s*\))?\s*from\s+stdin\b([^;]*?)[\s;]*$`,
+  "i",
+);
+
+/**
+ * A simple query that is exactly one `COPY table [(columns)] FROM STDIN [options]`, read well enough
+ * to answer its CopyInResponse: anything else (several statements, a query in the options) is null.
+ */
+export function parseCopyFromStdin(sql: string): CopyPlan | null {
+  const m = COPY_FROM_STDIN.exec(sql);
+  if (!m || /['"]/.test(m[3]!.replace(/'(?:[^']|'')*'/g, ""))) return null;
+  const options = m[3]!.replace(/'(?:[^']|'')*'/g, (q) => (/^'binary'$/i.test(q) ? "binary" : "''"));
+  const columns = m[2] ? (m[2].match(new RegExp(IDENT, "g")) ?? []).length : null;
+  return { table: m[1]!, columns, binary: /\bbinary\b/i.test(options) };
 }
 
 /** A simple query whose first statement is COPY and which mentions STDIN (cheap; only decides on a savepoint). */

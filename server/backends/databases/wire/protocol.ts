@@ -141,6 +141,12 @@ export function negotiateProtocolVersion(minor: number, unsupported: string[]): 
 export const sync = (): Uint8Array => msg().build(F.sync);
 export const simpleQuery = (sql: string): Uint8Array => msg().cstring(sql).build(F.query);
 export const copyFail = (reason: string): Uint8Array => msg().cstring(reason).build(0x66); // f
+/** CopyInResponse: every column in the overall format (text or binary). */
+export function copyInResponse(binary: boolean, columns: number): Uint8Array {
+  const m = msg().byte(binary ? 1 : 0).int16(columns);
+  for (let i = 0; i < columns; i++) m.int16(binary ? 1 : 0);
+  return m.build(0x47); // G
+}
 export const closeStatement = (name: string): Uint8Array => msg().byte(0x53).cstring(name).build(F.close);
 
 /** Walks complete backend messages in `out`, calling `visit(type, payloadStart, payloadEnd)`. */

@@ -1,0 +1,186 @@
+import { PGlite } from "@electric-sql/pglite";
+import { compiledPglite } from "../../store/pglite-wasm";
+import { DatabaseQueryError, type QueryResult } from "./engine";
+import { execRaw, runQuery, sqlState } from "./pglite-calls";
+
+/**
+ * One PGlite backend session, as the session mux and the engine use it. Two implementations: a
+ * database thread (`PgliteThread`, what Kiln runs) and PGlite in the calling thread
+ * (`InProcessSession`, for tests and the benchmark's baseline).
+ */
+export interface PgliteSession {
+  /** Raw frontend messages in; everything PGlite answered, in one buffer. */
+  exec(bytes: Uint8Array): Promise<Uint8Array>;
+  /** One statement for the query API, in a transaction after `init` when `init` is not empty. */
+  query(init: string[], text: string, params: unknown[]): Promise<QueryResult>;
+  /**
+   * Ends the session at once, whatever it is running, and opens the database again: what a crash of
+   * one PostgreSQL backend does. Calls in flight reject with `SessionKilled`; uncommitted work is lost.
+   * False when this kind of session cannot be interrupted.
+   */
+  restart(): Promise<boolean>;
+  close(): Promise<void>;
+  readonly closed: boolean;
+}
+
+/** The session was ended under a call (restart or close). */
+export class SessionKilled extends Error {}
+
+export type ThreadRequest =
+  | { id: number; op: "open"; dataDir: string; module: WebAssembly.Module; conf: string[] }
+  | { id: number; op: "exec"; bytes: Uint8Array }
+  | { id: number; op: "query"; init: string[]; text: string; params: unknown[] }
+  | { id: number; op: "close" };
+
+export type ThreadReply =
+  | { id: number; ok: true; bytes?: Uint8Array; result?: QueryResult }
+  | { id: number; ok: false; message: string; code?: string };
+
+type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
+
+interface Pending {
+  resolve: (r: ThreadReply & { ok: true }) => void;
+  reject: (e: Error) => void;
+}
+
+const WORKER_URL = new URL("./pglite-thread-worker.ts", import.meta.url).href;
+
+/**
+ * A PGlite instance on its own thread. Statements run there, so a long one holds up only this
+ * database; `restart` terminates the thread (WebAssembly cannot be interrupted any other way) and
+ * opens the data dir again, which PostgreSQL recovers like a crashed backend.
+ */
+export class PgliteThread implements PgliteSession {
+  private worker: Worker | null = null;
+  private pending = new Map<number, Pending>();
+  private nextId = 1;
+  private opening: Promise<void> | null = null;
+  private isClosed = false;
+
+  private constructor(
+    private readonly dataDir: string,
+    private readonly conf: string[],
+  ) {}
+
+  static async open(dataDir: string, conf: string[] = []): Promise<PgliteThread> {
+    const t = new PgliteThread(dataDir, conf);
+    await t.start();
+    return t;
+  }
+
+  get closed(): boolean {
+    return this.isClosed;
+  }
+
+  private start(): Promise<void> {
+    this.opening = (async () => {
+      const module = await compiledPglite();
+      const w = new Worker(WORKER_URL);
+      this.worker = w;
+      w.onmessage = (e: MessageEvent<ThreadReply>) => {
+        const p = this.pending.get(e.data.id);
+        if (!p) return;
+        this.pending.delete(e.data.id);
+        if (e.data.ok) p.resolve(e.data);
+        else p.reject(e.data.code ? new DatabaseQueryError(e.data.message, e.data.code) : new Error(e.data.message));
+      };
+      // A thread that died takes its session with it: start a new one, as for a restart.
+      w.onerror = () => void this.restart().catch(() => {});
+      try {
+        await this.call(w, { op: "open", dataDir: this.dataDir, module, conf: this.conf });
+      } catch (e) {
+        w.terminate();
+        throw e;
+      }
+    })();
+    return this.opening;
+  }
+
+  private call(w: Worker | null, req: DistributiveOmit<ThreadRequest, "id">, transfer: Transferable[] = []): Promise<ThreadReply & { ok: true }> {
+    if (!w || this.isClosed) return Promise.reject(new SessionKilled("the database session is closed"));
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      w.postMessage({ ...req, id } as ThreadRequest, transfer);
+    });
+  }
+
+  private failAll(err: Error): void {
+    const all = [...this.pending.values()];
+    this.pending.clear();
+    for (const p of all) p.reject(err);
+  }
+
+  async exec(bytes: Uint8Array): Promise<Uint8Array> {
+    await this.opening;
+    try {
+      return (await this.call(this.worker, { op: "exec", bytes })).bytes!;
+    } catch (err) {
+      if (err instanceof SessionKilled) throw err;
+      // PostgreSQL answers protocol errors in the protocol: a thrown one means PGlite itself failed
+      // and its instance is unusable. Start over, like a crashed backend.
+      await this.restart().catch(() => {});
+      throw new SessionKilled(`the database session failed: ${(err as Error).message}`);
+    }
+  }
+
+  async query(init: string[], text: string, params: unknown[]): Promise<QueryResult> {
+    await this.opening;
+    return (await this.call(this.worker, { op: "query", init, text, params })).result!;
+  }
+
+  async restart(): Promise<boolean> {
+    if (this.isClosed) return false;
+    this.worker?.terminate();
+    this.worker = null;
+    this.failAll(new SessionKilled("the database session was restarted"));
+    await this.start();
+    return true;
+  }
+
+  async close(): Promise<void> {
+    if (this.isClosed) return;
+    const w = this.worker;
+    try {
+      await this.opening;
+      await this.call(w, { op: "close" });
+    } catch {
+      // a thread that cannot close cleanly is ended below; PostgreSQL recovers at the next open
+    } finally {
+      this.isClosed = true;
+      w?.terminate();
+      this.worker = null;
+      this.failAll(new SessionKilled("the database session is closed"));
+    }
+  }
+}
+
+/** PGlite in the calling thread (unit tests, benchmarks). It cannot be interrupted. */
+export class InProcessSession implements PgliteSession {
+  constructor(readonly db: PGlite) {}
+
+  get closed(): boolean {
+    return this.db.closed;
+  }
+
+  exec(bytes: Uint8Array): Promise<Uint8Array> {
+    return execRaw(this.db, bytes);
+  }
+
+  async query(init: string[], text: string, params: unknown[]): Promise<QueryResult> {
+    try {
+      return await runQuery(this.db, init, text, params);
+    } catch (err) {
+      const code = sqlState(err);
+      throw code ? new DatabaseQueryError((err as Error).message, code) : err;
+    }
+  }
+
+  async restart(): Promise<boolean> {
+    return false;
+  }
+
+  async close(): Promise<void> {
+    if (!this.db.closed) await this.db.close();
+  }
+}
