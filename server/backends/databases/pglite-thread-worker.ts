@@ -3,7 +3,7 @@
 // It runs off Kiln's main thread so that a long statement stalls only its own database.
 import { PGlite } from "@electric-sql/pglite";
 import { execRaw, runQuery, sqlState } from "./pglite-calls";
-import type { ThreadReply, ThreadRequest } from "./pglite-thread";
+import { CHANNEL_CAPACITY, CHANNEL_HEADER, SLOT, type ThreadReply, type ThreadRequest } from "./pglite-thread";
 
 declare const self: Worker;
 
@@ -19,6 +19,7 @@ async function handle(m: ThreadRequest): Promise<void> {
       case "open": {
         db = new PGlite(m.dataDir, { pgliteWasmModule: m.module, postgresqlconf: m.conf } as unknown as ConstructorParameters<typeof PGlite>[0]);
         await db.waitReady;
+        void serveChannel(m.channel);
         return reply({ id: m.id, ok: true });
       }
       case "exec": {
@@ -37,8 +38,43 @@ async function handle(m: ThreadRequest): Promise<void> {
   }
 }
 
-// One message at a time, in order: PGlite has one session and the main side never overlaps calls anyway.
+/** Execs through the shared channel (see `CHANNEL_CAPACITY`), in the same order as messages. */
+async function serveChannel(channel: SharedArrayBuffer): Promise<void> {
+  const slots = new Int32Array(channel, 0, CHANNEL_HEADER / 4);
+  const area = new Uint8Array(channel, CHANNEL_HEADER);
+  let seen = 0;
+  for (;;) {
+    const wait = Atomics.waitAsync(slots, SLOT.request, seen);
+    if (wait.async) await wait.value;
+    // Bun's waitAsync can wake without the matching notify: trust only the counter.
+    if (Atomics.load(slots, SLOT.request) === seen) continue;
+    seen = Atomics.load(slots, SLOT.request);
+    const id = slots[SLOT.callId]!;
+    const bytes = area.slice(0, slots[SLOT.requestLength]);
+    await enqueue(async () => {
+      let out: Uint8Array | null = null;
+      try {
+        out = await execRaw(db!, bytes);
+      } catch (err) {
+        reply({ id, ok: false, message: (err as Error)?.message ?? String(err), code: sqlState(err) });
+      }
+      if (out && out.length <= CHANNEL_CAPACITY) {
+        area.set(out);
+        slots[SLOT.answerLength] = out.length;
+      } else {
+        slots[SLOT.answerLength] = -1;
+        if (out) reply({ id, ok: true, bytes: out }, [out.buffer as ArrayBuffer]);
+      }
+      Atomics.store(slots, SLOT.answered, seen);
+      Atomics.notify(slots, SLOT.answered);
+    });
+  }
+}
+
+// One call at a time, in order: PGlite has one session (the main side never overlaps calls anyway).
 let chain: Promise<void> = Promise.resolve();
-self.onmessage = (e: MessageEvent<ThreadRequest>) => {
-  chain = chain.then(() => handle(e.data));
-};
+function enqueue(fn: () => Promise<void>): Promise<void> {
+  chain = chain.then(fn, fn);
+  return chain;
+}
+self.onmessage = (e: MessageEvent<ThreadRequest>) => void enqueue(() => handle(e.data));

@@ -27,7 +27,7 @@ export interface PgliteSession {
 export class SessionKilled extends Error {}
 
 export type ThreadRequest =
-  | { id: number; op: "open"; dataDir: string; module: WebAssembly.Module; conf: string[] }
+  | { id: number; op: "open"; dataDir: string; module: WebAssembly.Module; conf: string[]; channel: SharedArrayBuffer }
   | { id: number; op: "exec"; bytes: Uint8Array }
   | { id: number; op: "query"; init: string[]; text: string; params: unknown[] }
   | { id: number; op: "close" };
@@ -46,6 +46,18 @@ interface Pending {
 const WORKER_URL = new URL("./pglite-thread-worker.ts", import.meta.url).href;
 
 /**
+ * The fast lane for `exec`: shared memory and Atomics instead of postMessage, which costs about
+ * 50 µs more per call in Bun (a point select through the thread: ~135 µs by message, ~80 µs here;
+ * ~42 µs in the calling thread). Layout: CHANNEL_HEADER bytes of Int32 slots, then the data area,
+ * which holds the request and then the answer. An answer that does not fit (or an error) comes as
+ * an ordinary message with the call's id.
+ */
+export const CHANNEL_CAPACITY = 256 * 1024;
+export const CHANNEL_HEADER = 32;
+/** Int32 slots of the channel header. */
+export const SLOT = { request: 0, requestLength: 1, answerLength: 2, answered: 3, callId: 4 } as const;
+
+/**
  * A PGlite instance on its own thread. Statements run there, so a long one holds up only this
  * database; `restart` terminates the thread (WebAssembly cannot be interrupted any other way) and
  * opens the data dir again, which PostgreSQL recovers like a crashed backend.
@@ -56,6 +68,10 @@ export class PgliteThread implements PgliteSession {
   private nextId = 1;
   private opening: Promise<void> | null = null;
   private isClosed = false;
+  /** This thread's channel (a new one for every thread, so a killed thread's late writes go nowhere). */
+  private slots = new Int32Array(new SharedArrayBuffer(CHANNEL_HEADER));
+  private area = new Uint8Array(new SharedArrayBuffer(0));
+  private sequence = 0;
 
   private constructor(
     private readonly dataDir: string,
@@ -75,6 +91,10 @@ export class PgliteThread implements PgliteSession {
   private start(): Promise<void> {
     this.opening = (async () => {
       const module = await compiledPglite();
+      const channel = new SharedArrayBuffer(CHANNEL_HEADER + CHANNEL_CAPACITY);
+      this.slots = new Int32Array(channel, 0, CHANNEL_HEADER / 4);
+      this.area = new Uint8Array(channel, CHANNEL_HEADER);
+      this.sequence = 0;
       const w = new Worker(WORKER_URL);
       this.worker = w;
       w.onmessage = (e: MessageEvent<ThreadReply>) => {
@@ -87,7 +107,7 @@ export class PgliteThread implements PgliteSession {
       // A thread that died takes its session with it: start a new one, as for a restart.
       w.onerror = () => void this.restart().catch(() => {});
       try {
-        await this.call(w, { op: "open", dataDir: this.dataDir, module, conf: this.conf });
+        await this.call(w, { op: "open", dataDir: this.dataDir, module, conf: this.conf, channel });
       } catch (e) {
         w.terminate();
         throw e;
@@ -114,7 +134,7 @@ export class PgliteThread implements PgliteSession {
   async exec(bytes: Uint8Array): Promise<Uint8Array> {
     await this.opening;
     try {
-      return (await this.call(this.worker, { op: "exec", bytes })).bytes!;
+      return bytes.length <= CHANNEL_CAPACITY ? await this.execShared(bytes) : (await this.call(this.worker, { op: "exec", bytes })).bytes!;
     } catch (err) {
       if (err instanceof SessionKilled) throw err;
       // PostgreSQL answers protocol errors in the protocol: a thrown one means PGlite itself failed
@@ -122,6 +142,37 @@ export class PgliteThread implements PgliteSession {
       await this.restart().catch(() => {});
       throw new SessionKilled(`the database session failed: ${(err as Error).message}`);
     }
+  }
+
+  /** One exec through the channel; the caller (the session mux) never overlaps two. */
+  private execShared(bytes: Uint8Array): Promise<Uint8Array> {
+    const w = this.worker;
+    if (!w || this.isClosed) return Promise.reject(new SessionKilled("the database session is closed"));
+    const id = this.nextId++;
+    const { slots, area } = this;
+    const seq = ++this.sequence;
+    const answer = new Promise<ThreadReply & { ok: true }>((resolve, reject) => this.pending.set(id, { resolve, reject }));
+    area.set(bytes);
+    slots[SLOT.requestLength] = bytes.length;
+    slots[SLOT.callId] = id;
+    Atomics.store(slots, SLOT.request, seq);
+    Atomics.notify(slots, SLOT.request);
+    // Bun's waitAsync can wake without the matching notify: trust only the counter.
+    const answered = (): void => {
+      const p = this.pending.get(id);
+      if (!p) return; // the thread was killed meanwhile (already rejected)
+      if (Atomics.load(slots, SLOT.answered) !== seq) {
+        const again = Atomics.waitAsync(slots, SLOT.answered, seq - 1);
+        if (again.async) void again.value.then(answered);
+        else answered();
+        return;
+      }
+      if (slots[SLOT.answerLength]! < 0) return; // the answer comes as a message
+      this.pending.delete(id);
+      p.resolve({ id, ok: true, bytes: area.slice(0, slots[SLOT.answerLength]) });
+    };
+    answered();
+    return answer.then((r) => r.bytes!);
   }
 
   async query(init: string[], text: string, params: unknown[]): Promise<QueryResult> {
