@@ -14,7 +14,25 @@ export interface ProxyTarget {
   password: string;
   database: string;
   applicationName: string;
+  /**
+   * The client's startup parameters (`options`, `DateStyle`, `TimeZone`, `search_path`, ...), passed
+   * on to the server so the session starts as the client asked; `user`, `database`, `replication`
+   * and `_pq_.*` are never passed on (the server's user and database are the target's own).
+   */
+  params?: Record<string, string>;
 }
+
+/** Startup parameters that are the proxy's to choose, or that the proxy cannot honour. */
+const NOT_FORWARDED = new Set(["user", "database", "replication", "application_name"]);
+
+/** The startup parameters sent to the server: the client's, then the target's user and database. */
+export function startupParams(t: ProxyTarget): Record<string, string> {
+  const out: Record<string, string> = { client_encoding: "UTF8" };
+  for (const [k, v] of Object.entries(t.params ?? {})) if (!NOT_FORWARDED.has(k) && !k.startsWith("_pq_.")) out[k] = v;
+  return { ...out, user: t.user, database: t.database, application_name: t.applicationName };
+}
+
+const CANCEL_REQUEST = 80877102;
 
 const P = 0x70; // PasswordMessage / SASLInitialResponse / SASLResponse ('p')
 
@@ -47,7 +65,8 @@ class Framer {
   }
 }
 
-function errorText(body: Buffer): string {
+/** An ErrorResponse as an Error: the server's message, and its SQLSTATE as `code` (the wire listener relays both). */
+function serverError(body: Buffer): Error & { code?: string } {
   const fields: Record<string, string> = {};
   let i = 0;
   while (i < body.length && body[i] !== 0) {
@@ -56,7 +75,14 @@ function errorText(body: Buffer): string {
     fields[code] = body.toString("utf8", i + 1, end);
     i = end + 1;
   }
-  return fields.M ?? "backend error";
+  const err: Error & { code?: string } = new Error(fields.M ?? "backend error");
+  if (fields.C) err.code = fields.C;
+  return err;
+}
+
+/** Not reaching the server at all: a connection failure (08001), not Node's errno (EPIPE would pass for a SQLSTATE). */
+function connectError(message: string): Error & { code: string } {
+  return Object.assign(new Error(message), { code: "08001" });
 }
 
 const hmac = (key: Buffer, data: string) => createHmac("sha256", key).update(data).digest();
@@ -67,6 +93,30 @@ export interface ProxyConnection {
   onData(fn: (data: Uint8Array) => void): void;
   onClose(fn: () => void): void;
   end(): void;
+  /**
+   * Sends the server a CancelRequest for this session (a new connection to the same host and port,
+   * as libpq's PQcancel does): whatever the session runs now is cancelled. Never throws.
+   */
+  cancel(): void;
+}
+
+/** Fire-and-forget CancelRequest for the backend `pid`/`secret` on host:port; errors are swallowed. */
+function sendCancel(host: string, port: number, pid: number, secret: number, timeoutMs = 5_000): void {
+  try {
+    const packet = Buffer.alloc(16);
+    packet.writeInt32BE(16, 0);
+    packet.writeInt32BE(CANCEL_REQUEST, 4);
+    packet.writeInt32BE(pid, 8);
+    packet.writeInt32BE(secret, 12);
+    const sock = connect({ host, port });
+    const timer = setTimeout(() => sock.destroy(), timeoutMs);
+    timer.unref?.();
+    sock.on("error", () => {});
+    sock.on("close", () => clearTimeout(timer));
+    // The server answers nothing and closes once it has read the request.
+    sock.once("connect", () => sock.end(packet));
+    sock.on("data", () => {});
+  } catch {}
 }
 
 /** Connects, authenticates (SCRAM-SHA-256, MD5 or cleartext), runs `init`, and returns the pipe. */
@@ -77,19 +127,19 @@ export function openProxy(t: ProxyTarget, init: string[], timeoutMs = 10_000): P
     const parameters: Record<string, string> = {};
     let phase: "auth" | "init" | "ready" = "auth";
     let scram: { nonce: string; clientFirstBare: string; serverSignature?: Buffer } | null = null;
-    const timer = setTimeout(() => fail(new Error("timed out connecting to the database server")), timeoutMs);
+    let key: { pid: number; secret: number } | null = null;
+    const timer = setTimeout(() => fail(connectError("timed out connecting to the database server")), timeoutMs);
     const fail = (err: Error) => {
       clearTimeout(timer);
       sock.destroy();
       reject(err);
     };
-    sock.once("error", (e) => phase !== "ready" && fail(e));
-    sock.once("connect", () =>
-      sock.write(startupMessage({ user: t.user, database: t.database, application_name: t.applicationName, client_encoding: "UTF8" })),
-    );
+    sock.once("error", (e) => phase !== "ready" && fail(connectError(`could not connect to the database server: ${e.message}`)));
+    sock.once("close", () => phase !== "ready" && fail(connectError("the database server closed the connection during startup")));
+    sock.once("connect", () => sock.write(startupMessage(startupParams(t))));
     const onData = (chunk: Buffer) => {
       for (const m of framer.push(chunk)) {
-        if (m.type === "E") return fail(new Error(errorText(m.body)));
+        if (m.type === "E") return fail(serverError(m.body));
         if (m.type === "R") {
           const code = m.body.readInt32BE(0);
           if (code === 0) continue; // AuthenticationOk
@@ -123,6 +173,8 @@ export function openProxy(t: ProxyTarget, init: string[], timeoutMs = 10_000): P
             if (!scram.serverSignature || Buffer.from(v, "base64").compare(scram.serverSignature) !== 0)
               return fail(new Error("the database server failed SCRAM verification"));
           } else return fail(new Error(`unsupported authentication request ${code} from the database server`));
+        } else if (m.type === "K") {
+          key = { pid: m.body.readInt32BE(0), secret: m.body.readInt32BE(4) };
         } else if (m.type === "S") {
           const [k, v] = m.body.toString("utf8").split("\0");
           parameters[k!] = v!;
@@ -147,11 +199,14 @@ export function openProxy(t: ProxyTarget, init: string[], timeoutMs = 10_000): P
               },
               onClose: (fn) => sock.once("close", fn),
               end: () => sock.end(),
+              cancel: () => {
+                if (key) sendCancel(t.host, t.port, key.pid, key.secret);
+              },
             });
             return;
           }
         }
-        // BackendKeyData, notices and init's own results are not the client's business.
+        // Notices and init's own results are not the client's business.
       }
     };
     sock.on("data", onData);

@@ -111,6 +111,9 @@ export class PostgresEngine implements DatabaseEngine {
         password: decodeURIComponent(this.url.password),
         database: serverDatabaseName(id),
         applicationName: client.applicationName,
+        // The client's DateStyle, TimeZone, options (-c ...) and the like: the session starts as asked,
+        // and a parameter the server refuses refuses the connection with the server's own error.
+        params: client.params,
       },
       sessionInitSql(mode),
     );
@@ -124,6 +127,7 @@ export class PostgresEngine implements DatabaseEngine {
         conn.write(msg);
       },
       close: async () => conn.end(),
+      cancel: () => conn.cancel(),
     };
   }
 
