@@ -35,9 +35,15 @@ export function queryIdOf(normalized: string): string {
  * times (top queries) and hourly usage (stats). Counted in memory, written to the control store
  * every second; reads flush first.
  */
+/** Statement texts whose normalized form and id are remembered (drivers repeat the same few). */
+const KNOWN_TEXTS = 5000;
+const HOUR_MS = 3_600_000;
+
 export class DatabaseActivity {
   private queries = new Map<string, QueryAgg>();
   private usage = new Map<string, UsageAgg>();
+  private known = new Map<string, { query: string; queryId: string }>();
+  private hour = { number: -1, iso: "" };
   private readonly loop: FlushLoop;
 
   constructor(
@@ -53,9 +59,15 @@ export class DatabaseActivity {
   }
 
   recordQuery(databaseId: string, text: string, role: string, ms: number, rows: number): void {
-    const query = normalizeQuery(text);
+    let known = this.known.get(text);
+    if (!known) {
+      const query = normalizeQuery(text);
+      known = { query, queryId: query ? queryIdOf(query) : "" };
+      if (this.known.size >= KNOWN_TEXTS) this.known.clear();
+      this.known.set(text, known);
+    }
+    const { query, queryId } = known;
     if (!query) return;
-    const queryId = queryIdOf(query);
     const key = `${databaseId}|${queryId}|${role}`;
     const q = this.queries.get(key);
     if (!q) this.queries.set(key, { databaseId, queryId, query, role, calls: 1, totalMs: ms, minMs: ms, maxMs: ms, rows });
@@ -69,9 +81,9 @@ export class DatabaseActivity {
   }
 
   recordUsage(databaseId: string, u: Partial<UsageAgg>): void {
-    const hour = new Date(this.now());
-    hour.setUTCMinutes(0, 0, 0);
-    const key = `${databaseId}|${hour.toISOString()}`;
+    const hour = Math.floor(this.now().getTime() / HOUR_MS);
+    if (hour !== this.hour.number) this.hour = { number: hour, iso: new Date(hour * HOUR_MS).toISOString() };
+    const key = `${databaseId}|${this.hour.iso}`;
     const cur = this.usage.get(key) ?? { written: 0, transfer: 0, computeMs: 0, activeMs: 0 };
     cur.written += u.written ?? 0;
     cur.transfer += u.transfer ?? 0;
