@@ -27,7 +27,7 @@ export class DatabaseWireRouter implements WireRouter {
     const d = await this.databases.byId(target);
     if (!d || d.status !== "active") throw new Error("the database is not available");
     const parsed = parseAccessMode(client.applicationName);
-    if (!parsed) throw new Error(`application_name must be service_full_access or service_user_access:<user id>, got "${client.applicationName}"`);
+    if (!parsed) throw new Error(`application_name service_user_access: must be followed by an end user's id, got "${client.applicationName}"`);
     let mode: AccessMode = { kind: "admin" };
     if (parsed.kind === "user") {
       const [u] = await this.store.query(`select email from auth_users where id = $1 and project_id = $2`, [parsed.userId, d.project_id]);

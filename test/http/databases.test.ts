@@ -259,6 +259,11 @@ describe("the wire endpoint", () => {
     const bad = postgres(withApp(db.connection_string, "service_user_access:not-a-uuid"), { max: 1, onnotice: () => {} });
     clients.push(bad);
     await expect(bad`select 1`).rejects.toThrow(/application_name/);
+    // Tools name themselves (psql, pgAdmin, DBeaver): full access, and the name they chose.
+    for (const name of ["psql", "pgAdmin 4 - DB:app"]) {
+      const tool = connect(withApp(db.connection_string, name));
+      expect(await tool`select count(*)::int as n, current_setting('application_name') as app from notes`).toEqual([{ n: 3, app: name }]);
+    }
   });
 });
 

@@ -88,11 +88,15 @@ export function literal(v: string): string {
 }
 
 /**
- * `application_name` in a connection string selects the access mode:
- * `service_full_access` (default) or `service_user_access:<user uuid>`.
+ * `application_name` selects the access mode: `service_user_access:<user uuid>` runs as that end
+ * user under RLS; any other name (`service_full_access`, the default, and whatever psql, pgAdmin or
+ * DBeaver set for themselves) runs with full access, keeping the name the client chose. Null for a
+ * malformed `service_user_access:` value: a typo there must not quietly become full access.
  */
 export function parseAccessMode(applicationName: string): { kind: "admin" } | { kind: "user"; userId: string } | null {
-  if (!applicationName || applicationName === "service_full_access") return { kind: "admin" };
-  const m = /^service_user_access:([0-9a-fA-F-]{36})$/.exec(applicationName);
+  if (!applicationName.startsWith(USER_ACCESS)) return { kind: "admin" };
+  const m = /^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$/.exec(applicationName.slice(USER_ACCESS.length));
   return m ? { kind: "user", userId: m[1]!.toLowerCase() } : null;
 }
+
+const USER_ACCESS = "service_user_access:";
