@@ -1,14 +1,20 @@
 // Databases benchmark: create-to-active time; query API select-by-primary-key latency and throughput
 // against the same query over the wire endpoint (postgres client) and in-process PGlite; Kiln's RSS
 // with 1, 10 and 50 databases, idle and each touched once.
-// Run: npm run bench:databases
+// pgbench against the embedded wire endpoint and a throwaway PostgreSQL 15 started in the same run
+// (TPC-B and select-only, -c 8 -M prepared), against the same prepared point select in-process on
+// PGlite; and /healthz plus another database's point select while one database runs a 10 s statement.
+// Run: npm run bench:databases   (PGBENCH_SECONDS=5 by default; needs pgbench and PostgreSQL 15's binaries)
 // Targets: create-to-active < 500 ms, query API p50 < 2 ms, query API throughput >= 60% of in-process
-// PGlite, 50 touched databases < 1.5 GB RSS.
+// PGlite, 50 touched databases < 1.5 GB RSS; TPC-B >= 50% of PostgreSQL 15; select-only >= 80% of
+// in-process PGlite; p99 < 10 ms for /healthz and another database during a long statement.
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PGlite } from "@electric-sql/pglite";
 import postgres from "postgres";
+import { startPgServer } from "../test/support/postgres-server";
+import { MessageBuilder, concatBytes } from "../server/backends/databases/wire/protocol";
 import { pct, startKiln, TOKEN, wrkRps } from "./support";
 
 const N = Number(process.env.QUERIES ?? 3000);
@@ -85,6 +91,7 @@ async function main() {
   const viaLocal = await lat((id) => local.query(`select * from t where id = $1`, [id]));
   await local.close();
 
+
   // memory with 1, 10, 50 databases
   const mem: string[] = [];
   const rssOf = async () => {
@@ -111,6 +118,8 @@ async function main() {
     await api("DELETE", `/projects/${p.id}`);
   }
 
+  const bench = await pgbenchSection(url, api, project.id, main.connection_string);
+
   proc.kill("SIGTERM");
   await new Promise((r) => proc.once("exit", r));
   rmSync(dir, { recursive: true, force: true });
@@ -125,6 +134,117 @@ async function main() {
   console.log(`  query API / in-process throughput: sequential ${((viaApi.rps / viaLocal.rps) * 100).toFixed(0)}%, 8 concurrent ${((apiConcurrent / viaLocal.rps) * 100).toFixed(0)}%   (target >= 60%)`);
   console.log(`RSS of the Kiln process (target: 50 touched < 1500 MB):`);
   for (const m of mem) console.log(`  ${m}`);
+  for (const line of bench) console.log(line);
+}
+
+const PGBENCH_SECONDS = Number(process.env.PGBENCH_SECONDS ?? 5);
+
+/** tps of one pgbench run (with its failures), or null when pgbench could not run. */
+function pgbench(cs: string, args: string[]): { tps: number; failed: number } | null {
+  const r = Bun.spawnSync(["pgbench", ...args, cs], { stderr: "pipe", stdout: "pipe" });
+  const out = r.stdout.toString() + r.stderr.toString();
+  const tps = /tps = ([\d.]+) \(without initial connection time\)/.exec(out);
+  if (r.exitCode !== 0 || !tps) {
+    console.error(`pgbench ${args.join(" ")} failed:\n${out}`);
+    return null;
+  }
+  return { tps: Number(tps[1]), failed: Number(/number of failed transactions: (\d+)/.exec(out)?.[1] ?? 0) };
+}
+
+/**
+ * The prepared point select of pgbench -S in-process on PGlite, the engine's own limit (one
+ * WebAssembly session): through PGlite's query API, and as raw protocol (Bind/Execute/Sync of a
+ * named statement, what a prepared-mode client sends), on pgbench's table at scale 1.
+ */
+async function inProcessPointSelect(): Promise<{ api: number; raw: number }> {
+  const db = await PGlite.create();
+  await db.exec(`create table pgbench_accounts (aid int primary key, bid int, abalance int, filler char(84));
+    insert into pgbench_accounts select g, 1, 0, '' from generate_series(1, 100000) g;`);
+  const aid = () => 1 + Math.floor(Math.random() * 100000);
+  const rate = async (fn: () => Promise<unknown>) => {
+    for (let i = 0; i < 500; i++) await fn();
+    let n = 0;
+    const t0 = performance.now();
+    while (performance.now() - t0 < PGBENCH_SECONDS * 1000) {
+      await fn();
+      n++;
+    }
+    return n / ((performance.now() - t0) / 1000);
+  };
+  const sql = "SELECT abalance FROM pgbench_accounts WHERE aid = $1";
+  const api = await rate(() => db.query(sql, [aid()]));
+  const m = () => new MessageBuilder();
+  await db.execProtocolRaw(concatBytes([m().cstring("s").cstring(sql).int16(0).build(0x50), m().build(0x53)]));
+  const tail = concatBytes([m().cstring("").int32(0).build(0x45), m().build(0x53)]);
+  const raw = await rate(() => {
+    const v = Buffer.from(String(aid()));
+    const bind = m().cstring("").cstring("s").int16(0).int16(1).int32(v.length).bytes(v).int16(0).build(0x42);
+    return db.execProtocolRaw(concatBytes([bind, tail]), { syncToFs: false });
+  });
+  await db.close();
+  return { api, raw };
+}
+
+async function pgbenchSection(url: string, api: (m: string, p: string, b?: unknown, t?: string) => Promise<any>, projectId: string, cs: string): Promise<string[]> {
+  if (!Bun.which("pgbench")) return ["pgbench: not installed (apt-get install postgresql-client-15), section skipped"];
+  const out: string[] = [`pgbench, ${PGBENCH_SECONDS} s runs, scale 1 (${Bun.which("pgbench")}):`];
+  const T = String(PGBENCH_SECONDS);
+  const run = (target: string) => {
+    if (Bun.spawnSync(["pgbench", "-i", "-s", "1", "-q", target], { stderr: "pipe" }).exitCode !== 0) return null;
+    return {
+      tpcb: pgbench(target, ["-c", "8", "-j", "2", "-M", "prepared", "-T", T]),
+      select: pgbench(target, ["-c", "8", "-j", "2", "-S", "-M", "prepared", "-T", T]),
+    };
+  };
+  const kiln = run(cs);
+  const pg = await startPgServer().catch((e) => (console.error(`PostgreSQL 15 could not start: ${e}`), null));
+  const real = pg ? run(pg.url) : null;
+  await pg?.stop();
+  const local = await inProcessPointSelect();
+  const r = (x: { tps: number; failed: number } | null | undefined) => (x ? `${x.tps.toFixed(0)} tps${x.failed ? ` (${x.failed} failed)` : ""}` : "failed");
+  const ratio = (a?: { tps: number } | null, b?: number) => (a && b ? `${((a.tps / b) * 100).toFixed(0)}%` : "n/a");
+  out.push(`  TPC-B -c 8 -M prepared:      Kiln ${r(kiln?.tpcb)}, PostgreSQL 15 ${r(real?.tpcb)}: ${ratio(kiln?.tpcb, real?.tpcb?.tps)}   (target >= 50%)`);
+  out.push(`  select-only -c 8 -M prepared: Kiln ${r(kiln?.select)}, PostgreSQL 15 ${r(real?.select)}`);
+  out.push(`  in-process PGlite point select: query API ${local.api.toFixed(0)}/s, raw prepared protocol ${local.raw.toFixed(0)}/s`);
+  out.push(`  select-only / in-process: ${ratio(kiln?.select, local.api)} of the query API, ${ratio(kiln?.select, local.raw)} of raw prepared protocol   (target >= 80%)`);
+  out.push(...(await longStatementSection(url, api, projectId, cs)));
+  return out;
+}
+
+/** While one database runs a 10 s statement: /healthz and another database's query-API point select. */
+async function longStatementSection(url: string, api: (m: string, p: string, b?: unknown, t?: string) => Promise<any>, projectId: string, cs: string): Promise<string[]> {
+  const sk = (await api("POST", `/projects/${projectId}/service-keys`, { name: "long" })).key;
+  const other = await api("POST", `/projects/${projectId}/databases`, { name: "other" });
+  for (let g = other; g.status !== "active"; g = await api("GET", `/projects/${projectId}/databases/other`)) await new Promise((r) => setTimeout(r, 10));
+  const wire = postgres(cs, { max: 1, onnotice: () => {} });
+  const statement = wire`select count(*) from generate_series(1, 1000000000)`;
+  const long = statement.catch(() => null);
+  const started = performance.now();
+  await new Promise((r) => setTimeout(r, 200));
+  const health: number[] = [];
+  const select: number[] = [];
+  const deadline = started + 10_000;
+  while (performance.now() < deadline) {
+    let t = performance.now();
+    await fetch(`${url}/healthz`);
+    health.push(performance.now() - t);
+    t = performance.now();
+    await fetch(`${url}/databases/other/query/select`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${sk}`, "content-type": "application/json" },
+      body: JSON.stringify({ table: "pg_class", select: ["relname"], limit: 1 }),
+    });
+    select.push(performance.now() - t);
+  }
+  const stillRunning = (await Promise.race([long.then(() => false), Promise.resolve(true)])) as boolean;
+  statement.cancel(); // a CancelRequest: the database thread restarts, as a cancelled backend would
+  await long;
+  await wire.end({ timeout: 1 }).catch(() => {});
+  return [
+    `while one database runs a statement for ${stillRunning ? "over 10 s" : "less than the window (make it longer)"}:`,
+    `  /healthz:                         p50 ${pct(health, 50).toFixed(2)} ms  p99 ${pct(health, 99).toFixed(2)} ms  (${health.length} requests; target p99 < 10 ms)`,
+    `  another database's point select:  p50 ${pct(select, 50).toFixed(2)} ms  p99 ${pct(select, 99).toFixed(2)} ms  (${select.length} requests; target p99 < 10 ms)`,
+  ];
 }
 
 await main();

@@ -1,4 +1,5 @@
 import { PGlite } from "@electric-sql/pglite";
+import { deserialize, serialize } from "bun:jsc";
 import { compiledPglite } from "../../store/pglite-wasm";
 import { DatabaseQueryError, type QueryResult } from "./engine";
 import { execRaw, runQuery, sqlState } from "./pglite-calls";
@@ -9,6 +10,8 @@ import { execRaw, runQuery, sqlState } from "./pglite-calls";
  * (`InProcessSession`, for tests and the benchmark's baseline).
  */
 export interface PgliteSession {
+  /** Resolves when the session can run statements (after an open or a restart). */
+  ready(): Promise<void>;
   /** Raw frontend messages in; everything PGlite answered, in one buffer. */
   exec(bytes: Uint8Array): Promise<Uint8Array>;
   /** One statement for the query API, in a transaction after `init` when `init` is not empty. */
@@ -55,7 +58,11 @@ const WORKER_URL = new URL("./pglite-thread-worker.ts", import.meta.url).href;
 export const CHANNEL_CAPACITY = 256 * 1024;
 export const CHANNEL_HEADER = 32;
 /** Int32 slots of the channel header. */
-export const SLOT = { request: 0, requestLength: 1, answerLength: 2, answered: 3, callId: 4 } as const;
+export const SLOT = { request: 0, requestLength: 1, answerLength: 2, answered: 3, callId: 4, op: 5 } as const;
+/** What a channel request is: raw protocol bytes, or a query-API call in structured-clone form (`bun:jsc` serialize). */
+export const CHANNEL_OP = { exec: 0, query: 1 } as const;
+/** A query-API call's answer in the channel (structured clone). */
+export type QueryAnswer = { ok: true; result: QueryResult } | { ok: false; message: string; code?: string };
 
 /**
  * A PGlite instance on its own thread. Statements run there, so a long one holds up only this
@@ -86,6 +93,10 @@ export class PgliteThread implements PgliteSession {
 
   get closed(): boolean {
     return this.isClosed;
+  }
+
+  async ready(): Promise<void> {
+    await this.opening;
   }
 
   private start(): Promise<void> {
@@ -134,7 +145,8 @@ export class PgliteThread implements PgliteSession {
   async exec(bytes: Uint8Array): Promise<Uint8Array> {
     await this.opening;
     try {
-      return bytes.length <= CHANNEL_CAPACITY ? await this.execShared(bytes) : (await this.call(this.worker, { op: "exec", bytes })).bytes!;
+      const r = bytes.length <= CHANNEL_CAPACITY ? await this.execShared(bytes, CHANNEL_OP.exec) : await this.call(this.worker, { op: "exec", bytes });
+      return r.bytes!;
     } catch (err) {
       if (err instanceof SessionKilled) throw err;
       // PostgreSQL answers protocol errors in the protocol: a thrown one means PGlite itself failed
@@ -144,8 +156,8 @@ export class PgliteThread implements PgliteSession {
     }
   }
 
-  /** One exec through the channel; the caller (the session mux) never overlaps two. */
-  private execShared(bytes: Uint8Array): Promise<Uint8Array> {
+  /** One call through the channel; the caller (the session mux) never overlaps two. */
+  private execShared(bytes: Uint8Array, op: number): Promise<ThreadReply & { ok: true }> {
     const w = this.worker;
     if (!w || this.isClosed) return Promise.reject(new SessionKilled("the database session is closed"));
     const id = this.nextId++;
@@ -155,6 +167,7 @@ export class PgliteThread implements PgliteSession {
     area.set(bytes);
     slots[SLOT.requestLength] = bytes.length;
     slots[SLOT.callId] = id;
+    slots[SLOT.op] = op;
     Atomics.store(slots, SLOT.request, seq);
     Atomics.notify(slots, SLOT.request);
     // Bun's waitAsync can wake without the matching notify: trust only the counter.
@@ -172,12 +185,19 @@ export class PgliteThread implements PgliteSession {
       p.resolve({ id, ok: true, bytes: area.slice(0, slots[SLOT.answerLength]) });
     };
     answered();
-    return answer.then((r) => r.bytes!);
+    return answer;
   }
 
   async query(init: string[], text: string, params: unknown[]): Promise<QueryResult> {
     await this.opening;
-    return (await this.call(this.worker, { op: "query", init, text, params })).result!;
+    const request = new Uint8Array(serialize({ init, text, params }));
+    if (request.length > CHANNEL_CAPACITY) return (await this.call(this.worker, { op: "query", init, text, params })).result!;
+    const r = await this.execShared(request, CHANNEL_OP.query);
+    // A large answer comes as an ordinary message, already a result.
+    if (r.result) return r.result;
+    const a = deserialize(r.bytes!) as QueryAnswer;
+    if (a.ok) return a.result;
+    throw a.code ? new DatabaseQueryError(a.message, a.code) : new Error(a.message);
   }
 
   async restart(): Promise<boolean> {
@@ -213,6 +233,8 @@ export class InProcessSession implements PgliteSession {
   get closed(): boolean {
     return this.db.closed;
   }
+
+  async ready(): Promise<void> {}
 
   exec(bytes: Uint8Array): Promise<Uint8Array> {
     return execRaw(this.db, bytes);

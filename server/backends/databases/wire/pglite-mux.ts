@@ -278,8 +278,11 @@ export class PgliteSessionMux {
     const statusBefore = s.status;
     s.cancelReason = null;
     this.runningFor = s;
-    const timer = s.statementTimeoutMs > 0 && !batch.copy ? setTimeout(() => this.cancel(s, STATEMENT_TIMEOUT), s.statementTimeoutMs) : null;
+    let timer: ReturnType<typeof setTimeout> | null = null;
     try {
+      // The statement's time starts once the session can run it (not while a restarted thread reopens).
+      await this.db.ready();
+      if (s.statementTimeoutMs > 0 && !batch.copy) timer = setTimeout(() => this.cancel(s, STATEMENT_TIMEOUT), s.statementTimeoutMs);
       if (this.current !== s && !(await this.switchTo(s))) return this.release();
       if (s.generation !== this.generation) await this.remakeStatements(s, batch);
       await this.runBatch(s, batch, send, statusBefore);
