@@ -60,7 +60,7 @@ class Client {
     this.backend = mux.open([], { user: name, database: "db", applicationName: name, params, remoteAddress: "" }, {
       // As the wire listener: a FATAL closes the connection, and closing rolls back and releases.
       terminate: (message, code) => {
-        this.terminated = { message, code };
+        this.terminated ??= { message, code }; // the first FATAL is the one a client sees
         void this.backend.close();
       },
     }) as WireBackend & { cancel(): void };
@@ -237,6 +237,16 @@ describe("COPY", () => {
 });
 
 describe("database threads", () => {
+  test("closing a database does not wait for a statement that is still running", async () => {
+    const db = await database();
+    const busy = new Client(db, "busy");
+    const long = watch(busy.run(LONG));
+    await sleep(200);
+    await db.closeAll("the database was deleted");
+    await long.promise;
+    expect(busy.terminated).toMatchObject({ message: "the database was deleted" });
+  }, 30_000);
+
   test("a long statement in one database does not hold up another", async () => {
     const other = await database();
     const busy = new Client(mux, "busy");

@@ -100,7 +100,7 @@ export class PgliteThread implements PgliteSession {
   }
 
   private start(): Promise<void> {
-    this.opening = (async () => {
+    const opening = (async () => {
       const module = await compiledPglite();
       const channel = new SharedArrayBuffer(CHANNEL_HEADER + CHANNEL_CAPACITY);
       this.slots = new Int32Array(channel, 0, CHANNEL_HEADER / 4);
@@ -124,7 +124,10 @@ export class PgliteThread implements PgliteSession {
         throw e;
       }
     })();
-    return this.opening;
+    // Awaited by whoever calls next; a start overtaken by another restart must not go unhandled.
+    opening.catch(() => {});
+    this.opening = opening;
+    return opening;
   }
 
   private call(w: Worker | null, req: DistributiveOmit<ThreadRequest, "id">, transfer: Transferable[] = []): Promise<ThreadReply & { ok: true }> {

@@ -172,6 +172,8 @@ export class PgliteSessionMux {
     this.closed = true;
     const all = [...this.sessions];
     for (const s of all) s.control.terminate(reason);
+    // A statement still running would hold this up for as long as it runs: end it, as a shutdown does.
+    if (this.runningFor) void this.db.restart().catch(() => {});
     await Promise.all(all.map((s) => s.close()));
     await this.withSession(KILN, async () => {});
   }
