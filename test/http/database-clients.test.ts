@@ -223,8 +223,10 @@ describe("drivers", () => {
         const c = await pool.connect();
         try {
           await c.query("begin");
-          await c.query({ name: "debit", text: "update accounts set balance = balance - $1 where id = $2", values: [amount, from] });
-          await c.query({ name: "credit", text: "update accounts set balance = balance + $1 where id = $2", values: [amount, to] });
+          // Rows locked in id order, as an application does to avoid deadlocks on PostgreSQL (40P01).
+          const debit = { name: "debit", text: "update accounts set balance = balance - $1 where id = $2", values: [amount, from] };
+          const credit = { name: "credit", text: "update accounts set balance = balance + $1 where id = $2", values: [amount, to] };
+          for (const q of from <= to ? [debit, credit] : [credit, debit]) await c.query(q);
           const { rows } = await c.query({ name: "read", text: "select balance from accounts where id = $1", values: [from] });
           expect(typeof rows[0].balance).toBe("number");
           if (i % 10 === 0) {
