@@ -196,6 +196,17 @@ describe("cancel and statement_timeout", () => {
     await b.backend.close();
   });
 
+  test("a cancelled client keeps the settings it had set, with nobody else running in between", async () => {
+    const a = new Client(mux, "a");
+    await a.run("set search_path = pg_catalog, public; set my.flavour = 'lemon'");
+    const running = a.run(LONG);
+    await sleep(300);
+    a.backend.cancel();
+    expect((await running).code).toBe("57014");
+    expect((await a.run("select current_setting('search_path'), current_setting('my.flavour', true)")).rows).toEqual([["pg_catalog, public", "lemon"]]);
+    await a.backend.close();
+  });
+
   test("statement_timeout set by the client cancels a long statement", async () => {
     const a = new Client(mux, "a");
     await a.run("set statement_timeout = '300ms'");
@@ -220,6 +231,21 @@ describe("idle in transaction", () => {
     await b.backend.close();
     await setup.backend.close();
   }, 30_000);
+});
+
+describe("client encoding", () => {
+  test("UTF8 only: another encoding is refused at connect (22023), and a client that switches is ended before PGlite cuts an answer short", async () => {
+    const params = { user: "l", database: "db", client_encoding: "LATIN1" };
+    expect(() => mux.open([], { user: "l", database: "db", applicationName: "", params, remoteAddress: "" }, { terminate: () => {} })).toThrow(
+      expect.objectContaining({ code: "22023", message: expect.stringContaining("only UTF8") }),
+    );
+    const a = new Client(mux, "a");
+    await a.run("set client_encoding = 'LATIN1'");
+    expect(a.terminated).toMatchObject({ code: "22023" });
+    const b = new Client(mux, "b");
+    expect((await b.run("select 'é' as e, current_setting('client_encoding')")).rows).toEqual([["é", "UTF8"]]);
+    await b.backend.close();
+  });
 });
 
 describe("COPY", () => {

@@ -98,6 +98,19 @@ const REPORTED = [
 ];
 /** Timeouts PGlite accepts but cannot enforce (it has no signals): the mux enforces them. */
 const TIMEOUTS = ["statement_timeout", "idle_in_transaction_session_timeout"];
+/** Read back after a client changes settings: the timeouts, and the encoding PGlite can only speak in UTF8. */
+const WATCHED = [...TIMEOUTS, "client_encoding"];
+
+/**
+ * PGlite has no encoding conversions: in any other client encoding it cuts its answer short at the
+ * first character it would convert. So the embedded engine speaks UTF8 only, and says so.
+ */
+function notUtf8(encoding: string): Error & { code: string } {
+  return Object.assign(
+    new Error(`invalid value for parameter "client_encoding": "${encoding}": Kiln's embedded databases support only UTF8 client encoding`),
+    { code: "22023" },
+  );
+}
 
 export class PgliteSessionMux {
   private holder: Holder | null = null;
@@ -138,6 +151,8 @@ export class PgliteSessionMux {
    */
   open(init: string[], client: WireClient, control: WireControl): WireBackend {
     if (this.closed) throw new Error("the database is shutting down");
+    const encoding = startupSettings(client.params).get("client_encoding");
+    if (encoding !== undefined) throw notUtf8(encoding);
     const s = new MuxSession(this, this.nextId++, init, client, control);
     this.sessions.add(s);
     return s;
@@ -334,17 +349,37 @@ export class PgliteSessionMux {
     s.copy = null;
     if (savepoint) await this.exec(simpleQuery("RELEASE SAVEPOINT kiln_copy"));
 
-    const { status, changesSettings } = scanOutput(out);
+    const { status, changesSettings, copyIn: enteredCopy } = scanOutput(out);
+    // (A COPY FROM STDIN swallows the batch's Sync: no ReadyForQuery is owed then.)
+    if (!status && batch.endsWithSync && !enteredCopy) {
+      // PGlite stopped in the middle of its answer: the session's state is unknown. Start it afresh
+      // and end this client, rather than wait for a ReadyForQuery that never comes.
+      await this.db.restart();
+      throw new SessionKilled("the database session stopped in the middle of an answer");
+    }
     if (changesSettings || batch.setsConfig) {
       s.dirty = true;
       s.readTimeouts = true;
       this.applied = null;
     }
-    if (out.length > from) send(from ? out.subarray(from) : out);
     if (status) {
       s.status = status;
-      if (status === I) this.release();
+      // Settings it changed live only in this session until captured; capture them now (outside a
+      // transaction, where they are final), so a restart of the session does not lose them.
+      if (status === I && s.dirty) await this.capture(s);
     }
+    if (out.length > from) send(from ? out.subarray(from) : out);
+    if (status === I) this.release();
+  }
+
+  /** Saves the settings `s`, the current client, has now. */
+  private async capture(s: MuxSession): Promise<void> {
+    const { rows, error, firstComplete } = firstResult(await this.exec(simpleQuery(captureSql(s.customNames))));
+    this.unnamedOwner = null;
+    if (error || !firstComplete) return;
+    s.setSaved(rows, this.sessionUser);
+    s.dirty = false;
+    this.applied = s.key;
   }
 
   /**
@@ -408,11 +443,15 @@ export class PgliteSessionMux {
     return error || rows.length === 0 ? null : Number(rows[0]![0]);
   }
 
-  /** The timeouts `s` has set for itself (after it ran SET or set_config, or asked for them at startup). */
+  /**
+   * The timeouts `s` has set for itself (after it ran SET or set_config, or asked for them at
+   * startup), and its encoding: a client that switched away from UTF8 is ended before PGlite cuts an
+   * answer short.
+   */
   private async readTimeouts(s: MuxSession): Promise<void> {
     if (s.status === E) return; // nothing runs in an aborted transaction; read them after it ends
     const { rows, error } = firstResult(
-      await this.exec(simpleQuery(`SELECT name, setting FROM pg_catalog.pg_settings WHERE name IN (${TIMEOUTS.map(sqlLiteral).join(", ")})`)),
+      await this.exec(simpleQuery(`SELECT name, setting FROM pg_catalog.pg_settings WHERE name IN (${WATCHED.map(sqlLiteral).join(", ")})`)),
     );
     this.unnamedOwner = null;
     if (error) return;
@@ -420,6 +459,10 @@ export class PgliteSessionMux {
     for (const [name, value] of rows) {
       if (name === "statement_timeout") s.statementTimeoutMs = Number(value) || 0;
       else if (name === "idle_in_transaction_session_timeout") s.idleTimeoutMs = Number(value) || 0;
+      else if (name === "client_encoding" && value !== "UTF8") {
+        await this.exec(simpleQuery("SET client_encoding TO 'UTF8'"));
+        s.control.terminate(notUtf8(value ?? "").message, "22023");
+      }
     }
   }
 
@@ -737,7 +780,8 @@ class MuxSession implements WireBackend {
       // PostgreSQL ignores Flush and Sync during COPY FROM STDIN; anything but data ends it.
       this.copy.data.push(message);
       if (type === COPY_DATA || type === F.flush || type === F.sync) return this.idle(true);
-      batch = { ...newBatch(), side: false, endsWithSync: true, copy: this.copy };
+      // No ReadyForQuery is owed here for a COPY begun in the extended protocol (that waits for a Sync).
+      batch = { ...newBatch(), side: false, endsWithSync: false, copy: this.copy };
     } else {
       this.add(message);
       const buffered = type === F.parse || type === F.bind || type === F.describe || type === F.execute || type === F.close;
@@ -993,16 +1037,19 @@ function startsWith(b: Uint8Array, at: number, prefix: Uint8Array): boolean {
 }
 
 /**
- * The last ReadyForQuery status in PGlite's answer (0 if none), and whether a command that can change
- * session settings completed: SET, RESET, DISCARD, and DO / CALL (their bodies may SET).
+ * The last ReadyForQuery status in PGlite's answer (0 if none), whether a command that can change
+ * session settings completed (SET, RESET, DISCARD, and DO / CALL, whose bodies may SET), and whether
+ * a COPY FROM STDIN began.
  */
-function scanOutput(out: Uint8Array): { status: number; changesSettings: boolean } {
+function scanOutput(out: Uint8Array): { status: number; changesSettings: boolean; copyIn: boolean } {
   let status = 0;
   let changesSettings = false;
+  let copyIn = false;
   let at = 0;
   while (at + 5 <= out.length) {
     const type = out[at]!;
     if (type === B.readyForQuery) status = out[at + 5]!;
+    else if (type === COPY_IN_RESPONSE) copyIn = true;
     else if (type === B.commandComplete && !changesSettings) {
       const t = at + 5;
       changesSettings =
@@ -1010,7 +1057,7 @@ function scanOutput(out: Uint8Array): { status: number; changesSettings: boolean
     }
     at += 1 + readInt32(out, at + 1);
   }
-  return { status, changesSettings };
+  return { status, changesSettings, copyIn };
 }
 
 /** Session-level settings (`source = 'session'`), role, session authorization and the custom ones named. */
@@ -1046,7 +1093,7 @@ export function startupSettings(params: Record<string, string>): Map<string, str
     if (setting && eq > 0) out.set(setting.slice(0, eq).replace(/-/g, "_"), setting.slice(eq + 1));
   }
   // UTF8 is what the session speaks anyway; restoring it on every switch would be wasted work.
-  if (/^utf-?8$/i.test(out.get("client_encoding") ?? "")) out.delete("client_encoding");
+  if (/^(utf-?8|unicode)$/i.test(out.get("client_encoding") ?? "")) out.delete("client_encoding");
   if (out.get("application_name") === "") out.delete("application_name");
   return out;
 }
