@@ -37,7 +37,7 @@ async function database(kiln: TestKiln, name: string): Promise<string> {
 }
 
 // The databases of this file, created once for all its tests.
-const cs = { bench: "", copies: "", cancels: "", pool: "", pipeline: "", orm: "", idle: "" };
+const cs = { bench: "", copies: "", cancels: "", pool: "", pipeline: "", orm: "", idle: "", startup: "" };
 beforeAll(async () => {
   for (const name of Object.keys(cs) as (keyof typeof cs)[]) cs[name] = await database(k, name);
 }, 120_000);
@@ -83,11 +83,11 @@ interface Ran {
 }
 
 /** Runs a client program; a hang fails the test (SIGKILL after `timeoutMs`) instead of stalling the suite. */
-function run(cmd: string, args: string[], o: { timeoutMs?: number; input?: string | Buffer } = {}): Promise<Ran> {
+function run(cmd: string, args: string[], o: { timeoutMs?: number; input?: string | Buffer; env?: Record<string, string> } = {}): Promise<Ran> {
   const timeoutMs = o.timeoutMs ?? 60_000;
   const started = Date.now();
   return new Promise((resolve) => {
-    const p = spawn(cmd, args, { stdio: [o.input === undefined ? "ignore" : "pipe", "pipe", "pipe"] });
+    const p = spawn(cmd, args, { stdio: [o.input === undefined ? "ignore" : "pipe", "pipe", "pipe"], env: { ...process.env, ...o.env } });
     let out = "";
     let err = "";
     p.stdout!.on("data", (d) => (out += d));
@@ -104,7 +104,7 @@ function run(cmd: string, args: string[], o: { timeoutMs?: number; input?: strin
   });
 }
 
-const psql = (url: string, args: string[], o: { timeoutMs?: number; input?: string | Buffer } = {}) =>
+const psql = (url: string, args: string[], o: { timeoutMs?: number; input?: string | Buffer; env?: Record<string, string> } = {}) =>
   run("psql", [url, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-A", "-t", ...args], { timeoutMs: 30_000, ...o });
 
 // ---------------------------------------------------------------------------------------------------
@@ -408,6 +408,41 @@ describe("cancel and statement_timeout", () => {
 });
 
 // ---------------------------------------------------------------------------------------------------
+describe("startup parameters", () => {
+  test("options (-c search_path, statement_timeout), DateStyle, TimeZone and application_name from the startup packet hold on both engines", async () => {
+    const admin = sqlClient(cs.startup);
+    await admin`create schema s1`;
+    await admin`create table s1.only_here (v text)`;
+    await admin`insert into s1.only_here values ('found through search_path')`;
+    // libpq sends these as startup parameters (PGOPTIONS as "options").
+    const env = { PGOPTIONS: "-c search_path=s1,public -c statement_timeout=1234", PGTZ: "Asia/Tokyo", PGDATESTYLE: "SQL, DMY" };
+    const r = await psql(
+      cs.startup,
+      ["-c", "select v, current_setting('statement_timeout'), current_setting('TimeZone'), current_setting('DateStyle'), current_setting('application_name'), '2024-03-05'::date::text from only_here"],
+      { env },
+    );
+    expect(r.code, r.err).toBe(0);
+    expect(r.out.trim()).toBe("found through search_path|1234ms|Asia/Tokyo|SQL, DMY|service_full_access|05/03/2024");
+    // The same settings reported to the client as ParameterStatus.
+    const named = new URL(cs.startup);
+    named.searchParams.set("application_name", "reported");
+    const js = sqlClient(named.toString(), { connection: { TimeZone: "Asia/Tokyo" } });
+    await js`select 1`;
+    expect(js.parameters).toMatchObject({ TimeZone: "Asia/Tokyo", application_name: "reported" });
+  });
+
+  test("client_encoding: the embedded engine speaks UTF8 only and refuses another at connect (22023); the production engine converts", async () => {
+    const r = await psql(cs.startup, ["-c", "select 'é'"], { env: { PGCLIENTENCODING: "LATIN1" } });
+    if (STORE === "postgres") {
+      expect(r.code, r.err).toBe(0);
+      expect(Buffer.from(r.out.trim(), "latin1")).toEqual(Buffer.from([0xe9]));
+    } else {
+      expect(r.code).not.toBe(0);
+      expect(r.err).toContain("support only UTF8 client encoding");
+    }
+  });
+});
+
 describe("drivers", () => {
   test("pg.Pool of 10: 200 concurrent transactions of named prepared statements, 20 rolled back; money is conserved", async () => {
     const pool = new pg.Pool({ connectionString: cs.pool, max: 10, connectionTimeoutMillis: 20_000 });
