@@ -6,8 +6,9 @@ import { DATABASE_TEMPLATE } from "../../server/backends/databases/embedded";
 import { PgliteThread } from "../../server/backends/databases/pglite-thread";
 import type { WireBackend } from "../../server/backends/databases/wire/listener";
 import { PgliteSessionMux } from "../../server/backends/databases/wire/pglite-mux";
-import { eachMessage, errorFields, fromUtf8, MessageBuilder, readInt16, readInt32 } from "../../server/backends/databases/wire/protocol";
+import { eachMessage, errorFields, MessageBuilder } from "../../server/backends/databases/wire/protocol";
 import { createFromTemplate } from "../../server/store/template";
+import { dataRowValues } from "../support/wire";
 
 // The session mux on real database threads, spoken to in raw protocol messages as drivers do:
 // statement-only batches beside a holder's transaction, cancel and statement_timeout (which restart
@@ -82,16 +83,8 @@ class Client {
     const out: Summary = { rows: [], status: "", types: "" };
     for (const r of this.replies) {
       out.types += r.type;
-      if (r.type === "D") {
-        const row: string[] = [];
-        let at = 2;
-        for (let i = readInt16(r.payload, 0); i > 0; i--) {
-          const len = readInt32(r.payload, at);
-          row.push(len < 0 ? "NULL" : fromUtf8(r.payload.subarray(at + 4, at + 4 + len)));
-          at += 4 + Math.max(len, 0);
-        }
-        out.rows.push(row);
-      } else if (r.type === "E" && !out.code) {
+      if (r.type === "D") out.rows.push(dataRowValues(r.payload));
+      else if (r.type === "E" && !out.code) {
         const f = errorFields(r.payload);
         out.code = f.C;
         out.message = f.M;

@@ -2,8 +2,9 @@ import { PGlite } from "@electric-sql/pglite";
 import { afterAll, beforeAll, describe, expect, test, vi } from "vitest";
 import type { WireBackend } from "../../server/backends/databases/wire/listener";
 import { callsSessionSetConfig, PgliteSessionMux, startupSettings } from "../../server/backends/databases/wire/pglite-mux";
-import { eachMessage, errorFields, fromUtf8, MessageBuilder, readInt16, readInt32 } from "../../server/backends/databases/wire/protocol";
+import { eachMessage, errorFields, MessageBuilder } from "../../server/backends/databases/wire/protocol";
 import { compiledPglite } from "../../server/store/pglite-wasm";
+import { dataRowValues } from "../support/wire";
 import { InProcessSession } from "../../server/backends/databases/pglite-thread";
 
 // The session mux spoken to in raw protocol messages, the way a driver would, without a socket.
@@ -68,16 +69,7 @@ function summarize(replies: Reply[]): { rows: string[][]; error?: string; code?:
   let error: Record<string, string> | undefined;
   let status = "";
   for (const r of replies) {
-    if (r.type === "D") {
-      const row: string[] = [];
-      let at = 2;
-      for (let i = readInt16(r.payload, 0); i > 0; i--) {
-        const len = readInt32(r.payload, at);
-        row.push(len < 0 ? "NULL" : fromUtf8(r.payload.subarray(at + 4, at + 4 + len)));
-        at += 4 + Math.max(len, 0);
-      }
-      rows.push(row);
-    }
+    if (r.type === "D") rows.push(dataRowValues(r.payload));
     if (r.type === "E") error ??= errorFields(r.payload);
     if (r.type === "Z") status = String.fromCharCode(r.payload[0]!);
   }
