@@ -8,6 +8,7 @@ import { PgliteSessionMux } from "../../server/backends/databases/wire/pglite-mu
 import { MessageBuilder, readInt32 } from "../../server/backends/databases/wire/protocol";
 import { compiledPglite } from "../../server/store/pglite-wasm";
 import { InProcessSession } from "../../server/backends/databases/pglite-thread";
+import { runOverProtocol } from "../../server/backends/databases/protocol-query";
 
 // A real PGlite behind a real listener, spoken to by the `postgres` client and by psql.
 
@@ -333,7 +334,8 @@ describe("transactions", () => {
     await inTx;
     const ex = watch(
       mux.exclusive(async (pg) => {
-        const r = await pg.query(
+        const r = await runOverProtocol(
+          pg,
           [],
           "select current_user as u, current_setting('search_path') as sp, nullif(current_setting('request.jwt.claim.sub', true), '') as sub, nullif(current_setting('app.flag', true), '') as flag",
           [],
@@ -398,7 +400,7 @@ describe("session isolation", () => {
   });
 
   test("a client's named prepared statements are its own and are deallocated when it leaves", async () => {
-    const names = () => mux.exclusive(async (pg) => (await pg.query([], "select name from pg_prepared_statements", [])).rows.map((r) => r.name as string));
+    const names = () => mux.exclusive(async (pg) => (await runOverProtocol(pg, [], "select name from pg_prepared_statements", [])).rows.map((r) => r.name as string));
     const others = new Set(await names());
     const a = client();
     const b = client();

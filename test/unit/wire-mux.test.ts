@@ -6,6 +6,7 @@ import { eachMessage, errorFields, MessageBuilder } from "../../server/backends/
 import { compiledPglite } from "../../server/store/pglite-wasm";
 import { dataRowValues } from "../support/wire";
 import { InProcessSession } from "../../server/backends/databases/pglite-thread";
+import { runOverProtocol } from "../../server/backends/databases/protocol-query";
 
 // The session mux spoken to in raw protocol messages, the way a driver would, without a socket.
 
@@ -83,7 +84,7 @@ function watch<T>(p: Promise<T>): { promise: Promise<T>; settled: () => boolean 
 }
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const preparedNames = () =>
-  mux.exclusive(async (pg) => (await pg.query([], "select name from pg_prepared_statements order by name", [])).rows.map((r) => r.name as string));
+  mux.exclusive(async (pg) => (await runOverProtocol(pg, [], "select name from pg_prepared_statements order by name", [])).rows.map((r) => r.name as string));
 
 beforeAll(async () => {
   db = await PGlite.create({ pgliteWasmModule: await compiledPglite() });

@@ -11,6 +11,7 @@ import {
 } from "./engine";
 import type { WireBackend, WireClient, WireControl } from "./wire/listener";
 import { PgliteThread } from "./pglite-thread";
+import { runOverProtocol } from "./protocol-query";
 import { PgliteSessionMux } from "./wire/pglite-mux";
 
 /** Every user database starts as a copy of this: roles, grants and auth.* helpers already in place. */
@@ -142,7 +143,7 @@ export class EmbeddedEngine implements DatabaseEngine {
   async run(id: string, mode: AccessMode, text: string, params: unknown[]): Promise<QueryResult> {
     const inst = await this.instance(id);
     try {
-      return await inst.mux.exclusive((db) => db.query(transactionInitSql(mode), text, params));
+      return await inst.mux.exclusive((db) => runOverProtocol(db, transactionInitSql(mode), text, params));
     } finally {
       inst.lastUsed = Date.now();
     }

@@ -1,5 +1,4 @@
 import type { PGlite } from "@electric-sql/pglite";
-import type { QueryResult } from "./engine";
 import { concatBytes } from "./wire/protocol";
 
 // What a PGlite session is asked to do, written once for both places it runs (a database thread and
@@ -18,20 +17,6 @@ export async function execRaw(db: PGlite, bytes: Uint8Array): Promise<Uint8Array
     },
   });
   return chunks.length === 0 ? new Uint8Array(0) : concatBytes(chunks, total);
-}
-
-/** One query-API statement: alone (it commits on its own) or in a transaction after `init` (role and claims). */
-export async function runQuery(db: PGlite, init: string[], text: string, params: unknown[]): Promise<QueryResult> {
-  const run = async (q: Pick<PGlite, "query">) => {
-    const t0 = performance.now();
-    const r = await q.query<Record<string, unknown>>(text, params);
-    return { rows: r.rows, computeMs: performance.now() - t0 };
-  };
-  try {
-    return init.length === 0 ? await run(db) : await db.transaction(async (tx) => (await tx.exec(init.join(";\n")), run(tx)));
-  } finally {
-    if (!db.closed && db.isInTransaction()) await db.exec("ROLLBACK");
-  }
 }
 
 /** PostgreSQL's SQLSTATE on an error PGlite raised, if it carries one. */

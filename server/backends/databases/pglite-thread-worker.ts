@@ -2,9 +2,8 @@
 // The body of a database thread: one PGlite instance, driven by messages from `PgliteThread`.
 // It runs off Kiln's main thread so that a long statement stalls only its own database.
 import { PGlite } from "@electric-sql/pglite";
-import { deserialize, serialize } from "bun:jsc";
-import { execRaw, runQuery, sqlState } from "./pglite-calls";
-import { CHANNEL_CAPACITY, CHANNEL_HEADER, CHANNEL_OP, SLOT, type QueryAnswer, type ThreadReply, type ThreadRequest } from "./pglite-thread";
+import { execRaw, sqlState } from "./pglite-calls";
+import { CHANNEL_CAPACITY, CHANNEL_HEADER, SLOT, type ThreadReply, type ThreadRequest } from "./pglite-thread";
 
 declare const self: Worker;
 
@@ -27,8 +26,6 @@ async function handle(m: ThreadRequest): Promise<void> {
         const out = await execRaw(db!, m.bytes);
         return reply({ id: m.id, ok: true, bytes: out }, [out.buffer as ArrayBuffer]);
       }
-      case "query":
-        return reply({ id: m.id, ok: true, result: await runQuery(db!, m.init, m.text, m.params) });
       case "close": {
         if (db && !db.closed) await db.close();
         return reply({ id: m.id, ok: true });
@@ -52,30 +49,12 @@ async function serveChannel(channel: SharedArrayBuffer): Promise<void> {
     seen = Atomics.load(slots, SLOT.request);
     const id = slots[SLOT.callId]!;
     const bytes = area.slice(0, slots[SLOT.requestLength]);
-    const op = slots[SLOT.op];
     await enqueue(async () => {
       let out: Uint8Array | null = null;
-      if (op === CHANNEL_OP.query) {
-        // A query-API call: answered in structured-clone form, errors included.
-        const q = deserialize(bytes) as { init: string[]; text: string; params: unknown[] };
-        let answer: QueryAnswer;
-        try {
-          answer = { ok: true, result: await runQuery(db!, q.init, q.text, q.params) };
-        } catch (err) {
-          answer = { ok: false, message: (err as Error)?.message ?? String(err), code: sqlState(err) };
-        }
-        out = new Uint8Array(serialize(answer));
-        if (out.length > CHANNEL_CAPACITY) {
-          // Too large for the channel: the answer goes as a message, cloned by postMessage.
-          reply(answer.ok ? { id, ok: true, result: answer.result } : { id, ok: false, message: answer.message, code: answer.code });
-          out = null;
-        }
-      } else {
-        try {
-          out = await execRaw(db!, bytes);
-        } catch (err) {
-          reply({ id, ok: false, message: (err as Error)?.message ?? String(err), code: sqlState(err) });
-        }
+      try {
+        out = await execRaw(db!, bytes);
+      } catch (err) {
+        reply({ id, ok: false, message: (err as Error)?.message ?? String(err), code: sqlState(err) });
       }
       if (out && out.length <= CHANNEL_CAPACITY) {
         area.set(out);

@@ -1,8 +1,7 @@
 import { PGlite } from "@electric-sql/pglite";
-import { deserialize, serialize } from "bun:jsc";
 import { compiledPglite } from "../../store/pglite-wasm";
-import { DatabaseQueryError, type QueryResult } from "./engine";
-import { execRaw, runQuery, sqlState } from "./pglite-calls";
+import { DatabaseQueryError } from "./engine";
+import { execRaw } from "./pglite-calls";
 
 /**
  * One PGlite backend session, as the session mux and the engine use it. Two implementations: a
@@ -12,10 +11,8 @@ import { execRaw, runQuery, sqlState } from "./pglite-calls";
 export interface PgliteSession {
   /** Resolves when the session can run statements (after an open or a restart). */
   ready(): Promise<void>;
-  /** Raw frontend messages in; everything PGlite answered, in one buffer. */
+  /** Raw frontend messages in; everything PGlite answered, in one buffer (queries: `runOverProtocol`). */
   exec(bytes: Uint8Array): Promise<Uint8Array>;
-  /** One statement for the query API, in a transaction after `init` when `init` is not empty. */
-  query(init: string[], text: string, params: unknown[]): Promise<QueryResult>;
   /**
    * Ends the session at once, whatever it is running, and opens the database again: what a crash of
    * one PostgreSQL backend does. Calls in flight reject with `SessionKilled`; uncommitted work is lost.
@@ -32,11 +29,10 @@ export class SessionKilled extends Error {}
 export type ThreadRequest =
   | { id: number; op: "open"; dataDir: string; module: WebAssembly.Module; conf: string[]; channel: SharedArrayBuffer }
   | { id: number; op: "exec"; bytes: Uint8Array }
-  | { id: number; op: "query"; init: string[]; text: string; params: unknown[] }
   | { id: number; op: "close" };
 
 export type ThreadReply =
-  | { id: number; ok: true; bytes?: Uint8Array; result?: QueryResult }
+  | { id: number; ok: true; bytes?: Uint8Array }
   | { id: number; ok: false; message: string; code?: string };
 
 type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
@@ -58,11 +54,7 @@ const WORKER_URL = new URL("./pglite-thread-worker.ts", import.meta.url).href;
 export const CHANNEL_CAPACITY = 256 * 1024;
 export const CHANNEL_HEADER = 32;
 /** Int32 slots of the channel header. */
-export const SLOT = { request: 0, requestLength: 1, answerLength: 2, answered: 3, callId: 4, op: 5 } as const;
-/** What a channel request is: raw protocol bytes, or a query-API call in structured-clone form (`bun:jsc` serialize). */
-export const CHANNEL_OP = { exec: 0, query: 1 } as const;
-/** A query-API call's answer in the channel (structured clone). */
-export type QueryAnswer = { ok: true; result: QueryResult } | { ok: false; message: string; code?: string };
+export const SLOT = { request: 0, requestLength: 1, answerLength: 2, answered: 3, callId: 4 } as const;
 
 /**
  * A PGlite instance on its own thread. Statements run there, so a long one holds up only this
@@ -148,7 +140,7 @@ export class PgliteThread implements PgliteSession {
   async exec(bytes: Uint8Array): Promise<Uint8Array> {
     await this.opening;
     try {
-      const r = bytes.length <= CHANNEL_CAPACITY ? await this.execShared(bytes, CHANNEL_OP.exec) : await this.call(this.worker, { op: "exec", bytes });
+      const r = bytes.length <= CHANNEL_CAPACITY ? await this.execShared(bytes) : await this.call(this.worker, { op: "exec", bytes });
       return r.bytes!;
     } catch (err) {
       if (err instanceof SessionKilled) throw err;
@@ -160,7 +152,7 @@ export class PgliteThread implements PgliteSession {
   }
 
   /** One call through the channel; the caller (the session mux) never overlaps two. */
-  private execShared(bytes: Uint8Array, op: number): Promise<ThreadReply & { ok: true }> {
+  private execShared(bytes: Uint8Array): Promise<ThreadReply & { ok: true }> {
     const w = this.worker;
     if (!w || this.isClosed) return Promise.reject(new SessionKilled("the database session is closed"));
     const id = this.nextId++;
@@ -170,7 +162,6 @@ export class PgliteThread implements PgliteSession {
     area.set(bytes);
     slots[SLOT.requestLength] = bytes.length;
     slots[SLOT.callId] = id;
-    slots[SLOT.op] = op;
     Atomics.store(slots, SLOT.request, seq);
     Atomics.notify(slots, SLOT.request);
     // Bun's waitAsync can wake without the matching notify: trust only the counter.
@@ -189,18 +180,6 @@ export class PgliteThread implements PgliteSession {
     };
     answered();
     return answer;
-  }
-
-  async query(init: string[], text: string, params: unknown[]): Promise<QueryResult> {
-    await this.opening;
-    const request = new Uint8Array(serialize({ init, text, params }));
-    if (request.length > CHANNEL_CAPACITY) return (await this.call(this.worker, { op: "query", init, text, params })).result!;
-    const r = await this.execShared(request, CHANNEL_OP.query);
-    // A large answer comes as an ordinary message, already a result.
-    if (r.result) return r.result;
-    const a = deserialize(r.bytes!) as QueryAnswer;
-    if (a.ok) return a.result;
-    throw a.code ? new DatabaseQueryError(a.message, a.code) : new Error(a.message);
   }
 
   async restart(): Promise<boolean> {
@@ -241,15 +220,6 @@ export class InProcessSession implements PgliteSession {
 
   exec(bytes: Uint8Array): Promise<Uint8Array> {
     return execRaw(this.db, bytes);
-  }
-
-  async query(init: string[], text: string, params: unknown[]): Promise<QueryResult> {
-    try {
-      return await runQuery(this.db, init, text, params);
-    } catch (err) {
-      const code = sqlState(err);
-      throw code ? new DatabaseQueryError((err as Error).message, code) : err;
-    }
   }
 
   async restart(): Promise<boolean> {
