@@ -108,7 +108,9 @@ export class PgliteThread implements PgliteSession {
         else p.reject(e.data.code ? new DatabaseQueryError(e.data.message, e.data.code) : new Error(e.data.message));
       };
       // A thread that died takes its session with it: start a new one, as for a restart.
-      w.onerror = () => void this.restart().catch(() => {});
+      w.onerror = () => {
+        if (this.worker === w) void this.restart().catch(() => {});
+      };
       try {
         await this.call(w, { op: "open", dataDir: this.dataDir, module, conf: this.conf, channel });
       } catch (e) {
