@@ -2,7 +2,8 @@
 # What the test suite needs from the system, installed from Debian when it is missing and this runs
 # as root with apt-get (a fresh machine, CI); otherwise it names what to install. `npm test` runs it
 # first (pretest), so the README's test command holds on a fresh machine; .ci/run runs it too.
-#   postgresql  the production-profile project starts a throwaway server from its binaries
+#   postgresql  the production-profile project starts a throwaway server from its binaries; psql and
+#               pgbench (postgresql-client) are the clients the database suites drive
 #   bubblewrap  isolates function workers and builds (the isolation tests assert it)
 #   docker.io   the container runtime's engine ("containers" project)
 #   podman      the same on Podman ("containers-podman" project)
@@ -10,6 +11,7 @@
 set -euo pipefail
 need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+{ command -v psql && command -v pgbench; } >/dev/null 2>&1 || need+=(postgresql postgresql-client)
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v podman >/dev/null 2>&1 || need+=(podman)
