@@ -1,7 +1,7 @@
 import { types } from "@electric-sql/pglite";
 import { DatabaseQueryError, type QueryResult } from "./engine";
 import type { PgliteSession } from "./pglite-thread";
-import { B, concatBytes, eachMessage, errorFields, fromUtf8, MessageBuilder, readInt16, readInt32, simpleQuery, sync } from "./wire/protocol";
+import { B, concatBytes, eachMessage, errorFields, fromUtf8, MessageBuilder, readInt16, readInt32, simpleQuery, sync, utf8 } from "./wire/protocol";
 
 /**
  * One query-API statement as a single protocol exchange with the database thread: its role set-up,
@@ -16,7 +16,7 @@ export async function runOverProtocol(db: PgliteSession, init: string[], text: s
   for (const p of params) {
     if (p === null || p === undefined) bind.int32(-1);
     else {
-      const bytes = new TextEncoder().encode(typeof p === "string" ? p : String(p));
+      const bytes = utf8(typeof p === "string" ? p : String(p));
       bind.int32(bytes.length).bytes(bytes);
     }
   }
