@@ -64,6 +64,27 @@ export function databasesCommand(program: Command): void {
         output(g.json, r, () => printObject(r));
       }),
     );
+  db.command("lint <name>")
+    .description("list tables without row-level security; flags those the anon key or end users can reach (exposed)")
+    .requiredOption("--project <id>")
+    .action(
+      act(async (c, g, name: string, o: { project: string }) => {
+        const r = await c.request("GET", `${base(o)}/${encodeURIComponent(name)}/lint`);
+        output(g.json, r, () => {
+          if (r.tables_without_rls.length === 0) return console.log("Every table has row-level security enabled.");
+          printTable(
+            r.tables_without_rls.map((t: { schema: string; name: string; kind: string; anonymous: string[]; authenticated: string[]; exposed: boolean }) => ({
+              ...t,
+              table: `${t.schema}.${t.name}`,
+              exposed: t.exposed ? "EXPOSED" : "no",
+            })),
+            ["table", "kind", "anonymous", "authenticated", "exposed"],
+          );
+          for (const t of r.exposed_tables as string[])
+            console.log(`warning: ${t} has no row-level security, yet anonymous or authenticated may use it: every row is open to them (alter table ${t} enable row level security, or revoke)`);
+        });
+      }),
+    );
   db.command("psql <name>")
     .description("open psql on the database (extra arguments after -- go to psql)")
     .requiredOption("--project <id>")

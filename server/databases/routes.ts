@@ -1,7 +1,7 @@
 import * as z from "zod";
 import type { Principal } from "../auth/principal";
 import type { Kiln } from "../context";
-import { errorSchema } from "../http/common-schemas";
+import { EARLIEST_TIMESTAMP_MS, errorSchema, timestampInput } from "../http/common-schemas";
 import { forbidden, HttpError, jsonResponse, unauthorized } from "../http/errors";
 import { reply, type Router } from "../http/route";
 import { projectIdParams } from "../projects/schemas";
@@ -14,6 +14,7 @@ import {
   databaseListSchema,
   databaseParams,
   databaseSchema,
+  lintSchema,
   queryParams,
   queryResultSchema,
   regionsSchema,
@@ -135,15 +136,27 @@ export function databaseRoutes(r: Router): void {
     summary: "Storage, written and transferred bytes, compute and active time",
     auth: { kind: "project", access: "read" },
     params: databaseParams,
-    query: statsQuery,
+    // Times PostgreSQL cannot hold (year 0000, past 9999) are a 400 naming the parameter.
+    query: statsQuery.extend({ from: timestampInput.optional(), to: timestampInput.optional() }),
     responses: { 200: { description: "stats", schema: statsSchema }, ...errors },
     handler: async ({ kiln, project, params, query }) => {
       const d = await kiln.databases.get(project!.id, params.databaseName);
       const to = query.to ? new Date(query.to) : kiln.clock.now();
-      const from = query.from ? new Date(query.from) : new Date(to.getTime() - 86_400_000);
+      const from = query.from ? new Date(query.from) : new Date(Math.max(EARLIEST_TIMESTAMP_MS, to.getTime() - 86_400_000));
       if (from > to) throw new HttpError(400, { error: "from must not be after to" });
       return reply.ok(await kiln.databases.stats(d, from, to, query.granularity ?? "hourly"));
     },
+  });
+
+  r.add({
+    method: "GET",
+    path: "/projects/{projectId}/databases/{databaseName}/lint",
+    tag,
+    summary: "Tables without row-level security, and those of them the anonymous or authenticated role can reach (exposed)",
+    auth: { kind: "project", access: "read" },
+    params: databaseParams,
+    responses: { 200: { description: "lint", schema: lintSchema }, ...errors },
+    handler: async ({ kiln, project, params }) => reply.ok(await kiln.databases.lint(await kiln.databases.get(project!.id, params.databaseName))),
   });
 
   r.add({
@@ -168,7 +181,7 @@ export function databaseRoutes(r: Router): void {
       method: "POST",
       path: `/databases/{databaseName}/query/${operation}`,
       tag: "Query API",
-      summary: `${operation} rows: end-user token (RLS as that user), anon key (RLS as anonymous) or service key (bypasses RLS)`,
+      summary: `${operation} rows: end-user token (as authenticated: the owner's grants, then RLS as that user), anon key (as anonymous: grants, then RLS) or service key (bypasses RLS)`,
       auth: { kind: "none" },
       params: queryParams.pick({ databaseName: true }),
       body: queryBodies[operation],
@@ -225,7 +238,8 @@ async function runQuery(kiln: Kiln, request: Request, ip: string, arrivedAt: num
     } catch (err) {
       if (err instanceof HttpError) throw err; // unknown database, bad body: raised before the query ran
       computeMs = performance.now() - queryStart;
-      if (err instanceof DatabaseQueryError) throw new HttpError(400, { error: err.message });
+      // 42501: a privilege the role lacks, or a row-level security check (403, like a storage policy denial).
+      if (err instanceof DatabaseQueryError) throw new HttpError(err.code === "42501" ? 403 : 400, { error: err.message });
       const requestId = crypto.randomUUID();
       kiln.log.error(`query on database ${databaseName} failed (request ${requestId})`, err);
       throw new HttpError(500, { error: "Query failed" }, { "X-Request-Id": requestId });

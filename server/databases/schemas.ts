@@ -56,6 +56,22 @@ export const statsSchema = z.object({
   granularity: z.string(),
 });
 
+export const lintSchema = z.object({
+  tables_without_rls: z
+    .array(
+      z.object({
+        schema: z.string(),
+        name: z.string(),
+        kind: z.enum(["table", "partitioned table", "view", "materialized view", "foreign table"]),
+        anonymous: z.array(z.enum(["SELECT", "INSERT", "UPDATE", "DELETE"])).describe("what the anon key's role may do to it"),
+        authenticated: z.array(z.enum(["SELECT", "INSERT", "UPDATE", "DELETE"])).describe("what end users' role may do to it"),
+        exposed: z.boolean().describe("anonymous or authenticated holds a privilege: its rows are open to that role with no row check"),
+      }),
+    )
+    .describe("tables, views and the like that row-level security does not guard (views with security_invoker are left out)"),
+  exposed_tables: z.array(z.string()).describe("schema.name of those that are exposed"),
+});
+
 export const topQueriesQuery = z.object({ limit: z.coerce.number().int().min(1, "must be 1 to 100").max(100, "must be 1 to 100").optional() });
 export const topQuerySchema = z.object({
   query_id: z.string(),

@@ -5,7 +5,7 @@ import { badRequest, conflict, forbidden, HttpError, notFound } from "../http/er
 import { newId } from "../ids";
 import type { ControlStore, Row } from "../store/store";
 import { TtlCache } from "../store/ttl-cache";
-import type { AccessMode, DatabaseEngine } from "../backends/databases/engine";
+import { DatabaseQueryError, LINT_SQL, type AccessMode, type DatabaseEngine } from "../backends/databases/engine";
 import type { DatabaseActivity } from "./activity";
 import { buildQuery, type QueryOperation } from "./query-builder";
 
@@ -251,7 +251,14 @@ export class DatabasesService {
     const q = buildQuery(operation, body);
     started();
     if (this.fault("database-connection")) throw new Error("injected fault: database-connection");
-    const result = await this.engine.run(d.id, mode, q.text, q.params);
+    let result;
+    try {
+      result = await this.engine.run(d.id, mode, q.text, q.params);
+    } catch (err) {
+      if (err instanceof DatabaseQueryError && err.code === INSUFFICIENT_PRIVILEGE && mode.kind !== "admin")
+        throw new DatabaseQueryError(explainDenied(err.message, operation, (body as { table: string }).table, mode.kind === "user" ? "authenticated" : "anonymous"), err.code);
+      throw err;
+    }
     this.activity.recordQuery(d.id, q.text, this.roleOf(d, mode), result.computeMs, result.rows.length);
     this.activity.recordUsage(d.id, {
       computeMs: result.computeMs,
@@ -290,6 +297,31 @@ export class DatabasesService {
     };
   }
 
+  /**
+   * Relations row-level security does not guard, and what `anonymous` and `authenticated` may do to
+   * them; `exposed` when either role holds a privilege (its rows are open to that role, unchecked).
+   */
+  async lint(d: DatabaseRecord) {
+    if (d.status !== "active") throw conflict(`the database is ${d.status}`);
+    const { rows } = await this.engine.run(d.id, { kind: "admin" }, LINT_SQL, []);
+    const tables = rows.map((r) => {
+      const anonymous = (r.anonymous as string[]) ?? [];
+      const authenticated = (r.authenticated as string[]) ?? [];
+      return {
+        schema: r.schema as string,
+        name: r.name as string,
+        kind: r.kind as string,
+        anonymous,
+        authenticated,
+        exposed: anonymous.length > 0 || authenticated.length > 0,
+      };
+    });
+    return {
+      tables_without_rls: tables,
+      exposed_tables: tables.filter((t) => t.exposed).map((t) => `${t.schema}.${t.name}`),
+    };
+  }
+
   async topQueries(d: DatabaseRecord, limit: number) {
     await this.activity.flush();
     const rows = await this.store.query(
@@ -319,4 +351,29 @@ export class DatabasesService {
         await this.store.query(`update databases set storage_bytes = $2, storage_sampled_at = $3 where id = $1`, [r.id, size, this.now().toISOString()]);
     }
   }
+}
+
+const INSUFFICIENT_PRIVILEGE = "42501";
+
+/** What each query API operation needs on its table: it returns the rows it touched, hence SELECT. */
+const NEEDED: Record<QueryOperation, string> = {
+  select: "select",
+  insert: "select, insert",
+  update: "select, update",
+  delete: "select, delete",
+};
+
+/**
+ * PostgreSQL's "permission denied for table items", with who was refused and the grant that would
+ * allow it. Row-level security refusals (also 42501) keep PostgreSQL's own message.
+ */
+export function explainDenied(message: string, operation: QueryOperation, table: string, role: string): string {
+  const m = /^permission denied for (table|view|materialized view|foreign table|sequence) (.+)$/.exec(message);
+  if (!m) return message;
+  const [, kind, name] = m as unknown as [string, string, string];
+  if (kind === "sequence")
+    return `${message}: role ${role} may not use it; its owner can grant it (grant usage on sequence ${name} to ${role}), or use an identity column, which needs no grant`;
+  if (name === table)
+    return `${message}: role ${role} has no privilege for this ${operation} (the query API's ${operation} needs ${NEEDED[operation].toUpperCase()}); its owner can grant it (grant ${NEEDED[operation]} on ${name} to ${role})`;
+  return `${message}: role ${role} has no privilege on it; its owner can grant it (grant select on ${name} to ${role})`;
 }

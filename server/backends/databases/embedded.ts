@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { createFromTemplate, fingerprintOf, type TemplateSpec } from "../../store/template";
 import {
   DATABASE_SETUP_SQL,
+  PRIVILEGES_UPGRADE_SQL,
   sessionInitSql,
   transactionInitSql,
   type AccessMode,
@@ -100,6 +101,15 @@ export class EmbeddedEngine implements DatabaseEngine {
         if (!existsSync(join(this.dirOf(id), "PG_VERSION"))) throw new Error(`database ${id} has no data directory`);
         await this.makeRoom();
         const db = await PgliteThread.open(this.dirOf(id), DATABASE_CONF);
+        // A database made by an older Kiln is brought to the current privileges model before anyone
+        // uses it (a no-op check once done); if that fails, the database stays closed.
+        try {
+          await runOverProtocol(db, [], PRIVILEGES_UPGRADE_SQL, []);
+        } catch (err) {
+          await db.close().catch(() => {});
+          // Not the caller's SQL error: a failure to reach the database (500 on the query API).
+          throw new Error(`database ${id}: privileges upgrade failed: ${(err as Error).message}`);
+        }
         const inst = { db, mux: new PgliteSessionMux(db, { idleInTransactionTimeoutMs: this.o.idleInTransactionTimeoutMs }), lastUsed: Date.now() };
         this.open.set(id, inst);
         return inst;

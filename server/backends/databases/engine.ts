@@ -45,19 +45,69 @@ export interface DatabaseEngine {
   close(): Promise<void>;
 }
 
-/** The SQL that makes a fresh database a Kiln database: roles, grants and the auth.* helpers. */
+/**
+ * Marks a database whose privileges follow the current model (on `schema auth`'s comment). Model 2:
+ * `anonymous` and `authenticated` get nothing on what the service role creates, except the auth.*
+ * helpers; the owner grants what each role may do (`grant select on items to anonymous`), and
+ * row-level security then decides the rows. Model 1 (databases made before it) granted everything in
+ * `public` to both roles by default privileges, which left every table without RLS open to the anon key.
+ */
+export const PRIVILEGES_MARKER = "kiln: privileges model 2 (anonymous and authenticated get only what the owner grants)";
+
+/**
+ * Brings a database to privileges model 2, once (the marker says it is done; later grants by the owner
+ * are never touched again), and idempotently. From a model-1 database it:
+ * - removes the default privileges for `anonymous` and `authenticated` in `public` (tables, sequences,
+ *   functions), whoever's they are, so new objects get nothing;
+ * - revokes both roles' privileges on every relation in `public` without row-level security (tables,
+ *   views, materialized views, foreign tables): those were open to the public anon key with no row check;
+ * - revokes them on sequences in `public`, except those owned by a column of a table with RLS enabled;
+ * - keeps the grants on tables with RLS enabled (and their sequences): their policies already decide
+ *   the rows, and apps built on them keep working;
+ * - leaves functions' grants alone (PostgreSQL lets PUBLIC execute functions anyway).
+ * An advisory lock serializes instances upgrading the same database at once (production profile).
+ */
+export const PRIVILEGES_UPGRADE_SQL = `do $kiln$
+declare r record;
+begin
+  if obj_description('auth'::regnamespace, 'pg_namespace') is not distinct from ${literal(PRIVILEGES_MARKER)} then return; end if;
+  perform pg_advisory_xact_lock(74320002);
+  if obj_description('auth'::regnamespace, 'pg_namespace') is not distinct from ${literal(PRIVILEGES_MARKER)} then return; end if;
+  for r in select distinct pg_get_userbyid(defaclrole) as owner from pg_default_acl where defaclnamespace = 'public'::regnamespace loop
+    execute format('alter default privileges for role %I in schema public revoke all on tables from anonymous, authenticated', r.owner);
+    execute format('alter default privileges for role %I in schema public revoke all on sequences from anonymous, authenticated', r.owner);
+    execute format('alter default privileges for role %I in schema public revoke all on functions from anonymous, authenticated', r.owner);
+  end loop;
+  for r in select c.oid::regclass as rel from pg_class c
+            where c.relnamespace = 'public'::regnamespace and c.relkind in ('r', 'p', 'v', 'm', 'f') and not c.relrowsecurity loop
+    execute format('revoke all on table %s from anonymous, authenticated', r.rel);
+  end loop;
+  for r in select s.oid::regclass as rel from pg_class s
+            where s.relnamespace = 'public'::regnamespace and s.relkind = 'S'
+              and not exists (select from pg_depend d join pg_class t on t.oid = d.refobjid
+                               where d.classid = 'pg_class'::regclass and d.objid = s.oid and d.refclassid = 'pg_class'::regclass
+                                 and d.deptype in ('a', 'i') and t.relrowsecurity) loop
+    execute format('revoke all on sequence %s from anonymous, authenticated', r.rel);
+  end loop;
+  -- Only the service role creates objects (PostgreSQL 15+ already has it this way).
+  revoke create on schema public from public;
+  comment on schema auth is ${literal(PRIVILEGES_MARKER)};
+end
+$kiln$`;
+
+/**
+ * The SQL that makes a fresh database a Kiln database: roles, the auth.* helpers and their grants,
+ * and privileges model 2 (no default privileges for `anonymous` or `authenticated`).
+ */
 export const DATABASE_SETUP_SQL = [
   `do $$ begin
      if not exists (select from pg_roles where rolname = 'authenticated') then create role authenticated nologin; end if;
      if not exists (select from pg_roles where rolname = 'anonymous') then create role anonymous nologin; end if;
    end $$`,
   `create schema if not exists auth`,
+  // Usage of a schema alone grants nothing: each table, sequence or view needs its own grant.
   `grant usage on schema public to authenticated, anonymous`,
   `grant usage on schema auth to authenticated, anonymous`,
-  // Tables the service role creates are usable by end users; row-level security decides which rows.
-  `alter default privileges in schema public grant all on tables to authenticated, anonymous`,
-  `alter default privileges in schema public grant all on sequences to authenticated, anonymous`,
-  `alter default privileges in schema public grant execute on functions to authenticated, anonymous`,
   `create or replace function auth.uid() returns uuid language sql stable as
      $$ select nullif(current_setting('request.jwt.claim.sub', true), '')::uuid $$`,
   `create or replace function auth.email() returns text language sql stable as
@@ -67,7 +117,30 @@ export const DATABASE_SETUP_SQL = [
   `create or replace function auth.is_authenticated() returns boolean language sql stable as
      $$ select auth.role() = 'authenticated' $$`,
   `grant execute on all functions in schema auth to authenticated, anonymous`,
+  PRIVILEGES_UPGRADE_SQL,
 ];
+
+/**
+ * Relations whose rows row-level security does not guard, with what `anonymous` and `authenticated`
+ * may do to them (SELECT, INSERT, UPDATE, DELETE: what the query API runs; a column grant counts, and
+ * so does a grant to PUBLIC; nothing counts without USAGE on the schema). Views that run as their
+ * caller (`security_invoker`) are left out: the RLS of their tables applies.
+ */
+export const LINT_SQL = `select n.nspname::text as schema, c.relname::text as name,
+    case c.relkind when 'r' then 'table' when 'p' then 'partitioned table' when 'v' then 'view'
+                   when 'm' then 'materialized view' when 'f' then 'foreign table' end as kind,
+    array(select p from unnest(array['SELECT', 'INSERT', 'UPDATE', 'DELETE']) as p
+           where has_schema_privilege('anonymous', n.oid, 'USAGE')
+             and case when p = 'DELETE' then has_table_privilege('anonymous', c.oid, p) else has_any_column_privilege('anonymous', c.oid, p) end)::text[] as anonymous,
+    array(select p from unnest(array['SELECT', 'INSERT', 'UPDATE', 'DELETE']) as p
+           where has_schema_privilege('authenticated', n.oid, 'USAGE')
+             and case when p = 'DELETE' then has_table_privilege('authenticated', c.oid, p) else has_any_column_privilege('authenticated', c.oid, p) end)::text[] as authenticated
+  from pg_class c join pg_namespace n on n.oid = c.relnamespace
+ where c.relkind in ('r', 'p', 'v', 'm', 'f') and not c.relrowsecurity
+   and n.nspname <> 'information_schema' and n.nspname not like 'pg\_%'
+   and not (c.relkind = 'v' and exists (select from unnest(c.reloptions) o
+                                          where lower(o) in ('security_invoker=true', 'security_invoker=on', 'security_invoker=1', 'security_invoker=yes')))
+ order by 1, 2`;
 
 /** Statements that put a session into an access mode (session-level; the wire path re-runs them on takeover). */
 export function sessionInitSql(mode: AccessMode): string[] {

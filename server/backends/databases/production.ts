@@ -2,6 +2,7 @@ import postgres from "postgres";
 import {
   DATABASE_SETUP_SQL,
   DatabaseQueryError,
+  PRIVILEGES_UPGRADE_SQL,
   sessionInitSql,
   transactionInitSql,
   type AccessMode,
@@ -53,6 +54,25 @@ export class PostgresEngine implements DatabaseEngine {
     return u.toString();
   }
 
+  /** Databases checked (and upgraded if an older Kiln made them) against the privileges model in this process. */
+  private readonly current = new Map<string, Promise<void>>();
+
+  /**
+   * Before the first use in this process, a database is brought to the current privileges model (a
+   * no-op check once done). A failure is retried at the next use; until then the database is not used.
+   */
+  private ensureCurrent(id: string): Promise<void> {
+    let p = this.current.get(id);
+    if (!p) {
+      p = this.pool(id)
+        .unsafe(PRIVILEGES_UPGRADE_SQL)
+        .then(() => undefined);
+      p.catch(() => this.current.delete(id));
+      this.current.set(id, p);
+    }
+    return p;
+  }
+
   private pool(id: string): postgres.Sql {
     let p = this.pools.get(id);
     if (!p) {
@@ -83,11 +103,13 @@ export class PostgresEngine implements DatabaseEngine {
   async drop(id: string): Promise<void> {
     const p = this.pools.get(id);
     this.pools.delete(id);
+    this.current.delete(id);
     await p?.end({ timeout: 1 }).catch(() => {});
     await this.admin.unsafe(`drop database if exists ${ident(serverDatabaseName(id))} with (force)`);
   }
 
   async run(id: string, mode: AccessMode, text: string, params: unknown[]): Promise<QueryResult> {
+    await this.ensureCurrent(id);
     try {
       return (await this.pool(id).begin(async (tx) => {
         for (const s of transactionInitSql(mode)) await tx.unsafe(s);
@@ -103,6 +125,7 @@ export class PostgresEngine implements DatabaseEngine {
   }
 
   async openWire(id: string, mode: AccessMode, client: WireClient, control: WireControl): Promise<WireBackend> {
+    await this.ensureCurrent(id);
     const conn = await openProxy(
       {
         host: this.url.hostname,
