@@ -222,7 +222,11 @@ export function endUserRoutes(r: Router): void {
     responses: { 200: { description: "JWKS", schema: jwksSchema }, 400: errorSchema, 401: errorSchema, 404: errorSchema },
     handler: async ({ kiln, request, ip, query }) => {
       let projectId = query.project_id;
-      if (!projectId && request.headers.get("authorization")) projectId = projectOf(await kiln.guard.authenticate(request, ip));
+      if (!projectId && request.headers.get("authorization")) {
+        const p = await kiln.guard.authenticate(request, ip);
+        // A platform token names no single project: then the query must (400 below).
+        if (p && "projectId" in p) projectId = p.projectId;
+      }
       if (!projectId) throw badRequest("send project_id, or the project's anon key as bearer");
       const project = await kiln.projects.findVisible(projectId);
       if (!project || project.status !== "active") throw notFound("project not found");

@@ -1,4 +1,5 @@
 import type { Kiln } from "../context";
+import { invokeBodyLimit, readBodyBytes, readJsonBody } from "../http/body";
 import { preflight } from "../http/cors";
 import { errorResponse, HttpError } from "../http/errors";
 import { invoke, mayInvoke } from "./invoke";
@@ -28,14 +29,14 @@ export function matchFunctionHost(host: string | null, domain: string): { name: 
 
 const TEXTUAL = /^(text\/|application\/(json|xml|x-www-form-urlencoded|javascript|graphql)|[^;]*\+(json|xml))/i;
 
-/** The request event an HTTP-mode function receives (docs/functions.md). */
-async function requestEvent(request: Request) {
+/** The request event an HTTP-mode function receives (docs/functions.md); the body within the invocation limit. */
+async function requestEvent(kiln: Kiln, request: Request) {
   const url = new URL(request.url);
   const headers: Record<string, string> = {};
   request.headers.forEach((v, k) => {
     headers[k] = v;
   });
-  const raw = request.method === "GET" || request.method === "HEAD" ? new Uint8Array() : new Uint8Array(await request.arrayBuffer());
+  const raw = request.method === "GET" || request.method === "HEAD" ? new Uint8Array() : await readBodyBytes(request, invokeBodyLimit(kiln.config));
   const textual = raw.length === 0 || TEXTUAL.test(request.headers.get("content-type") ?? "text/plain");
   return {
     method: request.method,
@@ -66,16 +67,11 @@ export async function serveFunctionHost(kiln: Kiln, request: Request, ip: string
       mayInvoke(principal, fn);
     }
     if (rpc) {
-      let body: unknown;
-      try {
-        body = await request.json();
-      } catch {
-        throw new HttpError(400, { error: "request body is not valid JSON" });
-      }
+      const body = await readJsonBody(request, invokeBodyLimit(kiln.config), kiln.config.maxJsonDepth, { emptyIsObject: false });
       if (typeof body !== "object" || body === null || Array.isArray(body)) throw new HttpError(400, { error: "invalid request: the body must be a JSON object {payload: ...}" });
       return await invoke(kiln, fn, principal, (body as { payload?: unknown }).payload, arrivedAt, handlerStart);
     }
-    return await invoke(kiln, fn, principal, await requestEvent(request), arrivedAt, handlerStart, { head: request.method === "HEAD" });
+    return await invoke(kiln, fn, principal, await requestEvent(kiln, request), arrivedAt, handlerStart, { head: request.method === "HEAD" });
   } catch (err) {
     if (err instanceof HttpError) return errorResponse(err);
     return kiln.http.renderError(err, request);

@@ -1,6 +1,7 @@
 import type { Kiln } from "../context";
 import { errorSchema } from "../http/common-schemas";
 import { preflight } from "../http/cors";
+import { type BodyLimit, jsonTooDeep, readMultipartBody, tooDeep } from "../http/body";
 import { badRequest, HttpError, notFound } from "../http/errors";
 import { DEFAULT_LIMIT, paginated } from "../http/pagination";
 import { parseInput, reply, type Router } from "../http/route";
@@ -46,15 +47,24 @@ function view(kiln: Kiln, fn: FunctionRecord) {
   };
 }
 
-/** The multipart deploy body: text fields through the zod schema, the archive as bytes. */
-async function readDeploy(request: Request) {
-  if (!/multipart\/form-data/i.test(request.headers.get("content-type") ?? "")) throw badRequest("deploy with multipart/form-data (fields name, runtime, code, ...)");
-  let form: FormData;
-  try {
-    form = await request.formData();
-  } catch {
-    throw badRequest("request body is not valid multipart/form-data");
+/**
+ * A deploy's multipart body, read within the route's limit (the archive limit plus room for the
+ * other fields). JSON held in text fields (openapi_spec, the batch's functions) is checked for
+ * nesting before anything parses it.
+ */
+async function readDeployForm(kiln: Kiln, request: Request, limit: BodyLimit, what: string): Promise<FormData> {
+  if (!/multipart\/form-data/i.test(request.headers.get("content-type") ?? "")) throw badRequest(what);
+  const form = await readMultipartBody(request, limit);
+  for (const field of ["openapi_spec", "functions"]) {
+    const v = form.get(field);
+    if (typeof v === "string" && jsonTooDeep(v, kiln.config.maxJsonDepth)) throw tooDeep(kiln.config.maxJsonDepth, `body field '${field}'`);
   }
+  return form;
+}
+
+/** The multipart deploy body: text fields through the zod schema, the archive as bytes. */
+async function readDeploy(kiln: Kiln, request: Request, limit: BodyLimit) {
+  const form = await readDeployForm(kiln, request, limit, "deploy with multipart/form-data (fields name, runtime, code, ...)");
   const fields: Record<string, string> = {};
   for (const [k, v] of form.entries()) if (typeof v === "string") fields[k] = v;
   const parsed = parseInput(deployFields, fields, "body");
@@ -101,9 +111,10 @@ export function functionRoutes(r: Router): void {
     summary: "Create or update a function from a source archive (multipart: name, runtime, code, handler, is_public, invocation_mode, http_auth_mode, openapi_spec)",
     auth: { kind: "project", access: "write" },
     params: projectIdParams,
+    bodyLimit: "deploy",
     responses: { 200: { description: "existing function, deployment started or queued", schema: functionSchema }, 201: { description: "new function", schema: functionSchema }, ...errors },
-    handler: async ({ kiln, project, request }) => {
-      const { fields, archive } = await readDeploy(request);
+    handler: async ({ kiln, project, request, bodyLimit }) => {
+      const { fields, archive } = await readDeploy(kiln, request, bodyLimit);
       const source = await normalized(kiln, archive, fields.runtime, fields.handler);
       const { created, fn } = await kiln.functions.deploy(project!.id, fields, source);
       return { status: created ? 201 : 200, body: view(kiln, fn) };
@@ -117,15 +128,10 @@ export function functionRoutes(r: Router): void {
     summary: "Deploy up to 100 functions (multipart: `functions` JSON array of {name, runtime, handler?, file_field} and one archive field each)",
     auth: { kind: "project", access: "write" },
     params: projectIdParams,
+    bodyLimit: "deploy",
     responses: { 200: { description: "accepted functions, and those that failed before their deployment started", schema: batchResultSchema }, ...errors },
-    handler: async ({ kiln, project, request }) => {
-      if (!/multipart\/form-data/i.test(request.headers.get("content-type") ?? "")) throw badRequest("deploy with multipart/form-data (field functions and one file per function)");
-      let form: FormData;
-      try {
-        form = await request.formData();
-      } catch {
-        throw badRequest("request body is not valid multipart/form-data");
-      }
+    handler: async ({ kiln, project, request, bodyLimit }) => {
+      const form = await readDeployForm(kiln, request, bodyLimit, "deploy with multipart/form-data (field functions and one file per function)");
       let list: unknown;
       try {
         list = JSON.parse(String(form.get("functions") ?? ""));
@@ -213,6 +219,7 @@ export function functionRoutes(r: Router): void {
     params: functionParams.pick({ functionId: true }),
     body: invokeBody,
     bodyValidation: "handler",
+    bodyLimit: "invoke",
     direct: true,
     responses: { 200: { description: "the function's response (status and headers are the function's)" }, ...errors, 502: errorSchema, 503: errorSchema, 504: errorSchema },
     handler: async ({ kiln, request, ip, arrivedAt, params, body }) => {

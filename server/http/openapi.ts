@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import { gzipSync } from "node:zlib";
 import * as z from "zod";
 import { KILN_VERSION } from "../version";
+import { errorBody } from "./common-schemas";
 import { FixedWindowLimiter } from "./rate-limit";
 import type { RouteDef, Router } from "./route";
 
@@ -48,6 +49,9 @@ export function buildOpenApi(routes: RouteDef[]): JsonSchema {
       ),
     };
     if (def.body) op.requestBody = { required: true, content: { "application/json": { schema: toSchema(def.body, "input") } } };
+    // Every route that reads a body refuses one over its limit (server/http/body.ts).
+    if ((def.body || def.bodyLimit !== undefined) && !def.responses[413])
+      (op.responses as Record<string, unknown>)["413"] = { description: "request body over the route's limit", content: { "application/json": { schema: toSchema(errorBody, "output") } } };
     if (def.auth.kind !== "none") op.security = [{ bearerAuth: [] }];
     const methods = def.alsoHead ? [def.method, "HEAD"] : [def.method];
     for (const m of methods) (paths[def.path] ??= {})[m.toLowerCase()] = m === "HEAD" ? { ...op, operationId: `${op.operationId}Head` } : op;

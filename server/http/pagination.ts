@@ -1,4 +1,5 @@
 import * as z from "zod";
+import { storableTime } from "./common-schemas";
 import { badRequest } from "./errors";
 
 export const MAX_LIMIT = 100;
@@ -64,10 +65,15 @@ export function encodeCursor(a: CursorAnchor): string {
   return Buffer.from(JSON.stringify({ v: 1, t: a.t, id: a.id })).toString("base64url");
 }
 
+/** What encodeCursor writes: a row's creation time as toISOString() gives it (offsets allowed). */
+const CURSOR_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/;
+
 export function decodeCursor(token: string, field = "cursor"): CursorAnchor {
   try {
     const o = JSON.parse(Buffer.from(token, "base64url").toString("utf8"));
-    if (o?.v === 1 && typeof o.t === "string" && typeof o.id === "string" && !Number.isNaN(Date.parse(o.t))) return { t: o.t, id: o.id };
+    // The anchor goes to the store as a timestamp and a text value: it must be one it can hold.
+    if (o?.v === 1 && typeof o.t === "string" && CURSOR_TIME.test(o.t) && storableTime(Date.parse(o.t)) && typeof o.id === "string" && !o.id.includes("\0"))
+      return { t: o.t, id: o.id };
   } catch {
     // fall through
   }

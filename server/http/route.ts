@@ -3,6 +3,8 @@ import * as z from "zod";
 import type { AuthRule, Principal } from "../auth/principal";
 import type { Kiln } from "../context";
 import type { ProjectRecord } from "../projects/service";
+import type { Config } from "../config";
+import { type BodyLimit, readJsonBody, resolveBodyLimit, type RouteBodyLimit } from "./body";
 import { badRequest, jsonResponse } from "./errors";
 
 export type Method = "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE" | "OPTIONS";
@@ -31,6 +33,12 @@ export interface RouteDef<P = any, Q = any, B = any> {
   responses: Record<number, ResponseSpec>;
   /** `handler`: the body is parsed as JSON but validated by the handler itself (after its own auth). */
   bodyValidation?: "route" | "handler";
+  /**
+   * The most a request body may hold, counted while it is read (413 beyond): the JSON limit
+   * (`KILN_MAX_JSON_BODY_BYTES`) unless a number of bytes is given here; `invoke` for function
+   * invocations, `deploy` for multipart uploads the handler reads with `readMultipartBody`.
+   */
+  bodyLimit?: RouteBodyLimit;
   /** Extra methods served by the same handler (HEAD beside GET). */
   alsoHead?: boolean;
   /**
@@ -53,6 +61,8 @@ export interface RouteContext<P, Q, B> {
   principal: Principal | null;
   /** The project of a project-scoped route, loaded and authorized by the guard. */
   project: ProjectRecord | null;
+  /** This route's body limit, for a handler that reads the body itself (multipart). */
+  bodyLimit: BodyLimit;
 }
 
 export type Reply = Response | { status: number; body?: unknown; headers?: Record<string, string> };
@@ -74,38 +84,67 @@ export function describeZodError(where: string, error: z.ZodError): string {
   return `invalid request: ${parts.join("; ")}`;
 }
 
-/** The path of the first string holding a NUL character, if any ("" for the value itself). */
-function nulAt(v: unknown, path: string): string | null {
-  if (typeof v === "string") return v.includes("\0") ? path : null;
-  if (Array.isArray(v)) {
-    for (let i = 0; i < v.length; i++) {
-      const p = nulAt(v[i], path ? `${path}.${i}` : String(i));
-      if (p !== null) return p;
-    }
-  } else if (v && typeof v === "object") {
-    for (const [k, x] of Object.entries(v)) {
-      const p = nulAt(x, path ? `${path}.${k}` : k);
-      if (p !== null) return p;
+/** Why PostgreSQL could not store this text as given, if it could not. */
+function textProblem(s: string): string | null {
+  if (s.includes("\0")) return "must not contain a NUL character (\\u0000)";
+  // A lone surrogate has no UTF-8 form: text would be silently altered, JSON refused by the store.
+  if (!s.isWellFormed()) return "must be valid Unicode text (it holds half of a surrogate pair)";
+  return null;
+}
+
+interface BadText {
+  /** The string's path ("" for the value itself); for a field name, the object's. */
+  path: string;
+  problem: string;
+}
+
+/**
+ * The first string, or object field name, that PostgreSQL could not store (a NUL, a lone surrogate),
+ * depth-first. A walk with its own stack: no nesting can overflow the call stack.
+ */
+function badTextAt(root: unknown): BadText | null {
+  const stack: Array<{ v: unknown; path: string }> = [{ v: root, path: "" }];
+  const at = (path: string, key: string | number) => (path ? `${path}.${key}` : String(key));
+  while (stack.length > 0) {
+    const { v, path } = stack.pop()!;
+    if (typeof v === "string") {
+      const problem = textProblem(v);
+      if (problem) return { path, problem };
+    } else if (Array.isArray(v)) {
+      for (let i = v.length - 1; i >= 0; i--) {
+        const x = v[i];
+        if (typeof x === "string" || (x && typeof x === "object")) stack.push({ v: x, path: at(path, i) });
+      }
+    } else if (v && typeof v === "object") {
+      const entries = Object.entries(v);
+      for (const [k] of entries) {
+        const problem = textProblem(k);
+        if (problem) return { path, problem: problem.replace(/^must/, "field names must") };
+      }
+      for (let i = entries.length - 1; i >= 0; i--) {
+        const [k, x] = entries[i]!;
+        if (typeof x === "string" || (x && typeof x === "object")) stack.push({ v: x, path: at(path, k) });
+      }
     }
   }
   return null;
 }
 
-function refuseNul(value: unknown, where: string): void {
-  const nul = nulAt(value, "");
-  if (nul !== null) throw badRequest(`invalid request: ${where}${nul ? ` field '${nul}'` : ""}: must not contain a NUL character (\\u0000)`);
+function refuseBadText(value: unknown, where: string): void {
+  const bad = badTextAt(value);
+  if (bad !== null) throw badRequest(`invalid request: ${where}${bad.path ? ` field '${bad.path}'` : ""}: ${bad.problem}`);
 }
 
 /**
- * Input through its schema, or a 400 naming the field. PostgreSQL text cannot hold a NUL, so one is
- * refused here, before and after the schema's transforms (a JSON text field may decode to one),
- * rather than failing as a 500 in a store write.
+ * Input through its schema, or a 400 naming the field. PostgreSQL text cannot hold a NUL or a lone
+ * surrogate, so one is refused here, before and after the schema's transforms (a JSON text field may
+ * decode to one), rather than failing as a 500 in a store write.
  */
 export function parseInput<T>(schema: z.ZodType<T>, value: unknown, where: string): T {
-  refuseNul(value, where);
+  refuseBadText(value, where);
   const r = schema.safeParse(value);
   if (!r.success) throw badRequest(describeZodError(where, r.error));
-  refuseNul(r.data, where);
+  refuseBadText(r.data, where);
   return r.data;
 }
 
@@ -113,15 +152,14 @@ function parseWith<T>(schema: z.ZodType<T> | undefined, value: unknown, where: s
   return schema ? parseInput(schema, value, where) : (undefined as T);
 }
 
-async function readJsonBody(request: Request): Promise<unknown> {
-  const text = await request.text();
-  if (text.trim() === "") return {};
-  // Lenient about Content-Type (curl -d sends form encoding) but strict about the JSON itself.
-  try {
-    return JSON.parse(text);
-  } catch {
-    throw badRequest("request body is not valid JSON");
-  }
+/**
+ * Every query parameter, declared or not and however often repeated, is NUL-free: a guard or a
+ * handler may read one straight from the URL (`project_id`), and PostgreSQL text cannot hold a NUL.
+ */
+function refuseNulInQuery(url: URL): void {
+  for (const [k, v] of url.searchParams)
+    if (k.includes("\0") || v.includes("\0"))
+      throw badRequest(`invalid request: query field '${k.replaceAll("\0", "\\u0000")}': must not contain a NUL character (\\u0000)`);
 }
 
 function queryObject(url: URL): Record<string, string> {
@@ -147,15 +185,22 @@ function rawPath(url: string): string {
 export class Router {
   readonly routes: RouteDef[] = [];
   private readonly directRoutes: DirectRoute[] = [];
+  private readonly bodyLimits = new Map<RouteDef, BodyLimit>();
 
   add<P, Q, B>(def: RouteDef<P, Q, B>): this {
     this.routes.push(def as RouteDef);
     return this;
   }
 
+  /** The largest body any route reads: nothing larger need ever be accepted by the server. */
+  largestBodyLimit(config: Config): number {
+    return Math.max(0, ...this.routes.map((def) => resolveBodyLimit(def.bodyLimit, config).bytes));
+  }
+
   /** Registers every route with Elysia, wrapping each handler in validation, auth and error mapping. */
   bind(app: Elysia<any, any, any, any, any, any, any>, kiln: Kiln, metaOf: (r: Request) => { ip: string; arrivedAt: number }): void {
     for (const def of this.routes) {
+      this.bodyLimits.set(def, resolveBodyLimit(def.bodyLimit, kiln.config));
       const elysiaPath = def.path.replace(/\{(\w+)\}/g, ":$1");
       const run = async ({ request, params }: { request: Request; params: Record<string, string> }) => {
         try {
@@ -194,14 +239,17 @@ export class Router {
   private async execute(def: RouteDef, kiln: Kiln, request: Request, rawParams: Record<string, string>, meta: { ip: string; arrivedAt: number }) {
     const ip = meta.ip;
     const params = parseWith(def.params, decodeParams(rawParams), "path");
-    const query = def.query ? parseWith(def.query, queryObject(new URL(request.url)), "query") : undefined;
+    const url = request.url.includes("?") ? new URL(request.url) : null;
+    if (url) refuseNulInQuery(url);
+    const query = def.query ? parseWith(def.query, url ? queryObject(url) : {}, "query") : undefined;
     const { principal, project } = await kiln.guard.authorize(def.auth, request, (params ?? {}) as { projectId?: string }, ip);
-    const body = def.body
-      ? def.bodyValidation === "handler"
-        ? await readJsonBody(request)
-        : parseWith(def.body, await readJsonBody(request), "body")
-      : undefined;
-    const out = await def.handler({ kiln, request, ip, arrivedAt: meta.arrivedAt, params, query, body, principal, project });
+    const bodyLimit = this.bodyLimits.get(def) ?? resolveBodyLimit(def.bodyLimit, kiln.config);
+    let body: unknown;
+    if (def.body) {
+      body = await readJsonBody(request, bodyLimit, kiln.config.maxJsonDepth);
+      if (def.bodyValidation !== "handler") body = parseWith(def.body, body, "body");
+    }
+    const out = await def.handler({ kiln, request, ip, arrivedAt: meta.arrivedAt, params, query, body, principal, project, bodyLimit });
     if (out instanceof Response) return out;
     if (kiln.config.validateResponses) checkResponse(def, out);
     return jsonResponse(out.status, out.body, out.headers);
