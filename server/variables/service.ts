@@ -1,6 +1,5 @@
 import { conflictCode, notFound } from "../http/errors";
 import { newId } from "../ids";
-import { TtlCache } from "../store/ttl-cache";
 import { isoTime as iso, isUniqueViolation, type ControlStore, type Row } from "../store/store";
 
 function view(r: Row) {
@@ -15,6 +14,33 @@ function view(r: Row) {
     updated_at: iso(r.updated_at),
   };
 }
+
+/**
+ * A project's variables as function workers get them. Built once per change of the project's
+ * variables and shared by every invocation until the next change, so a caller compares `revision`
+ * (O(1)) rather than the values (which may be thousands).
+ */
+export interface VariablesSnapshot {
+  /** Unique to these values in this process: a different revision exactly when the values differ. */
+  readonly revision: number;
+  /** Never changed in place: a change makes a new snapshot. */
+  readonly values: Readonly<Record<string, string>>;
+}
+
+interface CachedSnapshot extends VariablesSnapshot {
+  /** `<count>:<sum of hashtext(current_sync_id)>`; every create, update and delete changes it. */
+  readonly fingerprint: string;
+  /** When the store last confirmed the fingerprint (Date.now()). */
+  checkedAt: number;
+  usedAt: number;
+}
+
+/** How long another Kiln instance's write may take to reach this one's invocations (as the other caches). */
+const FRESH_MS = 2000;
+/** Snapshots of projects not invoked for this long are dropped (and no longer checked). */
+const IDLE_MS = 5 * 60_000;
+/** In the production profile, snapshots invoked within this long are re-checked in the background. */
+const ACTIVE_MS = 60_000;
 
 /**
  * Project variables. A write starts a sync (new `current_sync_id`, status `provisioning`); once
@@ -39,16 +65,15 @@ export class VariablesService {
   private startSync(r: Row): void {
     const t = setTimeout(async () => {
       this.syncs.delete(t);
-      await this.propagate(r.project_id, r.name, r.current_sync_id);
+      await this.propagate(r.id, r.project_id, r.name, r.current_sync_id);
     }, this.propagationMs);
     this.syncs.add(t);
   }
 
-  private async propagate(projectId: string, name: string, syncId: string): Promise<void> {
+  private async propagate(id: string, projectId: string, name: string, syncId: string): Promise<void> {
     for (const l of this.listeners) await l(projectId, name).catch(() => {});
-    await this.store
-      .query(`update variables set status = 'active' where project_id = $1 and current_sync_id = $2`, [projectId, syncId])
-      .catch(() => {});
+    // By primary key: a project with thousands of variables must not scan them all per write.
+    await this.store.query(`update variables set status = 'active' where id = $1 and current_sync_id = $2`, [id, syncId]).catch(() => {});
   }
 
   async create(projectId: string, input: { name: string; value: string }) {
@@ -59,7 +84,7 @@ export class VariablesService {
          values ($1, $2, $3, $4, 'provisioning', $5, $6, $6) returning *`,
         [newId(), projectId, input.name, input.value, newId(), at],
       );
-      this.cache.delete(projectId);
+      this.changed(projectId);
       this.startSync(r!);
       return view(r!);
     } catch (err) {
@@ -100,7 +125,7 @@ export class VariablesService {
         `update variables set name = $2, value = $3, status = 'provisioning', current_sync_id = $4, updated_at = $5 where id = $1 returning *`,
         [cur.id, input.name ?? cur.name, input.value ?? cur.value, newId(), this.now().toISOString()],
       );
-      this.cache.delete(projectId);
+      this.changed(projectId);
       this.startSync(r!);
       return view(r!);
     } catch (err) {
@@ -112,41 +137,177 @@ export class VariablesService {
   async delete(projectId: string, idOrName: string): Promise<void> {
     const cur = await this.row(projectId, idOrName);
     await this.store.query(`delete from variables where id = $1`, [cur.id]);
-    this.cache.delete(projectId);
+    this.changed(projectId);
     for (const l of this.listeners) await l(projectId, cur.name).catch(() => {});
   }
 
-  /**
-   * Values of every variable of a project, for the places that inject them (function workers).
-   * Kept in memory per project; a write here drops the copy at once, and the TTL bounds how long
-   * another Kiln instance's write takes to arrive.
-   */
-  private readonly cache = new TtlCache<string, Record<string, string>>(() => 2000);
+  // ---------------------------------------------------------------------------------------------
+  // Snapshots for the places that inject the values (function workers).
+  //
+  // A write on this instance drops the project's snapshot at once: the next invocation loads the new
+  // values (one query, once per change). Writes on other instances (production profile, several Kiln
+  // instances on one PostgreSQL) are found by a cheap fingerprint query per project (count and a sum
+  // of hashes, no values sent), run in the background every FRESH_MS / 4 for recently invoked
+  // projects, so a warm invocation never waits for the store and never looks at the values; a
+  // snapshot not confirmed for FRESH_MS (a slow store, or a project idle for a while) is checked
+  // before it is used, which keeps the bound other caches have: another instance's write is seen
+  // within FRESH_MS. The embedded profile has one Kiln per data dir, so every write passes through
+  // here and there is nothing to re-check.
 
-  /** The values when they are in memory (the warm invocation path), else undefined. */
-  cachedValues(projectId: string): Record<string, string> | undefined {
-    return this.cache.get(projectId);
+  private readonly snapshots = new Map<string, CachedSnapshot>();
+  private readonly loading = new Map<string, Promise<CachedSnapshot>>();
+  /** Local writes per project: a load that started before one must not install what it read. */
+  private readonly writes = new Map<string, number>();
+  private nextRevision = 1;
+  private timer: ReturnType<typeof setInterval> | null = null;
+  private refreshing = false;
+  private get revalidates(): boolean {
+    return this.store.kind !== "pglite";
   }
 
-  async values(projectId: string): Promise<Record<string, string>> {
-    const hit = this.cache.get(projectId);
+  private changed(projectId: string): void {
+    this.writes.set(projectId, (this.writes.get(projectId) ?? 0) + 1);
+    this.snapshots.delete(projectId);
+    this.loading.delete(projectId);
+  }
+
+  /** The project's snapshot when it is in memory and fresh (the warm invocation path: O(1)), else undefined. */
+  cachedSnapshot(projectId: string): VariablesSnapshot | undefined {
+    const s = this.snapshots.get(projectId);
+    if (!s) return undefined;
+    const now = Date.now();
+    if (this.revalidates && now - s.checkedAt >= FRESH_MS) return undefined;
+    s.usedAt = now;
+    return s;
+  }
+
+  async snapshot(projectId: string): Promise<VariablesSnapshot> {
+    const hit = this.cachedSnapshot(projectId);
     if (hit) return hit;
-    const rows = await this.store.query(`select name, value from variables where project_id = $1`, [projectId]);
-    const values = Object.fromEntries(rows.map((r) => [r.name, r.value]));
-    this.cache.set(projectId, values);
-    return values;
+    let p = this.loading.get(projectId);
+    if (!p) {
+      p = this.load(projectId).finally(() => {
+        if (this.loading.get(projectId) === p) this.loading.delete(projectId);
+      });
+      this.loading.set(projectId, p);
+    }
+    const s = await p;
+    s.usedAt = Date.now();
+    return s;
+  }
+
+  /** The values when they are in memory and fresh, else undefined. */
+  cachedValues(projectId: string): Readonly<Record<string, string>> | undefined {
+    return this.cachedSnapshot(projectId)?.values;
+  }
+
+  async values(projectId: string): Promise<Readonly<Record<string, string>>> {
+    return (await this.snapshot(projectId)).values;
+  }
+
+  /** A stale snapshot is kept when its fingerprint still matches (same revision: workers stay warm). */
+  private async load(projectId: string): Promise<CachedSnapshot> {
+    const writes = this.writes.get(projectId) ?? 0;
+    const started = Date.now();
+    const old = this.snapshots.get(projectId);
+    if (old) {
+      const [fp] = await this.fingerprints([projectId]);
+      if (fp!.fingerprint === old.fingerprint && this.snapshots.get(projectId) === old) {
+        old.checkedAt = Math.max(old.checkedAt, started);
+        return old;
+      }
+    }
+    const rows = await this.store.query(`select name, value, hashtext(current_sync_id) as h from variables where project_id = $1`, [projectId]);
+    const values: Record<string, string> = {};
+    let sum = 0;
+    for (const r of rows) {
+      values[r.name] = r.value;
+      sum += Number(r.h);
+    }
+    const fingerprint = `${rows.length}:${sum}`;
+    const cur = this.snapshots.get(projectId);
+    let s: CachedSnapshot;
+    if (cur && cur.fingerprint === fingerprint) {
+      cur.checkedAt = Math.max(cur.checkedAt, started);
+      s = cur;
+    } else {
+      s = { revision: this.nextRevision++, values, fingerprint, checkedAt: started, usedAt: started };
+    }
+    // A local write since the load began: what was read may predate it, so it is not kept.
+    if ((this.writes.get(projectId) ?? 0) === writes) {
+      this.snapshots.set(projectId, s);
+      this.startTimer();
+    }
+    return s;
+  }
+
+  /** `count:sum` per project, computed by the store (no values sent); a project without variables is `0:0`. */
+  private async fingerprints(projectIds: string[]): Promise<Array<{ projectId: string; fingerprint: string }>> {
+    const rows = await this.store.query(
+      `select project_id, count(*)::int as n, coalesce(sum(hashtext(current_sync_id)), 0)::text as h
+         from variables where project_id in (${projectIds.map((_, i) => `$${i + 1}`).join(", ")}) group by project_id`,
+      projectIds,
+    );
+    const by = new Map(rows.map((r) => [r.project_id as string, `${r.n}:${r.h}`]));
+    return projectIds.map((projectId) => ({ projectId, fingerprint: by.get(projectId) ?? "0:0" }));
+  }
+
+  private startTimer(): void {
+    if (this.timer) return;
+    this.timer = setInterval(() => void this.refresh(), FRESH_MS / 4);
+    this.timer.unref?.();
+  }
+
+  /** Drops idle snapshots; in the production profile re-checks the recently invoked ones. */
+  private async refresh(): Promise<void> {
+    if (this.refreshing) return;
+    this.refreshing = true;
+    try {
+      const now = Date.now();
+      const due: string[] = [];
+      for (const [id, s] of this.snapshots) {
+        if (now - s.usedAt > IDLE_MS) this.snapshots.delete(id);
+        else if (this.revalidates && now - s.usedAt < ACTIVE_MS && now - s.checkedAt >= FRESH_MS / 4) due.push(id);
+      }
+      if (!this.snapshots.size) this.stop();
+      for (let i = 0; i < due.length; i += 200) {
+        const started = Date.now();
+        const before = new Map(due.slice(i, i + 200).map((id) => [id, this.snapshots.get(id)]));
+        for (const { projectId, fingerprint } of await this.fingerprints([...before.keys()])) {
+          const s = this.snapshots.get(projectId);
+          if (!s || s !== before.get(projectId)) continue; // replaced or dropped meanwhile
+          if (fingerprint === s.fingerprint) {
+            s.checkedAt = Math.max(s.checkedAt, started);
+            continue;
+          }
+          // Changed on another instance: load the new values now, so the next invocation finds them.
+          this.changed(projectId);
+          void this.snapshot(projectId).catch(() => {});
+        }
+      }
+    } catch {
+      // the store is away (stopping, say): a snapshot left unconfirmed is checked before its next use
+    } finally {
+      this.refreshing = false;
+    }
+  }
+
+  /** Stops the background checks (they also stop by themselves when no snapshot is left). */
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
   }
 
   async removeAll(projectId: string): Promise<void> {
     await this.store.query(`delete from variables where project_id = $1`, [projectId]);
-    this.cache.delete(projectId);
+    this.changed(projectId);
   }
 
   /** At start, syncs cut short by a stop are finished; at stop, pending ones finish now. */
   async settlePending(): Promise<void> {
     for (const t of this.syncs) clearTimeout(t);
     this.syncs.clear();
-    const rows = await this.store.query(`select project_id, name, current_sync_id from variables where status = 'provisioning'`);
-    for (const r of rows) await this.propagate(r.project_id, r.name, r.current_sync_id);
+    const rows = await this.store.query(`select id, project_id, name, current_sync_id from variables where status = 'provisioning'`);
+    for (const r of rows) await this.propagate(r.id, r.project_id, r.name, r.current_sync_id);
   }
 }
