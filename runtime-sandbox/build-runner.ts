@@ -1,7 +1,11 @@
 import { spawn } from "node:child_process";
-import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, lchownSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { egressWiring, registryHostsFromEnv, startBuildEgress } from "./build-egress";
+import { chooseIsolation, noSandboxMessage, sandboxUser, type SandboxChoice } from "./isolation";
 import type { ResolvedRuntime } from "./runtimes";
-import { detectBwrap, planBuild } from "./sandbox";
+import { planBuild, type Launch } from "./sandbox";
 
 /**
  * Runs one dependency installer (npm, pip, bundler) of a function build: in the build sandbox
@@ -14,15 +18,16 @@ export type BuildLog = (level: "info" | "error", line: string) => Promise<void>;
 export interface BuildOptions {
   /** Never visible to a build (Kiln's data dir). */
   hiddenPaths: string[];
-  /** false: run installers on the host (no bubblewrap, or the pool runs without isolation). */
-  sandbox: boolean;
+  /** The sandbox builds run in: the same choice as the function workers'. */
+  sandbox: { want: SandboxChoice; allowUnsandboxed: boolean };
   /** Kiln is stopping: the installer is killed and the build fails as interrupted. */
   signal?: AbortSignal;
 }
 
-// Registry, mirror, proxy and TLS trust settings a build may need (a proxy that re-signs TLS needs
-// its CA); nothing else of Kiln's environment goes in.
-const PASSED_THROUGH = /^(npm_config_(registry|cafile)|NPM_CONFIG_(REGISTRY|CAFILE)|PIP_(INDEX_URL|EXTRA_INDEX_URL|TRUSTED_HOST|CERT)|BUNDLE_MIRROR__.*|(HTTPS?|NO)_PROXY|(https?|no)_proxy|NODE_EXTRA_CA_CERTS|SSL_CERT_FILE|SSL_CERT_DIR|REQUESTS_CA_BUNDLE)$/;
+// Registry, mirror and TLS trust settings a build may need (a proxy that re-signs TLS needs its CA);
+// nothing else of Kiln's environment goes in. Kiln's own proxy settings are not passed: a sandboxed
+// build's proxy is the build egress, which uses them as its upstream.
+const PASSED_THROUGH = /^(npm_config_(registry|cafile)|NPM_CONFIG_(REGISTRY|CAFILE)|PIP_(INDEX_URL|EXTRA_INDEX_URL|TRUSTED_HOST|CERT)|BUNDLE_MIRROR__.*|NODE_EXTRA_CA_CERTS|SSL_CERT_FILE|SSL_CERT_DIR|REQUESTS_CA_BUNDLE)$/;
 // Of those, the ones naming files the sandbox must show (read-only).
 const FILE_VALUED = /CAFILE|cafile|CERT|CA_BUNDLE|CA_CERTS/;
 
@@ -42,16 +47,66 @@ function buildEnv(): { env: Record<string, string>; files: string[] } {
  * with null on success, else the failure for the deployment's error: the exit code and the last
  * line the installer printed on stderr (usually the reason).
  */
-export function runInstaller(argv: string[], root: string, cwd: string, runtime: ResolvedRuntime, o: BuildOptions, log: BuildLog, timeoutMs = 300_000): Promise<string | null> {
+export async function runInstaller(argv: string[], root: string, cwd: string, runtime: ResolvedRuntime, o: BuildOptions, log: BuildLog, timeoutMs = 300_000): Promise<string | null> {
   const { env, files } = buildEnv();
-  const launch = planBuild({ argv, root, cwd, runtime, env, readOnly: files }, { bwrap: o.sandbox ? detectBwrap() : null, hiddenPaths: o.hiddenPaths });
+  const { isolation, problems } = chooseIsolation(o.sandbox);
+  if (!isolation) return noSandboxMessage(problems);
   const cmd = argv[0]!;
-  if (o.signal?.aborted) return Promise.resolve(`${cmd} was stopped: Kiln is stopping`);
+  if (o.signal?.aborted) return `${cmd} was stopped: Kiln is stopping`;
+  // A sandboxed build has a network namespace of its own; its one way out is an egress proxy of its
+  // own, which refuses the host's and other local addresses and says so in this build's log.
+  const egress = isolation.kind === "none" ? null : await openEgress(log);
+  try {
+    const launch = planBuild({ argv, root, cwd, runtime, env, readOnly: files }, { isolation, hiddenPaths: o.hiddenPaths, egress: egress?.wiring });
+    return await spawnInstaller(launch, cmd, root, o, log, timeoutMs);
+  } finally {
+    await egress?.close();
+  }
+}
+
+async function openEgress(log: BuildLog) {
+  const dir = mkdtempSync(join(tmpdir(), "kiln-egress-"));
+  try {
+    const proxy = await startBuildEgress({
+      socketDir: dir,
+      allowHosts: [...registryHostsFromEnv(), ...(process.env.KILN_BUILD_ALLOW_HOSTS ?? "").split(",").map((h) => h.trim()).filter(Boolean)],
+      upstreamProxy: process.env.HTTPS_PROXY || process.env.https_proxy || process.env.HTTP_PROXY || process.env.http_proxy || null,
+      noProxy: process.env.NO_PROXY ?? process.env.no_proxy ?? null,
+      log: (m) => void log("error", m).catch(() => {}),
+    });
+    const w = egressWiring(proxy.socketPath);
+    return {
+      wiring: { mounts: w.mounts, prefix: w.argvPrefix, env: { npm_config_update_notifier: "false" } },
+      close: async () => {
+        await proxy.close();
+        rmSync(dir, { recursive: true, force: true });
+      },
+    };
+  } catch (e) {
+    rmSync(dir, { recursive: true, force: true });
+    throw e;
+  }
+}
+
+function spawnInstaller(launch: Launch, cmd: string, root: string, o: BuildOptions, log: BuildLog, timeoutMs: number): Promise<string | null> {
+  // A root Kiln builds as the sandbox uid, which must own the function root it installs into; the
+  // tree is Kiln's again afterwards.
+  const user = sandboxUser();
+  if (user) chownTree(root, user.uid, user.gid);
+  const handBack = () => {
+    if (user) chownTree(root, process.getuid!(), process.getgid!());
+  };
   return new Promise((resolve) => {
     // Its own process group, whose id is written beside the build folder: a Kiln killed outright
     // mid-build (before bubblewrap's --die-with-parent took hold, or without bubblewrap) leaves it
     // running, and the next start kills it (killLeftoverInstaller).
-    const p = spawn(launch.argv[0]!, launch.argv.slice(1), { cwd: launch.cwd, env: launch.env, stdio: ["ignore", "pipe", "pipe"], detached: true });
+    const p = spawn(launch.argv[0]!, launch.argv.slice(1), {
+      cwd: launch.cwd,
+      env: launch.env,
+      stdio: ["ignore", "pipe", "pipe"],
+      detached: true,
+      ...(launch.uid === undefined ? {} : { uid: launch.uid, gid: launch.gid }),
+    });
     if (p.pid) writeFileSync(pidFile(root), String(p.pid));
     const killGroup = () => {
       try {
@@ -72,7 +127,7 @@ export function runInstaller(argv: string[], root: string, cwd: string, runtime:
     const pipe = (stream: "out" | "err") => (chunk: Buffer) => {
       for (const line of chunk.toString("utf8").split(/\r?\n/)) {
         if (!line.trim()) continue;
-        if (stream === "err") lastError = line.trim();
+        if (stream === "err" && !BOILERPLATE.test(line)) lastError = line.trim();
         // A log row that cannot be written is lost, never the build: the chain must keep going.
         pending = pending.then(() => log("info", line)).catch(() => {});
       }
@@ -88,6 +143,7 @@ export function runInstaller(argv: string[], root: string, cwd: string, runtime:
       o.signal?.removeEventListener("abort", onAbort);
       killGroup(); // whatever the installer left running
       rmSync(pidFile(root), { force: true });
+      handBack();
       const failure = o.signal?.aborted
         ? `${cmd} was stopped: Kiln is stopping` // the service records it as interrupted
         : timedOut ? `${cmd} did not finish in ${timeoutMs / 1000} s` : code === 0 ? null : `${cmd} exited with ${code ?? "a signal"}${lastError ? `: ${lastError.slice(0, 500)}` : ""}`;
@@ -96,7 +152,20 @@ export function runInstaller(argv: string[], root: string, cwd: string, runtime:
   });
 }
 
+// Lines an installer ends with that say nothing of why (npm's pointer to its debug log, its codes).
+const BOILERPLATE = /complete log of this run can be found|^npm (error|ERR!) (code|errno|syscall|path)\b|^npm (error|ERR!)\s*$/;
+
 const pidFile = (root: string) => `${root}.build-pid`;
+
+/** chown -R without following links (a link the build made must not redirect the chown). */
+function chownTree(dir: string, uid: number, gid: number): void {
+  lchownSync(dir, uid, gid);
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) chownTree(p, uid, gid);
+    else lchownSync(p, uid, gid);
+  }
+}
 
 /**
  * After a crash: kills the installer a build in `root` may have left running, then forgets it. The
@@ -112,7 +181,7 @@ export function killLeftoverInstaller(root: string): void {
   rmSync(pidFile(root), { force: true });
   try {
     const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-    if (/bwrap|npm|pip|bundle|python|ruby/.test(cmdline)) process.kill(-pid, "SIGKILL");
+    if (/bwrap|setpriv|unshare|npm|pip|bundle|python|ruby/.test(cmdline)) process.kill(-pid, "SIGKILL");
   } catch {
     // not running any more (or not Linux)
   }

@@ -23,8 +23,10 @@ export class LocalProcess implements WorkerProcess {
     env: Record<string, string>,
     cwd: string,
     private readonly cgroup: WorkerCgroup | null,
+    /** Spawn as this user (an unsandboxed worker of a root Kiln). */
+    user?: { uid: number; gid: number },
   ) {
-    this.proc = spawn(argv[0]!, argv.slice(1), { cwd, env, stdio: ["ignore", "pipe", "pipe", "pipe"], detached: true });
+    this.proc = spawn(argv[0]!, argv.slice(1), { cwd, env, stdio: ["ignore", "pipe", "pipe", "pipe"], detached: true, ...(user ?? {}) });
     this.stdout = this.proc.stdout!;
     this.stderr = this.proc.stderr!;
     this.channel = Promise.resolve(this.proc.stdio[3] as Socket);

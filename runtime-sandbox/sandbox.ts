@@ -1,23 +1,17 @@
-import { spawnSync } from "node:child_process";
-import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmdirSync, statSync, writeFileSync } from "node:fs";
-import { dirname, join, relative, resolve, sep } from "node:path";
+import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmdirSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, relative } from "node:path";
+import { hostTool, type Isolation } from "./isolation";
+import { BOOTSTRAP_DIR, isUnder, RUNTIME_ROOT, sandboxMounts, TASK_ROOT, type Mount } from "./mounts";
 import type { ResolvedRuntime } from "./runtimes";
-import { which } from "./runtimes";
+
+export { SANDBOX_PATHS, sandboxMounts, isUnder, type Mount } from "./mounts";
 
 /**
- * How a worker process is started: the bubblewrap command line (or none), the rlimits applied
- * through prlimit, and the per-worker cgroups. Everything here is decided before the spawn; the
- * worker itself (worker.ts) only runs the resulting argv.
+ * How a worker or build process is started: its sandbox (isolation.ts over the mount plan of
+ * mounts.ts), the rlimits applied through prlimit, and the per-worker cgroups. Everything here is
+ * decided before the spawn; the worker itself (worker.ts) only runs the resulting argv.
  */
-
-export const BOOTSTRAP_DIR = join(import.meta.dirname, "bootstraps");
-const SANDBOX_ETC = join(import.meta.dirname, "sandbox-etc");
-
-/** Where the code and the bootstraps appear inside the sandbox (Lambda's layout). */
-const TASK_ROOT = "/var/task";
-const RUNTIME_ROOT = "/var/runtime";
-/** The sandbox user; sandbox-etc/passwd names it so getpwuid() works for the function. */
-const SANDBOX_UID = "1000";
 
 export interface Limits {
   memoryMb: number;
@@ -42,166 +36,40 @@ export interface Launch {
   argv: string[];
   env: Record<string, string>;
   cwd: string;
-}
-
-// ---------------------------------------------------------------------------------------------
-// bubblewrap
-
-export interface Bwrap {
-  path: string;
-  /** --size for tmpfs and --disable-userns arrived in 0.8.0. */
-  modern: boolean;
-}
-
-let bwrapProbe: Bwrap | null | undefined;
-
-/** bubblewrap when installed and able to make namespaces here (some hosts forbid user namespaces). */
-export function detectBwrap(): Bwrap | null {
-  if (bwrapProbe !== undefined) return bwrapProbe;
-  bwrapProbe = null;
-  const path = which("bwrap") ?? (existsSync("/usr/bin/bwrap") ? "/usr/bin/bwrap" : null);
-  if (!path) return null;
-  const trial = spawnSync(path, ["--unshare-all", "--die-with-parent", ...systemMounts(), "--", "/usr/bin/true"], { stdio: "ignore", timeout: 10_000, env: {} });
-  if (trial.status !== 0) return null;
-  const version = /(\d+)\.(\d+)/.exec(String(spawnSync(path, ["--version"], { env: {} }).stdout ?? ""));
-  const modern = !!version && (Number(version[1]) > 0 || Number(version[2]) >= 8);
-  bwrapProbe = { path, modern };
-  return bwrapProbe;
-}
-
-/** /usr read-only, and the merged-/usr symlinks (/lib → usr/lib) or the real directories. */
-function systemMounts(): string[] {
-  return toBwrap(systemMountList());
-}
-
-function systemMountList(): Mount[] {
-  const out: Mount[] = [{ kind: "bind", src: "/usr", dest: "/usr" }];
-  for (const p of ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]) {
-    try {
-      const st = lstatSync(p);
-      if (st.isSymbolicLink()) out.push({ kind: "symlink", target: readlinkSync(p), dest: p });
-      else if (st.isDirectory()) out.push({ kind: "bind", src: p, dest: p });
-    } catch {
-      // not on this system
-    }
-  }
-  return out;
-}
-
-/** Host files a runtime reads: the dynamic linker's cache, TLS roots, time zone, alternatives. */
-const ETC_ALWAYS = ["/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/localtime", "/etc/alternatives"];
-const ETC_NETWORK = ["/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf", "/etc/host.conf", "/etc/services", "/etc/protocols"];
-
-/**
- * What a sandboxed function sees of the filesystem, whatever builds the sandbox (bubblewrap here,
- * a container engine in container.ts): read-only binds, the merged-/usr symlinks, and covers over
- * hidden paths. /proc, /dev and the private /tmp are each engine's own.
- */
-export type Mount =
-  | { kind: "bind"; src: string; dest: string; writable?: boolean }
-  | { kind: "symlink"; target: string; dest: string }
-  /** An empty directory over a hidden directory. */
-  | { kind: "cover-dir"; dest: string }
-  /** /dev/null over a hidden file. */
-  | { kind: "cover-file"; dest: string };
-
-export function sandboxMounts(s: Pick<LaunchSpec, "runtime" | "codeDir" | "network">, hiddenPaths: string[], opts: { networkEtc?: boolean; codeWritable?: boolean } = {}): Mount[] {
-  // Never the host root: only what the runtime needs, so Kiln's data dir, the user's home and
-  // everything else simply does not exist inside.
-  const m: Mount[] = systemMountList();
-  for (const p of [...ETC_ALWAYS, ...(s.network && opts.networkEtc !== false ? ETC_NETWORK : [])]) {
-    if (existsSync(p)) m.push({ kind: "bind", src: realpathSync(p), dest: p });
-  }
-  m.push({ kind: "bind", src: join(SANDBOX_ETC, "passwd"), dest: "/etc/passwd" }, { kind: "bind", src: join(SANDBOX_ETC, "group"), dest: "/etc/group" });
-  for (const r of s.runtime.mounts) if (!isUnder(r, "/usr")) m.push({ kind: "bind", src: r, dest: r });
-  m.push({ kind: "bind", src: realpathSync(BOOTSTRAP_DIR), dest: RUNTIME_ROOT }, { kind: "bind", src: realpathSync(s.codeDir), dest: TASK_ROOT, writable: !!opts.codeWritable });
-  // A hidden path that lies inside something bound (a data dir under the code dir, say) is
-  // covered up: an empty directory over a directory, /dev/null over a file.
-  const binds = m.filter((x): x is Extract<Mount, { kind: "bind" }> => x.kind === "bind");
-  for (const h of hiddenPaths.map(realOrSelf)) {
-    if (!existsSync(h)) continue;
-    for (const b of binds) {
-      if (!isUnder(h, b.src)) continue;
-      const dest = join(b.dest, relative(b.src, h));
-      let isDir = true;
-      try {
-        isDir = statSync(h).isDirectory();
-      } catch {
-        // vanished: cover as a directory
-      }
-      m.push(isDir ? { kind: "cover-dir", dest } : { kind: "cover-file", dest });
-    }
-  }
-  return m;
-}
-
-function toBwrap(mounts: Mount[]): string[] {
-  const a: string[] = [];
-  for (const m of mounts) {
-    if (m.kind === "bind") a.push(m.writable ? "--bind" : "--ro-bind", m.src, m.dest);
-    else if (m.kind === "symlink") a.push("--symlink", m.target, m.dest);
-    else if (m.kind === "cover-dir") a.push("--tmpfs", m.dest);
-    else a.push("--ro-bind", "/dev/null", m.dest);
-  }
-  return a;
-}
-
-function bwrapArgs(
-  bw: Bwrap,
-  s: Pick<LaunchSpec, "runtime" | "codeDir" | "network">,
-  hiddenPaths: string[],
-  extra: { tmpfsBytes: number; codeWritable?: boolean; hostname?: string; chdir?: string },
-): string[] {
-  const a = ["--die-with-parent", "--new-session", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"];
-  if (!s.network) a.push("--unshare-net");
-  if (bw.modern) a.push("--disable-userns");
-  a.push("--uid", SANDBOX_UID, "--gid", SANDBOX_UID, "--cap-drop", "ALL", "--hostname", extra.hostname ?? "kiln-function");
-  const mounts = sandboxMounts(s, hiddenPaths, { codeWritable: extra.codeWritable });
-  // The system part, then /proc, /dev and the private /tmp, then the runtime, bootstraps and code
-  // (a runtime cached under /tmp stays visible), then the covers on top of what they hide.
-  const system = mounts.findIndex((m) => m.dest === "/etc/group") + 1;
-  a.push(...toBwrap(mounts.slice(0, system)));
-  a.push("--proc", "/proc", "--dev", "/dev");
-  if (bw.modern) a.push("--size", String(extra.tmpfsBytes));
-  a.push("--tmpfs", "/tmp");
-  a.push(...toBwrap(mounts.slice(system)));
-  a.push("--chdir", extra.chdir ?? TASK_ROOT);
-  return a;
+  /** Spawn as this user (unsandboxed processes of a root Kiln). */
+  uid?: number;
+  gid?: number;
 }
 
 /**
- * A build step (npm, pip, bundler) in the sandbox: the network (registries), the function root
- * writable at /var/task, the working directory `cwd` inside it, everything else as for a worker
- * (read-only system and runtime, private /tmp as HOME, Kiln's data dir invisible). Without
- * bubblewrap the command runs on the host in the same cleared environment.
+ * A build step (npm, pip, bundler) in the sandbox: the function root writable at /var/task, the
+ * working directory `cwd` inside it, everything else as for a worker (read-only system and runtime,
+ * private /tmp as HOME, Kiln's data dir invisible). Its network is what `egress` says: none of the
+ * host's (a private loopback) plus the extra mounts and argv prefix that reach the build proxy.
  */
 export function planBuild(
   b: { argv: string[]; root: string; cwd: string; runtime: ResolvedRuntime; env: Record<string, string>; readOnly?: string[]; tmpfsMb?: number },
-  o: { bwrap: Bwrap | null; hiddenPaths: string[] },
+  o: { isolation: Isolation; hiddenPaths: string[]; egress?: { mounts: Mount[]; prefix: string[]; env: Record<string, string> } | null },
 ): Launch {
-  const env = { ...sandboxEnv({ runtime: b.runtime, env: b.env }) };
-  if (!o.bwrap) return { argv: b.argv, env: { ...env, HOME: process.env.HOME ?? "/tmp", TMPDIR: process.env.TMPDIR ?? "/tmp" }, cwd: b.cwd };
+  const env = { ...sandboxEnv({ runtime: b.runtime, env: b.env }), ...(o.egress?.env ?? {}) };
+  const argv = [...(o.egress?.prefix ?? []), ...b.argv];
+  if (o.isolation.kind === "none") {
+    const run = o.isolation.enclose({ mounts: [], network: true, tmpfsBytes: 0, hostname: "", chdir: b.cwd }, argv);
+    return { argv: run.argv, env: { ...env, HOME: tmpdir(), TMPDIR: tmpdir() }, cwd: b.cwd, uid: run.uid, gid: run.gid };
+  }
   const rel = relative(realpathSync(b.root), realpathSync(b.cwd));
   // Extra host files (a CA bundle outside /usr and /etc/ssl, say) ride along as runtime mounts.
   const runtime = { ...b.runtime, mounts: [...b.runtime.mounts, ...(b.readOnly ?? [])] };
-  const args = bwrapArgs(o.bwrap, { runtime, codeDir: b.root, network: true }, o.hiddenPaths, {
-    tmpfsBytes: (b.tmpfsMb ?? 1024) * 1024 * 1024,
-    codeWritable: true,
-    hostname: "kiln-build",
-    chdir: join(TASK_ROOT, rel),
-  });
-  return { argv: [o.bwrap.path, ...args, "--", ...b.argv], env, cwd: "/" };
+  const mounts = sandboxMounts({ runtime, codeDir: b.root, network: !o.egress }, o.hiddenPaths, { codeWritable: true, extra: o.egress?.mounts });
+  const run = o.isolation.enclose(
+    { mounts, network: !o.egress, tmpfsBytes: (b.tmpfsMb ?? 1024) * 1024 * 1024, hostname: "kiln-build", chdir: join(TASK_ROOT, rel) },
+    argv,
+  );
+  return { argv: run.argv, env, cwd: "/", uid: run.uid, gid: run.gid };
 }
 
 // ---------------------------------------------------------------------------------------------
 // rlimits (prlimit) and the runtime's own flags
-
-// util-linux tools, looked up once: absolute paths, since the sandbox's PATH is not the host's.
-const hostTools = new Map<string, string | null>();
-function hostTool(name: "prlimit" | "chrt"): string | null {
-  if (!hostTools.has(name)) hostTools.set(name, [`/usr/bin/${name}`, `/bin/${name}`].find((p) => existsSync(p)) ?? null);
-  return hostTools.get(name)!;
-}
 
 // Below this, node does not start (it hangs in start-up with a smaller RLIMIT_DATA).
 const NODE_MIN_DATA_MB = 96;
@@ -215,14 +83,13 @@ export interface LaunchPlan extends Launch {
  * The argv for one worker. `cgroupMemory`/`cgroupPids` tell whether the cgroups enforce those limits
  * (then no rlimit is needed for them).
  */
-export function planLaunch(
-  s: LaunchSpec,
-  o: { bwrap: Bwrap | null; hiddenPaths: string[]; cgroupMemory: boolean; cgroupPids: boolean; asRoot: boolean },
-): LaunchPlan {
+export function planLaunch(s: LaunchSpec, o: { isolation: Isolation; hiddenPaths: string[]; cgroupMemory: boolean; cgroupPids: boolean }): LaunchPlan {
   const notes: string[] = [];
-  const inside = o.bwrap ? { task: TASK_ROOT, runtime: RUNTIME_ROOT } : { task: realpathSync(s.codeDir), runtime: BOOTSTRAP_DIR };
+  const sandboxed = o.isolation.kind !== "none";
+  const inside = sandboxed ? { task: TASK_ROOT, runtime: RUNTIME_ROOT } : { task: realpathSync(s.codeDir), runtime: BOOTSTRAP_DIR };
   const memBytes = s.limits.memoryMb * 1024 * 1024;
   const maxProcs = s.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES;
+  const asRoot = process.getuid?.() === 0;
 
   const rt = runtimeArgv(s, inside);
 
@@ -238,11 +105,11 @@ export function planLaunch(
       notes.push("memory: RLIMIT_DATA (no writable memory cgroup)");
     }
     if (!o.cgroupPids) {
-      if (o.bwrap && !o.asRoot) {
+      if (sandboxed && !asRoot) {
         limits.push(`--nproc=${maxProcs}`);
         notes.push("processes: RLIMIT_NPROC in the sandbox's user namespace");
       } else {
-        notes.push("processes: not limited (no pids cgroup; RLIMIT_NPROC would count all of this user's processes or not apply to root)");
+        notes.push("processes: not limited (no pids cgroup; RLIMIT_NPROC would count every worker of the sandbox uid)");
       }
     }
     limits.push("--");
@@ -255,15 +122,12 @@ export function planLaunch(
   // worker (bench:functions, 3 alternating runs on 2 cores: 8.2k vs 7.5k req/s; p50 unchanged).
   const chrt = hostTool("chrt");
   const sched = chrt ? [chrt, "--batch", "0"] : [];
-  if (!o.bwrap) return { argv: [...sched, ...limits, ...rt], env, cwd: inside.task, notes };
-  // The environment is handed over as bwrap's own (it passes it through), not as --setenv
-  // arguments: argv is readable by every user of the host in `ps`, the environment is not.
-  const args = bwrapArgs(o.bwrap, s, o.hiddenPaths, { tmpfsBytes: memBytes });
-  return { argv: [...sched, o.bwrap.path, ...args, "--", ...limits, ...rt], env, cwd: "/", notes };
+  // The environment is handed over as the sandbox's own (it passes it through), never as arguments:
+  // argv is readable by every user of the host in `ps`, the environment is not.
+  const mounts = sandboxed ? sandboxMounts(s, o.hiddenPaths) : [];
+  const run = o.isolation.enclose({ mounts, network: s.network, tmpfsBytes: memBytes, hostname: "kiln-function", chdir: TASK_ROOT }, [...limits, ...rt]);
+  return { argv: [...sched, ...run.argv], env, cwd: sandboxed ? "/" : inside.task, uid: run.uid, gid: run.gid, notes };
 }
-
-/** Inside the sandbox: where the code and the bootstraps are. */
-export const SANDBOX_PATHS = { task: TASK_ROOT, runtime: RUNTIME_ROOT, uid: SANDBOX_UID };
 
 /** The interpreter's command line: runtime, its own limit flags, bootstrap, code folder, entry, handler. */
 export function runtimeArgv(s: Pick<LaunchSpec, "runtime" | "entry" | "handler" | "limits">, inside: { task: string; runtime: string }): string[] {
@@ -465,20 +329,6 @@ function controllerDir(name: string): string | null {
 }
 
 // ---------------------------------------------------------------------------------------------
-
-export function isUnder(p: string, parent: string): boolean {
-  const a = resolve(p);
-  const b = resolve(parent);
-  return a === b || a.startsWith(b.endsWith(sep) ? b : b + sep);
-}
-
-function realOrSelf(p: string): string {
-  try {
-    return realpathSync(p);
-  } catch {
-    return resolve(p);
-  }
-}
 
 function tryRmdir(d: string): boolean {
   try {

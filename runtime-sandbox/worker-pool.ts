@@ -2,7 +2,9 @@ import { existsSync } from "node:fs";
 import type { ContainerEngine } from "./container";
 import { LocalProcess } from "./local-process";
 import { isMissing, resolveRuntime, type ResolvedRuntime } from "./runtimes";
-import { CgroupHost, detectBwrap, planLaunch, withCgroup, type Bwrap, type WorkerCgroup } from "./sandbox";
+import { chooseIsolation, noSandboxMessage, sandboxUser, unreachableByOthers, unsandboxedIsolation, type Isolation, type SandboxChoice } from "./isolation";
+import { BOOTSTRAP_DIR } from "./mounts";
+import { CgroupHost, planLaunch, withCgroup, type WorkerCgroup } from "./sandbox";
 import { FunctionError, Worker, type LogLine, type Outcome } from "./worker";
 
 export { FunctionError, type FailureKind, type LogLine } from "./worker";
@@ -26,8 +28,14 @@ export interface FunctionVersion {
   entry: string;
   /** Exported name, default "handler". */
   handler: string;
-  /** The only environment the code sees, besides PATH, HOME, TMPDIR and LANG. */
+  /** The only environment the code sees, besides PATH, HOME, TMPDIR and LANG. Never changed in place. */
   env: Record<string, string>;
+  /**
+   * Optional: differs exactly when `env` differs (e.g. a revision of the project's variables). When
+   * given, the pool compares it instead of the whole env, so telling a new env costs the same for
+   * ten variables or ten thousand.
+   */
+  envVersion?: string;
   limits: { memoryMb: number; timeoutMs: number; cpuSeconds?: number; maxProcesses?: number };
   /** false: the function has no network at all (its own empty network namespace). */
   network: boolean;
@@ -51,8 +59,13 @@ export interface WorkerPoolOptions {
   maxWorkersPerVersion?: number;
   /** Idle workers stop after this long; default 60 s. */
   idleMs?: number;
-  /** auto: bubblewrap when it works here, else plain processes (with one warning). */
-  isolation?: "auto" | "bwrap" | "none";
+  /**
+   * auto: the best sandbox that works here (bubblewrap, else Linux namespaces through util-linux);
+   * or one named, which must work. "none": plain host processes, asked for explicitly.
+   */
+  sandbox?: SandboxChoice | "none";
+  /** With auto: when no sandbox works, run unsandboxed rather than refuse every invocation (503). */
+  allowUnsandboxed?: boolean;
   /** Run every worker as a container on this engine instead of a local process (isolation is then the engine's). */
   containers?: ContainerEngine;
   /** Never visible to a function (e.g. Kiln's data dir). Enforced only with bubblewrap. */
@@ -82,7 +95,7 @@ interface Group {
   runtime: ResolvedRuntime;
   /** The environment workers get: the caller's, or the last updateEnv for this version. */
   env: Record<string, string>;
-  /** The env the caller passed last time; a change means the caller updated it. */
+  /** The caller's envVersion (or its env as JSON) last time; a change means the caller updated it. */
   callerEnv: string;
   /** Everything else that shapes a worker; a change retires the current workers. */
   settings: string;
@@ -95,9 +108,12 @@ interface Group {
 }
 
 export class WorkerPool {
-  readonly isolation: "bwrap" | "none" | "container";
+  /** What isolates local workers: a sandbox kind, "container", or "unavailable" (every invocation a 503). */
+  readonly isolation: Isolation["kind"] | "container" | "unavailable";
   private readonly containers: ContainerEngine | null;
-  private readonly bwrap: Bwrap | null;
+  private readonly sandbox: Isolation | null;
+  /** Why no sandbox is available, when none is. */
+  readonly unavailable: string | null = null;
   private readonly cgroups: CgroupHost | null;
   private readonly max: number;
   private readonly idleMs: number;
@@ -116,13 +132,17 @@ export class WorkerPool {
     this.hiddenPaths = opts.hiddenPaths ?? [];
     this.log = opts.log ?? ((m) => console.error(m));
     this.containers = opts.containers ?? null;
-    const want = this.containers ? "none" : (opts.isolation ?? "auto");
-    this.bwrap = want === "none" || process.platform !== "linux" ? null : detectBwrap();
-    if (want === "bwrap" && !this.bwrap) throw new Error("isolation \"bwrap\" was asked for, but bubblewrap is not installed or cannot create namespaces here");
-    this.isolation = this.containers ? "container" : this.bwrap ? "bwrap" : "none";
-    if (want === "auto" && !this.bwrap) {
-      this.log("functions run as plain processes: bubblewrap (bwrap) is not available, so there is no filesystem or network isolation (install the bubblewrap package)");
+    const want = opts.sandbox ?? "auto";
+    if (this.containers) {
+      this.sandbox = null;
+    } else {
+      const chosen = want === "none" ? { isolation: unsandboxedIsolation(), problems: [] } : chooseIsolation({ want, allowUnsandboxed: !!opts.allowUnsandboxed });
+      this.sandbox = chosen.isolation;
+      if (want !== "auto" && !this.sandbox) throw new Error(`the ${want} sandbox was asked for, but ${chosen.problems.join("; ")}`);
+      if (!this.sandbox) this.unavailable = noSandboxMessage(chosen.problems);
+      else if (this.sandbox.kind === "none") this.log(`functions are NOT sandboxed: ${this.sandbox.description}`);
     }
+    this.isolation = this.containers ? "container" : (this.sandbox?.kind ?? "unavailable");
     // A container's limits are the engine's own cgroups.
     this.cgroups = this.containers || opts.cgroups === "off" || process.platform !== "linux" ? null : CgroupHost.detect(Math.random().toString(36).slice(2, 8));
     this.sweeper = setInterval(() => this.sweep(), Math.max(50, Math.min(10_000, this.idleMs / 2)));
@@ -131,6 +151,7 @@ export class WorkerPool {
 
   async invoke(v: FunctionVersion, event: unknown, ctx: { invocationId: string; deadlineMs?: number }): Promise<InvokeResult> {
     if (this.closed) throw new FunctionError("crash", "the worker pool is closed");
+    if (this.unavailable) throw new FunctionError("sandbox_unavailable", this.unavailable);
     const runtime = await resolveRuntime(v.runtime);
     if (isMissing(runtime)) throw new FunctionError("runtime_missing", `runtime ${v.runtime} is not available on this machine; install ${runtime.missing}`);
     // The clock starts after the runtime is at hand: a first-use install of Node is not the function's time.
@@ -221,10 +242,10 @@ export class WorkerPool {
     const same = this.groups.get(v.key);
     if (same && same.version === v && same.runtime === runtime) return same;
     const settings = JSON.stringify([v.runtime, runtime.command, v.codeDir, v.entry, v.handler, v.limits, v.network, v.functionName, v.region]);
-    const callerEnv = JSON.stringify(v.env);
+    const callerEnv = v.envVersion !== undefined ? `#${v.envVersion}` : JSON.stringify(v.env);
     let g = this.groups.get(v.key);
     if (!g) {
-      g = { key: v.key, version: v, runtime, env: { ...v.env }, callerEnv, settings, generation: 0, workers: new Set(), leased: new Set(), waiters: [], retired: false, drained: [] };
+      g = { key: v.key, version: v, runtime, env: v.env, callerEnv, settings, generation: 0, workers: new Set(), leased: new Set(), waiters: [], retired: false, drained: [] };
       this.groups.set(v.key, g);
       return g;
     }
@@ -238,7 +259,7 @@ export class WorkerPool {
     // Whoever changed the environment last wins: an updateEnv, or a caller passing a new one.
     if (callerEnv !== g.callerEnv) {
       g.callerEnv = callerEnv;
-      g.env = { ...v.env };
+      g.env = v.env;
       changed = true;
     }
     if (changed) {
@@ -302,13 +323,18 @@ export class WorkerPool {
         this.report(`cgroup: could not create a worker cgroup (${(e as Error).message}); using rlimits`);
       }
     }
-    const plan = planLaunch(
-      spec,
-      { bwrap: this.bwrap, hiddenPaths: this.hiddenPaths, cgroupMemory: !!cg?.memory, cgroupPids: !!cg?.pids, asRoot: process.getuid?.() === 0 },
-    );
+    if (this.sandbox!.kind === "none" && sandboxUser()) {
+      const blocked = unreachableByOthers([g.runtime.command, BOOTSTRAP_DIR, v.codeDir]);
+      if (blocked) {
+        cg?.killAll();
+        void cg?.remove();
+        throw new FunctionError("init_error", `${blocked} is not reachable by the sandbox uid ${sandboxUser()!.uid} that runs unsandboxed functions of a root Kiln; move the data dir or KILN_CACHE_DIR to a folder others can enter, or use a sandbox`);
+      }
+    }
+    const plan = planLaunch(spec, { isolation: this.sandbox!, hiddenPaths: this.hiddenPaths, cgroupMemory: !!cg?.memory, cgroupPids: !!cg?.pids });
     for (const n of plan.notes) this.report(`function limits: ${n}`);
-    if (!this.bwrap && this.hiddenPaths.length) this.report("hidden paths are not enforced without bubblewrap");
-    const proc = new LocalProcess(withCgroup(plan.argv, cg), plan.env, plan.cwd, cg);
+    if (this.sandbox!.kind === "none" && this.hiddenPaths.length) this.report("hidden paths are not enforced without a sandbox");
+    const proc = new LocalProcess(withCgroup(plan.argv, cg), plan.env, plan.cwd, cg, plan.uid === undefined ? undefined : { uid: plan.uid, gid: plan.gid! });
     return this.track(g, new Worker({ process: proc, onExit }, deadline, timeoutMessage));
   }
 

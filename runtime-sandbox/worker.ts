@@ -22,7 +22,7 @@ export interface LogLine {
   timestamp: string;
 }
 
-export type FailureKind = "timeout" | "crash" | "out_of_memory" | "runtime_missing" | "init_error";
+export type FailureKind = "timeout" | "crash" | "out_of_memory" | "runtime_missing" | "init_error" | "sandbox_unavailable";
 
 export class FunctionError extends Error {
   constructor(

@@ -46,6 +46,12 @@ export interface Config {
   dbIdleInTransactionTimeoutMs: number;
   /** SOURCE_ARCHIVE_SIZE_LIMIT_MB: uploaded and normalized function archives. */
   sourceArchiveLimitMb: number;
+  /** Largest JSON request body a route reads (a route may declare its own); beyond: 413. */
+  maxJsonBodyBytes: number;
+  /** Largest function invocation request (RPC invoke route and function addresses); beyond: 413. */
+  maxInvokeBodyBytes: number;
+  /** Deepest nesting of arrays and objects a JSON request body may have; beyond: 400. */
+  maxJsonDepth: number;
   /** HTTP-mode function addresses are `<name>.<project>.<functionsDomain>` (resolving to Kiln). */
   functionsDomain: string;
   /** Limits of every function invocation. */
@@ -61,6 +67,10 @@ export interface Config {
   dockerHost?: string;
   /** Base image of function containers (imported by Kiln when the engine lacks it). */
   functionImage: string;
+  /** Which sandbox local function workers and builds use: the best that works here, or one named. */
+  functionSandbox: "auto" | "bubblewrap" | "namespaces";
+  /** Run function code and builds as plain host processes when no sandbox works (explicit opt-in). */
+  allowUnsandboxedFunctions: boolean;
   /** Lets tests move time forward through /_kiln/clock. */
   controllableClock: boolean;
   /** Check every response against its declared schema (tests turn this on). */
@@ -84,6 +94,8 @@ export interface StartOptions {
   functionRuntime?: string;
   dockerHost?: string;
   functionImage?: string;
+  functionSandbox?: string;
+  allowUnsandboxedFunctions?: boolean;
 }
 
 function intEnv(name: string, fallback: number): number {
@@ -91,6 +103,19 @@ function intEnv(name: string, fallback: number): number {
   if (v === undefined || v === "") return fallback;
   const n = Number(v);
   if (!Number.isInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer, got "${v}"`);
+  return n;
+}
+
+function positiveIntEnv(name: string, fallback: number): number {
+  const n = intEnv(name, fallback);
+  if (n < 1) throw new Error(`${name} must be at least 1, got "${process.env[name]}"`);
+  return n;
+}
+
+/** Deeper limits than this would let JSON.stringify and friends overflow the stack on request data. */
+function boundedIntEnv(name: string, fallback: number, min: number, max: number): number {
+  const n = intEnv(name, fallback);
+  if (n < min || n > max) throw new Error(`${name} must be ${min} to ${max}, got "${process.env[name]}"`);
   return n;
 }
 
@@ -120,6 +145,9 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
   const functionRuntime = (opts.functionRuntime ?? env.KILN_FUNCTION_RUNTIME ?? "process").toLowerCase();
   if (functionRuntime !== "process" && functionRuntime !== "docker")
     throw new Error(`--function-runtime must be process or docker (Docker or Podman engine), got "${opts.functionRuntime ?? env.KILN_FUNCTION_RUNTIME}"`);
+  const functionSandbox = (opts.functionSandbox ?? env.KILN_FUNCTION_SANDBOX ?? "auto").toLowerCase();
+  if (functionSandbox !== "auto" && functionSandbox !== "bubblewrap" && functionSandbox !== "namespaces")
+    throw new Error(`--function-sandbox must be auto, bubblewrap or namespaces, got "${opts.functionSandbox ?? env.KILN_FUNCTION_SANDBOX}"`);
   return {
     host: opts.host ?? env.KILN_HOST ?? "127.0.0.1",
     port,
@@ -143,10 +171,15 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     dbMaxOpen: intEnv("KILN_DB_MAX_OPEN", 10),
     dbMemoryBudgetMb: intEnv("KILN_DB_MEMORY_BUDGET_MB", 512),
     sourceArchiveLimitMb: intEnv("KILN_SOURCE_ARCHIVE_LIMIT_MB", 50),
+    maxJsonBodyBytes: positiveIntEnv("KILN_MAX_JSON_BODY_BYTES", 1_048_576),
+    maxInvokeBodyBytes: positiveIntEnv("KILN_MAX_INVOKE_BODY_BYTES", 6_291_456),
+    maxJsonDepth: boundedIntEnv("KILN_MAX_JSON_DEPTH", 128, 1, 1000),
     maxFunctions: intEnv("KILN_FUNCTION_LIMIT", 10_000),
     functionRuntime,
     dockerHost: opts.dockerHost ?? (env.KILN_DOCKER_HOST || undefined),
     functionImage: opts.functionImage ?? (env.KILN_FUNCTION_IMAGE || "kiln-runtime:base"),
+    functionSandbox,
+    allowUnsandboxedFunctions: Boolean(opts.allowUnsandboxedFunctions) || env.KILN_ALLOW_UNSANDBOXED_FUNCTIONS === "1",
     functionMemoryMb: intEnv("KILN_FUNCTION_MEMORY_MB", 256),
     functionTimeoutMs: intEnv("KILN_FUNCTION_TIMEOUT_MS", 30_000),
     functionCpuSeconds: intEnv("KILN_FUNCTION_CPU_SECONDS", Math.max(1, Math.ceil(intEnv("KILN_FUNCTION_TIMEOUT_MS", 30_000) / 1000))),

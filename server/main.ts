@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { accessTokenRoutes } from "./access-tokens/routes";
@@ -39,6 +39,7 @@ import { databaseRoutes } from "./databases/routes";
 import { DatabasesService } from "./databases/service";
 import { DatabaseWireRouter } from "./databases/wire-router";
 import type { WorkerPool } from "../runtime-sandbox/worker-pool";
+import { chooseIsolation, hideOwnProcEntries, noSandboxMessage } from "../runtime-sandbox/isolation";
 import { FunctionLogs } from "./functions/invoke";
 import { matchFunctionHost, serveFunctionHost } from "./functions/http-mode";
 import { functionRoutes } from "./functions/routes";
@@ -64,22 +65,76 @@ function startupTrace() {
   };
 }
 
-/** One Kiln per data dir: a second instance would corrupt the embedded databases. */
+/**
+ * One Kiln per data dir: a second instance would corrupt the embedded databases. The lock file holds
+ * the pid and that process's start time (and the boot it started in), so a pid the system has since
+ * given to another process does not keep the data dir locked.
+ */
 function lockDataDir(dataDir: string): () => void {
   const file = join(dataDir, "kiln.pid");
   if (existsSync(file)) {
-    const pid = Number(readFileSync(file, "utf8").trim());
-    if (pid && pid !== process.pid) {
-      let alive = false;
-      try {
-        process.kill(pid, 0);
-        alive = true;
-      } catch {}
-      if (alive) throw new Error(`data dir ${dataDir} is in use by another Kiln (pid ${pid}); stop it or pass another --data-dir`);
+    const holder = readLockFile(readFileSync(file, "utf8"));
+    if (holder && holder.pid !== process.pid && lockHolderAlive(holder)) {
+      throw new Error(`data dir ${dataDir} is in use by another Kiln (pid ${holder.pid}); stop it or pass another --data-dir`);
     }
   }
-  writeFileSync(file, String(process.pid));
+  const me = processIdentity(process.pid);
+  writeFileSync(file, `${process.pid}\n${me ? `start=${me.start} boot=${me.boot}\n` : ""}`, { mode: 0o600 });
   return () => rmSync(file, { force: true });
+}
+
+function readLockFile(text: string): { pid: number; start?: string; boot?: string } | null {
+  const [first, second] = text.split("\n");
+  const pid = Number(first?.trim());
+  if (!Number.isInteger(pid) || pid <= 0) return null;
+  const start = /start=(\d+)/.exec(second ?? "")?.[1];
+  const boot = /boot=([\w-]+)/.exec(second ?? "")?.[1];
+  return { pid, start, boot };
+}
+
+/** Linux: the process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat) and the boot id. */
+function processIdentity(pid: number): { start: string; boot: string } | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // The command name (field 2) may hold spaces and parentheses: count fields after the last ')'.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    const boot = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
+    return { start: fields[19]!, boot };
+  } catch {
+    return null;
+  }
+}
+
+function lockHolderAlive(h: { pid: number; start?: string; boot?: string }): boolean {
+  try {
+    process.kill(h.pid, 0);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "EPERM") return false;
+  }
+  const now = processIdentity(h.pid);
+  if (h.start && now) return now.start === h.start && now.boot === h.boot;
+  // A lock written by an older Kiln (pid only), or no /proc: the pid must at least be a Kiln.
+  try {
+    return /kiln/.test(readFileSync(`/proc/${h.pid}/cmdline`, "utf8"));
+  } catch {
+    return true;
+  }
+}
+
+/**
+ * Nothing of Kiln's state is open to other local users, nor to function code when it runs without a
+ * sandbox as the sandbox uid: the data dir is 0700, or, when a root Kiln runs functions unsandboxed,
+ * 0711 with only the functions' code folder readable.
+ */
+function guardDataDir(config: Config): void {
+  const openCode = process.getuid?.() === 0 && config.allowUnsandboxedFunctions;
+  try {
+    chmodSync(config.dataDir, openCode ? 0o711 : 0o700);
+    if (!openCode) return;
+    for (const e of readdirSync(config.dataDir)) chmodSync(join(config.dataDir, e), e === "functions" ? 0o755 : 0o700);
+  } catch {
+    // not ours to change (a shared folder): the files inside keep their own modes
+  }
 }
 
 let smtpAddress = "";
@@ -137,6 +192,9 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   mkdirSync(config.dataDir, { recursive: true });
   const unlock = lockDataDir(config.dataDir);
   undo.push(unlock);
+  // Processes of Kiln's own uid (function code without a sandbox, say) cannot read its environment
+  // (KILN_PLATFORM_TOKEN, KILN_ADMIN_TOKEN) or memory through /proc.
+  hideOwnProcEntries();
   const now = () => clock.now();
 
   // The mail catcher (smtp-server) loads and binds while the control store opens.
@@ -216,10 +274,23 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   // Made at the first invocation: a Kiln that runs no functions never pays for the sandbox. The
   // container engine, when asked for, is checked now: a wrong socket should fail the start.
   const containers = config.functionRuntime === "docker" ? await connectContainerEngine(config, log) : null;
+  const sandbox = { want: config.functionSandbox, allowUnsandboxed: config.allowUnsandboxedFunctions };
+  /** Why user code cannot run here (no sandbox, none allowed), or null. */
+  const sandboxProblem = () => {
+    const c = chooseIsolation(sandbox);
+    return c.isolation ? null : noSandboxMessage(c.problems);
+  };
   let pool: Promise<WorkerPool> | null = null;
   kiln.functionPool = () =>
     (pool ??= import("../runtime-sandbox/worker-pool").then(
-      (m) => new m.WorkerPool({ hiddenPaths: [config.dataDir], containers: containers ?? undefined, log: (msg) => log.warn(msg) }),
+      (m) =>
+        new m.WorkerPool({
+          hiddenPaths: [config.dataDir],
+          containers: containers ?? undefined,
+          sandbox: sandbox.want,
+          allowUnsandboxed: sandbox.allowUnsandboxed,
+          log: (msg) => log.warn(msg),
+        }),
     ));
   undo.push(async () => {
     await (await pool)?.close();
@@ -232,7 +303,9 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
     blobDir: join(config.dataDir, "blobs", "functions"),
     codeDir: join(config.dataDir, "functions"),
     maxFunctions: () => config.maxFunctions,
-    build: { hiddenPaths: [config.dataDir], sandbox: true },
+    build: { hiddenPaths: [config.dataDir], sandbox },
+    // Deploys build on this host even when functions run in containers.
+    sandboxProblem: () => (containers ? null : sandboxProblem()),
     retireWorkers: async (functionId, keep) => {
       const deps = await store.query<{ id: string }>(`select id from function_deployments where function_id = $1`, [functionId]);
       if (!pool) return; // no worker has ever run
@@ -271,6 +344,16 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
     return target ? serveFunctionHost(kiln, request, m.ip, m.arrivedAt, target) : null;
   });
   trace("listening");
+  guardDataDir(config);
+  // Say at start how function code is isolated (the probes take a few ms, after listening).
+  if (!containers) {
+    setTimeout(() => {
+      const c = chooseIsolation(sandbox);
+      if (!c.isolation) log.warn(noSandboxMessage(c.problems).replace("function code cannot run here", "functions and builds will be refused (503)"));
+      else if (c.isolation.kind === "none") log.warn(`functions are NOT sandboxed: ${c.isolation.description}`);
+      else log.info(`functions are sandboxed: ${c.isolation.description}`);
+    }, 0).unref?.();
+  }
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
   kiln.publicUrl = config.publicUrl ?? url;
   kiln.httpPort = server.port!;
@@ -289,6 +372,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
       await activity.stop();
       await engine.close().catch((e) => log.error("closing databases failed", e));
       await kiln.variables.settlePending().catch(() => {});
+      kiln.variables.stop();
       await usage.stop().catch((e) => log.error("final usage flush failed", e));
       await kiln.mailer.close().catch(() => {});
       await kiln.mailCatcher?.stop().catch(() => {});

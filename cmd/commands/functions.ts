@@ -131,13 +131,20 @@ export function functionsCommand(program: Command): void {
     .option("--docker-host <address>", "also check this container engine (unix:///path or tcp://host:port) for --function-runtime docker")
     .action(async (opts: { dockerHost?: string }) => {
       const { listRuntimes } = await import("../../runtime-sandbox/runtimes");
-      const { detectBwrap } = await import("../../runtime-sandbox/sandbox");
+      const { chooseIsolation, noSandboxMessage } = await import("../../runtime-sandbox/isolation");
       const rows = await listRuntimes();
       printTable(
         rows.map((r) => ({ runtime: r.name, served_by: r.servedBy ?? "-", install: r.missing ?? "" })),
         ["runtime", "served_by", "install"],
       );
-      console.log(detectBwrap() ? "isolation: bubblewrap" : "isolation: none (install the bubblewrap package)");
+      const want = (process.env.KILN_FUNCTION_SANDBOX ?? "auto") as "auto" | "bubblewrap" | "namespaces";
+      const choice = chooseIsolation({ want, allowUnsandboxed: process.env.KILN_ALLOW_UNSANDBOXED_FUNCTIONS === "1" });
+      for (const p of choice.problems) console.log(`not used: ${p}`);
+      if (choice.isolation) console.log(`isolation: ${choice.isolation.description}`);
+      else {
+        console.log(`isolation: ${noSandboxMessage(choice.problems)}`);
+        process.exitCode = 1;
+      }
       if (opts.dockerHost || process.env.DOCKER_HOST || process.env.KILN_DOCKER_HOST) {
         const { ContainerEngine } = await import("../../runtime-sandbox/container");
         try {

@@ -7,6 +7,7 @@ import type { FunctionError, FunctionVersion, LogLine } from "../../runtime-sand
 import { FlushLoop } from "../store/flush-loop";
 import { storableText } from "../store/store";
 import type { FunctionBuildConfig } from "./archive";
+import type { VariablesSnapshot } from "../variables/service";
 import type { FunctionRecord } from "./service";
 
 /** Headers only the platform sets; a function's own copies are dropped, as are hop-by-hop ones. */
@@ -25,7 +26,7 @@ const PLATFORM_OWNED = new Set([
   "upgrade",
 ]);
 
-const FAILURE_KINDS = new Set(["timeout", "crash", "out_of_memory", "runtime_missing", "init_error"]);
+const FAILURE_KINDS = new Set(["timeout", "crash", "out_of_memory", "runtime_missing", "init_error", "sandbox_unavailable"]);
 
 /** The pool is loaded lazily, so its error class is recognized by shape, not by instanceof. */
 function isFunctionError(err: unknown): err is FunctionError {
@@ -48,6 +49,8 @@ export function mayInvoke(p: Principal, fn: FunctionRecord): void {
 }
 
 function failure(err: FunctionError, invocationId: string): HttpError {
+  // No sandbox here: the message names the fix, with nothing to prefix.
+  if (err.kind === "sandbox_unavailable") return new HttpError(503, { error: err.message }, { "X-Service-Invocation-Id": invocationId });
   const status = err.kind === "timeout" ? 504 : err.kind === "runtime_missing" ? 503 : 502;
   const what =
     err.kind === "timeout"
@@ -63,18 +66,34 @@ function failure(err: FunctionError, invocationId: string): HttpError {
 }
 
 /**
- * What the pool is given for a function version. Kept per function record (itself cached for up to
- * 2 s) and rebuilt when the record, its build or the project's variables are other objects, which
- * is how a changed variable or deployment shows here: the pool then sees the very object it saw
- * before and has nothing new to compare.
+ * A function's environment: the project's variables plus PYTHONPATH. Built once per variables
+ * snapshot (i.e. once per change of the project's variables) and shared by every function of the
+ * project with the same PYTHONPATH, never per invocation.
  */
-const versions = new WeakMap<FunctionRecord, { build: FunctionBuildConfig; env: Record<string, string>; version: FunctionVersion }>();
+const envs = new WeakMap<VariablesSnapshot, Map<string, Record<string, string>>>();
 
-function versionOf(kiln: Kiln, fn: FunctionRecord, deploymentId: string, build: FunctionBuildConfig, env: Record<string, string>): FunctionVersion {
+function envOf(vars: VariablesSnapshot, pythonPath: string): Record<string, string> {
+  let byPath = envs.get(vars);
+  if (!byPath) envs.set(vars, (byPath = new Map()));
+  let env = byPath.get(pythonPath);
+  if (!env) byPath.set(pythonPath, (env = { ...vars.values, PYTHONPATH: pythonPath }));
+  return env;
+}
+
+/**
+ * What the pool is given for a function version. Kept per function record (itself cached for up to
+ * 2 s) and rebuilt when the record, its build or the project's variables snapshot are other objects;
+ * a rebuild reuses the environment object, and the pool tells a changed environment by `envVersion`
+ * (the snapshot's revision), so neither side ever compares or copies the variables per call.
+ */
+const versions = new WeakMap<FunctionRecord, { build: FunctionBuildConfig; vars: VariablesSnapshot; version: FunctionVersion }>();
+
+function versionOf(kiln: Kiln, fn: FunctionRecord, deploymentId: string, build: FunctionBuildConfig, vars: VariablesSnapshot): FunctionVersion {
   const hit = versions.get(fn);
-  if (hit && hit.build === build && hit.env === env) return hit.version;
+  if (hit && hit.build === build && hit.vars === vars) return hit.version;
   const region = kiln.config.regions[0]!;
   const root = build.function_root === "." ? "" : `${build.function_root}/`;
+  const pythonPath = [build.function_root, posix.join(build.install_root, "python_deps")].join(":");
   const version: FunctionVersion = {
     key: `${fn.id}:${deploymentId}:${region}`,
     functionName: fn.name,
@@ -83,11 +102,12 @@ function versionOf(kiln: Kiln, fn: FunctionRecord, deploymentId: string, build: 
     codeDir: kiln.functions.deploymentRoot(fn.id, deploymentId),
     entry: `${root}${build.entry}`,
     handler: fn.handler,
-    env: { ...env, PYTHONPATH: [build.function_root, posix.join(build.install_root, "python_deps")].join(":") },
+    env: envOf(vars, pythonPath),
+    envVersion: `${vars.revision}:${pythonPath}`,
     limits: { memoryMb: kiln.config.functionMemoryMb, timeoutMs: kiln.config.functionTimeoutMs, cpuSeconds: kiln.config.functionCpuSeconds },
     network: false,
   };
-  versions.set(fn, { build, env, version });
+  versions.set(fn, { build, vars, version });
   return version;
 }
 
@@ -111,8 +131,8 @@ export async function invoke(
   if (!build?.entry) throw new HttpError(409, { error: "the function's deployment has no entry file" });
   const region = kiln.config.regions[0]!;
   const invocationId = newId();
-  const env = kiln.variables.cachedValues(fn.project_id) ?? (await kiln.variables.values(fn.project_id));
-  const version = versionOf(kiln, fn, deploymentId, build, env);
+  const vars = kiln.variables.cachedSnapshot(fn.project_id) ?? (await kiln.variables.snapshot(fn.project_id));
+  const version = versionOf(kiln, fn, deploymentId, build, vars);
   let event = payload;
   if (principal?.kind === "user" && (payload === undefined || (typeof payload === "object" && payload !== null && !Array.isArray(payload)))) {
     event = {

@@ -4,6 +4,7 @@ import { conflict, forbidden, HttpError, notFound } from "../http/errors";
 import { newId } from "../ids";
 import { isoTimeOrNull as iso, storableText, type ControlStore, type Row } from "../store/store";
 import { TtlCache } from "../store/ttl-cache";
+import type { SandboxChoice } from "../../runtime-sandbox/isolation";
 import type { FunctionBuildConfig, NormalizedSource } from "./archive";
 
 const INTERRUPTED = "interrupted: Kiln stopped during the build";
@@ -48,8 +49,10 @@ export interface FunctionsDeps {
   maxFunctions: () => number;
   /** Stops the workers of every version of a function except `keep` (a deployment id). */
   retireWorkers: (functionId: string, keep?: string) => Promise<void>;
-  /** Where dependency installs run: the build sandbox (bubblewrap when available), never seeing these paths. */
-  build: { hiddenPaths: string[]; sandbox: boolean };
+  /** Where dependency installs run: the build sandbox, never seeing these paths. */
+  build: { hiddenPaths: string[]; sandbox: { want: SandboxChoice; allowUnsandboxed: boolean } };
+  /** Why no build can run here (no sandbox and none allowed): deploys are then a 503 naming the fix. */
+  sandboxProblem: () => string | null;
   log: { error: (m: string, e?: unknown) => void };
 }
 
@@ -143,6 +146,8 @@ export class FunctionsService {
     fields: { name: string; runtime: string; handler?: string; is_public?: boolean; invocation_mode?: "rpc" | "http"; http_auth_mode?: "service" | "none"; openapi_spec?: unknown },
     source: NormalizedSource,
   ): Promise<{ created: boolean; fn: FunctionRecord }> {
+    const unsafe = this.d.sandboxProblem();
+    if (unsafe) throw new HttpError(503, { error: unsafe });
     const at = this.d.now().toISOString();
     const handler = fields.handler ?? "handler";
     const deploymentId = newId();

@@ -4,16 +4,20 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, readdirSync, readFileSync, symlinkSync } from "node:fs";
 import { createServer, type AddressInfo, type Socket } from "node:net";
 import { join } from "node:path";
-import { describe, expect, test } from "vitest";
+import { afterAll, afterEach, describe, expect, test } from "vitest";
 import postgres from "postgres";
-import { deploy, settled, tgz } from "../support/functions";
+import { deploy, localServer, npmTarball, settled, tgz } from "../support/functions";
 import { createProject, eventually, startKiln, STORE, useKiln, withKiln, type TestKiln } from "../support/kiln";
 
 const NODE_HELLO = {
   "index.js": `exports.handler = async (event, context) => ({ hello: event?.name ?? "world", fn: context.functionName, auth: event?.__service_auth ?? null, secret: process.env.GREETING ?? null });`,
 };
 
-const k = useKiln();
+// The registry builds install from: local, so nothing here reaches a public registry, and held at
+// will, so a build stays busy exactly as long as a test needs (allowed to builds by name).
+const registry = await localServer({ "/slow.tgz": npmTarball("slow", "module.exports = (v) => v + ':true';") });
+afterAll(() => registry.close());
+const k = useKiln({ env: { KILN_BUILD_ALLOW_HOSTS: `127.0.0.1:${registry.port}` } });
 async function setup() {
   const p = await createProject(k);
   const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "backend" } })).body.key as string;
@@ -193,6 +197,31 @@ with zipfile.ZipFile("wheels/kilnprobe-1.0-py3-none-any.whl", "w") as z:
     const deps = (await k.api("GET", `/projects/${p.id}/functions/${fn.id}/deployments`)).body.data;
     expect(deps[0].error).toMatch(/^dependency installation failed: pip exited with 1: .*No such file or directory/);
   });
+
+  test("a build cannot reach the host's local services: a dependency on 127.0.0.1 or localhost is refused by the build proxy, and the refusal is in the build log", async () => {
+    // A local service the dependency points at: it must never see a connection from the build.
+    const seen: Socket[] = [];
+    const local = createServer((s) => {
+      seen.push(s);
+      s.destroy();
+    });
+    await new Promise<void>((r) => local.listen(0, "127.0.0.1", r));
+    const port = (local.address() as AddressInfo).port;
+    try {
+      const { p } = await setup();
+      for (const [name, host] of [["loop", "127.0.0.1"], ["named", "localhost"]] as const) {
+        const code = tgz({ "index.js": "exports.handler = async () => 1", "package.json": `{"dependencies":{"evil":"http://${host}:${port}/evil.tgz"}}` });
+        const fn = await settled(k, p.id, (await deploy(k, p.id, { name, runtime: "nodejs22.x" }, code)).body.id);
+        expect(fn.status).toBe("failed");
+        const deps = (await k.api("GET", `/projects/${p.id}/functions/${fn.id}/deployments`)).body.data;
+        expect(deps[0].error).toMatch(/dependency installation failed: npm exited with 1/);
+        expect(deps[0].error).toMatch(/403|loopback|Kiln build sandbox/);
+      }
+      expect(seen.length).toBe(0);
+    } finally {
+      local.close();
+    }
+  });
 });
 
 describe("failures and isolation", () => {
@@ -302,15 +331,18 @@ describe("the function's own address (invoke_url)", () => {
 });
 
 describe("the deployment queue", () => {
-  // npm install of a small package keeps a build busy long enough to queue behind it.
+  // A build installing from the held registry stays busy until the test releases it.
   const slow = (v: string) =>
-    tgz({ "index.js": `const isNumber = require("is-number"); exports.handler = async () => "${v}:" + isNumber(5);`, "package.json": '{"dependencies":{"is-number":"7.0.0"}}' });
+    tgz({ "index.js": `const slow = require("slow"); exports.handler = async () => slow("${v}");`, "package.json": `{"dependencies":{"slow":"${registry.url}/slow.tgz"}}` });
+  afterEach(() => registry.release());
 
   test("one deployment at a time: newer deploys queue (pending_deployment_id) and supersede older queued ones", async () => {
     const { p, sk } = await setup();
+    registry.hold();
     const first = await deploy(k, p.id, { name: "queued", runtime: "nodejs22.x" }, slow("a"));
     const second = await deploy(k, p.id, { name: "queued", runtime: "nodejs22.x" }, slow("b"));
     const third = await deploy(k, p.id, { name: "queued", runtime: "nodejs22.x" }, slow("c"));
+    registry.release();
     expect(second.body.pending_deployment_id).toBeDefined();
     expect(third.body.pending_deployment_id).toBeDefined();
     expect(third.body.pending_deployment_id).not.toBe(second.body.pending_deployment_id);
@@ -324,18 +356,21 @@ describe("the deployment queue", () => {
 
   test("a deletion requested during a build waits behind it and supersedes queued deploys", async () => {
     const { p } = await setup();
+    registry.hold();
     const first = await deploy(k, p.id, { name: "doomed", runtime: "nodejs22.x" }, slow("a"));
     await deploy(k, p.id, { name: "doomed", runtime: "nodejs22.x" }, slow("b"));
     const del = await k.api("DELETE", `/projects/${p.id}/functions/${first.body.id}`);
     expect(del.status).toBe(202);
     expect(del.body.pending_deployment_id).toBeDefined();
     expect((await deploy(k, p.id, { name: "doomed", runtime: "nodejs22.x" }, slow("c"))).status).toBe(409);
+    registry.release();
     await eventually(() => k.api("GET", `/projects/${p.id}/functions/${first.body.id}`), (r) => r.status === 404, 60_000);
   });
 
   test("a build cut short by a crash is failed at the next start, never left provisioning", async () => {
-    const first = await startKiln();
+    const first = await startKiln({ env: { KILN_BUILD_ALLOW_HOSTS: `127.0.0.1:${registry.port}` } });
     const p = await createProject(first);
+    registry.hold();
     const d = await deploy(first, p.id, { name: "cut", runtime: "nodejs22.x" }, slow("a"));
     await eventually(() => first.api("GET", `/projects/${p.id}/functions/${d.body.id}/deployments`), (r) => r.body.data[0]?.status === "building");
     first.proc.kill("SIGKILL");
@@ -373,7 +408,8 @@ describe("stopping during a build", () => {
     const port = (hang.address() as AddressInfo).port;
     let first: TestKiln | undefined;
     try {
-      first = await startKiln();
+      // A registry on the host's loopback is only reachable from a build when allowed by name.
+      first = await startKiln({ env: { KILN_BUILD_ALLOW_HOSTS: `127.0.0.1:${port}` } });
       const p = await createProject(first);
       const code = tgz({ "index.js": "exports.handler = async () => 1", "package.json": `{"dependencies":{"stuck":"http://127.0.0.1:${port}/stuck.tgz"}}` });
       const d = await deploy(first, p.id, { name: "stuck", runtime: "nodejs22.x" }, code);

@@ -1,6 +1,7 @@
 // `kiln start` as the contract describes it: flags, the listening line, /healthz, graceful stop,
 // restart on the same data dir, the generated platform token.
-import { existsSync, readFileSync, statSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { createProject, createToken, removeDir, startKiln, STORE, withKiln } from "../support/kiln";
@@ -60,6 +61,25 @@ describe("kiln start", () => {
     dirs.push(k.dataDir);
     await expect(startKiln({ dataDir: k.dataDir, databaseUrl: k.databaseUrl })).rejects.toThrow(/in use by another Kiln/);
     await k.stop();
+  });
+
+  test("a stale kiln.pid whose pid now belongs to another process does not block the start (old and new lock formats)", async () => {
+    const k = await startKiln();
+    dirs.push(k.dataDir);
+    expect(await k.stop()).toBe(0);
+    // A live process that is not Kiln holds the recorded pid, as after a crash and pid reuse.
+    const squatter = spawn("sleep", ["30"], { stdio: "ignore" });
+    try {
+      for (const lock of [`${squatter.pid}\n`, `${squatter.pid}\nstart=1 boot=00000000-0000-0000-0000-000000000000\n`]) {
+        writeFileSync(join(k.dataDir, "kiln.pid"), lock);
+        const k2 = await startKiln({ dataDir: k.dataDir, databaseUrl: k.databaseUrl, env: { KILN_PLATFORM_TOKEN: k.token } });
+        // The new lock records this Kiln's pid and start time.
+        expect(readFileSync(join(k.dataDir, "kiln.pid"), "utf8")).toMatch(new RegExp(`^${k2.proc.pid}\nstart=\\d+ boot=[\\w-]+\n$`));
+        expect(await k2.stop()).toBe(0);
+      }
+    } finally {
+      squatter.kill();
+    }
   });
 
   test("--ephemeral keeps state in a temporary folder removed at exit", async () => {

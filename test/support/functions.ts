@@ -1,6 +1,8 @@
 // Helpers for the functions suites: archives from a file map, multipart deploys, waiting for a
 // function's deployments to settle.
 import { execFileSync } from "node:child_process";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -43,4 +45,50 @@ export async function settled(k: TestKiln, projectId: string, fnId: string) {
       60_000,
     )
   ).body;
+}
+
+/** An npm package tarball (package/ at its root) whose index.js is `main`. */
+export function npmTarball(name: string, main: string): Buffer {
+  const dir = join(work, `pkg-${++n}`);
+  mkdirSync(join(dir, "package"), { recursive: true });
+  writeFileSync(join(dir, "package", "package.json"), JSON.stringify({ name, version: "1.0.0", main: "index.js" }));
+  writeFileSync(join(dir, "package", "index.js"), main);
+  execFileSync("tar", ["-czf", join(dir, "p.tgz"), "-C", dir, "package"]);
+  return readFileSync(join(dir, "p.tgz"));
+}
+
+/**
+ * A local file server on 127.0.0.1 (a package registry for builds, or a service a build must not
+ * reach): `files` by path, every connection counted. While `hold()` is in force requests wait,
+ * so a build stays busy exactly as long as a test needs, without a public registry or a timer.
+ */
+export async function localServer(files: Record<string, Buffer> = {}) {
+  let connections = 0;
+  let gate: Promise<void> | null = null;
+  let open = () => {};
+  const server = createServer(async (req, res) => {
+    await gate;
+    const body = files[req.url ?? ""];
+    res.writeHead(body ? 200 : 404, { "content-type": "application/octet-stream" }).end(body ?? "");
+  });
+  server.on("connection", () => connections++);
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    close: () => {
+      open();
+      server.closeAllConnections();
+      server.close();
+    },
+    port,
+    url: `http://127.0.0.1:${port}`,
+    connections: () => connections,
+    hold: () => {
+      gate ??= new Promise<void>((r) => (open = r));
+    },
+    release: () => {
+      open();
+      gate = null;
+    },
+  };
 }

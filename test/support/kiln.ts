@@ -23,6 +23,8 @@ export interface KilnOptions {
   databaseUrl?: string;
   /** Do not set KILN_PLATFORM_TOKEN (let Kiln generate one). */
   generatedToken?: boolean;
+  /** A command that runs Kiln (its argv follows), e.g. a mount namespace hiding host tools. */
+  wrap?: string[];
 }
 
 export interface ApiResponse<T = any> {
@@ -81,7 +83,8 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
     ...opts.env,
   };
   for (const k of Object.keys(env)) if (env[k] === undefined) delete env[k];
-  const proc = spawn(BUN, args, { cwd: ROOT, env: env as NodeJS.ProcessEnv, stdio: ["ignore", "pipe", "pipe"] });
+  const argv = [...(opts.wrap ?? []), BUN, ...args];
+  const proc = spawn(argv[0]!, argv.slice(1), { cwd: ROOT, env: env as NodeJS.ProcessEnv, stdio: ["ignore", "pipe", "pipe"] });
   let stdout = "";
   let stderr = "";
   proc.stderr!.on("data", (d) => (stderr += d));

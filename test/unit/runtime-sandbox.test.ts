@@ -1,12 +1,13 @@
 import { spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { LocalProcess } from "../../runtime-sandbox/local-process";
 import { listRuntimes, resolveRuntime, which } from "../../runtime-sandbox/runtimes";
-import { detectBwrap, planLaunch } from "../../runtime-sandbox/sandbox";
+import { chooseIsolation, sandboxUser } from "../../runtime-sandbox/isolation";
+import { planLaunch } from "../../runtime-sandbox/sandbox";
 import { Worker } from "../../runtime-sandbox/worker";
 import { FunctionError, WorkerPool, type FunctionVersion, type InvokeResult } from "../../runtime-sandbox/worker-pool";
 
@@ -14,7 +15,10 @@ import { FunctionError, WorkerPool, type FunctionVersion, type InvokeResult } fr
 // (~/.cache/kiln/runtimes), so only the first run on a machine pays for the download.
 const INSTALL_TIMEOUT = 300_000;
 const root = mkdtempSync(join(tmpdir(), "kiln-runtime-test-"));
-const hasBwrap = detectBwrap() !== null;
+const works = (want: "bubblewrap" | "namespaces") => chooseIsolation({ want, allowUnsandboxed: false }).isolation !== null;
+const sandboxes = (["bubblewrap", "namespaces"] as const).filter(works);
+// CI installs bubblewrap, and util-linux is on every Linux: both kinds must work there.
+if (process.env.CI && sandboxes.length < 2) throw new Error(`sandboxes missing on CI: ${JSON.stringify(chooseIsolation({ want: "auto", allowUnsandboxed: false }).problems)}`);
 const isRoot = process.getuid?.() === 0;
 let n = 0;
 
@@ -482,7 +486,7 @@ describe("workers", () => {
   });
 });
 
-describe.skipIf(!hasBwrap)("isolation (bubblewrap)", () => {
+describe.each(sandboxes)("isolation (%s)", (sandbox) => {
   let listener: Server;
   let port: number;
   beforeAll(async () => {
@@ -503,6 +507,9 @@ describe.skipIf(!hasBwrap)("isolation (bubblewrap)", () => {
       code: attempt(() => fs.writeFileSync("/var/task/new.txt", "w")),
       env: process.env,
       uid: process.getuid(),
+      root: attempt(() => fs.writeFileSync("/etc/kiln-probe", "x")),
+      caps: /CapEff:\\s*(\\w+)/.exec(fs.readFileSync("/proc/self/status", "utf8"))[1],
+      hostUid: Number(fs.readFileSync("/proc/self/uid_map", "utf8").trim().split(/\\s+/)[1] ?? process.getuid()),
       processes: fs.readdirSync("/proc").filter((p) => /^\\d+$/.test(p)).length,
       tcp: await new Promise((resolve) => {
         const s = net.connect(e.port, "127.0.0.1");
@@ -519,8 +526,8 @@ describe.skipIf(!hasBwrap)("isolation (bubblewrap)", () => {
     writeFileSync(join(data, "secret.txt"), "s3cret");
     // The code lives inside the hidden data dir (as it will in Kiln), with a hidden folder of its own.
     const v = fn({ "index.js": probe, "private/key.txt": "k" }, { codeDir: join(data, "functions", "f1"), env: { MY_VAR: "mine" } });
-    const p = newPool({ isolation: "bwrap", hiddenPaths: [data, join(v.codeDir, "private")] });
-    expect(p.isolation).toBe("bwrap");
+    const p = newPool({ sandbox, hiddenPaths: [data, join(v.codeDir, "private")] });
+    expect(p.isolation).toBe(sandbox);
     const r = json(await p.invoke(v, { secret: join(data, "secret.txt"), port }, { invocationId: id() }));
     expect(r.secret).toEqual({ err: "ENOENT" });
     expect(r.privateDir).toEqual({ ok: [] });
@@ -534,11 +541,15 @@ describe.skipIf(!hasBwrap)("isolation (bubblewrap)", () => {
     expect(r.env.HOME).toBe("/tmp");
     expect(r.uid).toBe(1000);
     expect(r.processes).toBeLessThan(5);
+    expect(["EACCES", "EROFS"]).toContain(r.root.err); // no writable root either way
+    expect(r.caps).toBe("0000000000000000");
+    // On the host the worker is never root: a root Kiln drops it to the sandbox uid.
+    if (sandboxUser()) expect(r.hostUid).toBe(sandboxUser()!.uid);
   });
 
   test("network: true reaches the host's loopback", async () => {
     const v = fn({ "index.js": probe });
-    const p = newPool({ isolation: "bwrap" });
+    const p = newPool({ sandbox });
     const r = json(await p.invoke({ ...v, network: true }, { secret: "/nonexistent", port }, { invocationId: id() }));
     expect(r.tcp).toBe("hello from the host");
   });
@@ -562,7 +573,7 @@ describe.skipIf(!hasBwrap)("isolation (bubblewrap)", () => {
       },
       { runtime: "python3.12", entry: "main.py" },
     );
-    const p = newPool({ isolation: "bwrap" });
+    const p = newPool({ sandbox });
     const r = json(await p.invoke(v, { port }, { invocationId: id() }));
     expect(r.tcp).toMatch(/ConnectionRefused|OSError|timeout/);
     expect(r.env).not.toContain("KILN_TEST_SECRET");
@@ -572,14 +583,32 @@ describe.skipIf(!hasBwrap)("isolation (bubblewrap)", () => {
 });
 
 describe("without isolation", () => {
-  test("plain processes still get a cleared environment and the same protocol", async () => {
+  test("plain processes (asked for) still get a cleared environment, the same protocol, and never root", async () => {
     process.env.KILN_TEST_SECRET = "must-not-leak";
-    const p = newPool({ isolation: "none" });
+    const p = newPool({ sandbox: "none" });
     expect(p.isolation).toBe("none");
-    const v = fn({ "index.js": "exports.handler = async () => { console.log('{\"t\":\"ready\"}'); return { env: Object.keys(process.env).sort(), home: process.env.HOME }; };" }, { env: { A: "1" } });
-    const r = await p.invoke(v, null, { invocationId: id() });
-    expect(json(r)).toEqual({ env: ["A", "HOME", "LANG", "PATH", "PWD", "TMPDIR"], home: "/tmp" });
+    // A root Kiln runs them as the sandbox uid, which must be able to reach the code and the
+    // runtime: Debian's python under a world-readable folder (the node install lives in root's home).
+    const dir = mkdtempSync(join(tmpdir(), "kiln-unsandboxed-"));
+    chmodSync(dir, 0o755);
+    const v = fn(
+      { "main.py": "import os\ndef handler(event, context):\n    print('{\"t\":\"ready\"}')\n    return {'env': sorted(os.environ), 'home': os.environ['HOME'], 'uid': os.getuid()}\n" },
+      { codeDir: join(dir, "fn"), runtime: "python3.11", entry: "main.py" },
+    );
+    chmodSync(v.codeDir, 0o755);
+    const r = await p.invoke({ ...v, env: { A: "1" } }, null, { invocationId: id() });
+    expect(json(r)).toEqual({ env: ["A", "HOME", "LANG", "PATH", "PWD", "TMPDIR"], home: "/tmp", uid: sandboxUser()?.uid ?? process.getuid!() });
     expect(r.logs.map((l) => l.message)).toEqual(['{"t":"ready"}']);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test("a root Kiln's unsandboxed worker that cannot reach its code is refused with the reason", async () => {
+    if (!sandboxUser()) return;
+    const p = newPool({ sandbox: "none" });
+    const v = fn({ "index.js": "exports.handler = async () => 1;" }); // under a 0700 temporary folder
+    const e = await failure(p.invoke(v, null, { invocationId: id() }));
+    expect(e.kind).toBe("init_error");
+    expect(e.message).toMatch(/not reachable by the sandbox uid 64000/);
   });
 });
 
@@ -626,7 +655,7 @@ describe("ruby bootstrap", () => {
     const runtime = { kind: "ruby" as const, command: realpathSync(rubyPath), version: "system", mounts: [] };
     const plan = planLaunch(
       { runtime, codeDir, entry: "main.rb", handler, env: { GREETING: "hi" }, limits: { memoryMb: 256, timeoutMs: 10_000 }, network: false },
-      { bwrap: detectBwrap(), hiddenPaths: [], cgroupMemory: false, cgroupPids: false, asRoot: isRoot },
+      { isolation: chooseIsolation({ want: "auto", allowUnsandboxed: false }).isolation!, hiddenPaths: [], cgroupMemory: false, cgroupPids: false },
     );
     const w = new Worker({ process: new LocalProcess(plan.argv, plan.env, plan.cwd, null), onExit: () => {} }, Date.now() + 10_000, "start-up timed out");
     return w;
