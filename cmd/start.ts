@@ -28,7 +28,8 @@ export function startCommand(program: Command): void {
       const config = resolveConfig(opts);
       const { startKiln } = await import("../server/main");
       const running = await startKiln(config);
-      console.log(`Kiln listening on ${running.url}`);
+      // Handlers first: a client that stops Kiln as soon as it reads the line must find them.
       stopOnSignals(() => running.stop());
+      console.log(`Kiln listening on ${running.url}`);
     });
 }

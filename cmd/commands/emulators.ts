@@ -12,7 +12,7 @@ export function emulatorsCommand(program: Command): void {
     .action(async (o: { smtpPort: string; port: string; host: string }) => {
       const { serveMailCatcher } = await import("../../server/emulators/standalone-mail");
       const running = await serveMailCatcher({ host: o.host, smtpPort: Number(o.smtpPort), httpPort: Number(o.port) });
-      console.log(`Mail catcher: SMTP on ${running.smtp}, messages at ${running.url}/_emulators/mail`);
       stopOnSignals(() => running.stop());
+      console.log(`Mail catcher: SMTP on ${running.smtp}, messages at ${running.url}/_emulators/mail`);
     });
 }

@@ -152,7 +152,7 @@ def handler(event, context):
     return {
         "uid": os.getuid(),
         "env": sorted(os.environ),
-        "control": attempt(lambda: os.listdir(os.path.join(event["dataDir"], "control"))),
+        "blobs": attempt(lambda: os.listdir(os.path.join(event["dataDir"], "blobs"))),
         "lock": attempt(lambda: open(os.path.join(event["dataDir"], "kiln.pid")).read()),
         "environ": attempt(lambda: open("/proc/%d/environ" % event["kilnPid"]).read()),
     }
@@ -165,7 +165,7 @@ def handler(event, context):
       expect(r.status).toBe(200);
       expect(r.body.uid).toBe(64000);
       expect(r.body.env.filter((e: string) => e.startsWith("KILN_"))).toEqual([]);
-      expect(r.body.control).toEqual({ err: "PermissionError" });
+      expect(r.body.blobs).toEqual({ err: "PermissionError" });
       expect(r.body.lock).toEqual({ err: "PermissionError" });
       expect(r.body.environ).toEqual({ err: "PermissionError" });
       expect(k.stderr).toMatch(/functions are NOT sandboxed/);
