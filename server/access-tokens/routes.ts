@@ -30,7 +30,7 @@ export function accessTokenRoutes(r: Router): void {
     params: projectIdParams,
     body: createTokenBody,
     responses: { 201: { description: "created", schema: createdTokenSchema }, ...errors, 409: errorSchema },
-    handler: async ({ kiln, project, body }) => reply.created(await kiln.tokens.create(project!.id, body)),
+    handler: async ({ kiln, project, body }) => reply.created(await kiln.tokens.create(project.id, body)),
   });
 
   r.add({
@@ -45,13 +45,13 @@ export function accessTokenRoutes(r: Router): void {
     handler: async ({ kiln, project, query: q }) => {
       const page = q.page ?? 1;
       const limit = q.limit ?? DEFAULT_LIMIT;
-      const res = await kiln.tokens.list(project!.id, { page, limit, search: q.search, includeRevoked: q.include_revoked ?? false });
+      const res = await kiln.tokens.list(project.id, { page, limit, search: q.search, includeRevoked: q.include_revoked ?? false });
       return reply.ok(
         paginated(res.data, {
           page,
           limit,
           total: res.total,
-          path: `/projects/${project!.id}/access-tokens`,
+          path: `/projects/${project.id}/access-tokens`,
           query: { search: q.search, include_revoked: q.include_revoked ? "true" : undefined },
         }),
       );
@@ -68,7 +68,7 @@ export function accessTokenRoutes(r: Router): void {
     query: daysQuery,
     responses: { 200: { description: "usage", schema: allTokensUsageSchema }, ...errors },
     handler: async ({ kiln, project, query: q }) =>
-      reply.ok(await kiln.tokens.usageAll(project!.id, q.days ?? DEFAULT_USAGE_DAYS, q.include_revoked ?? false)),
+      reply.ok(await kiln.tokens.usageAll(project.id, q.days ?? DEFAULT_USAGE_DAYS, q.include_revoked ?? false)),
   });
 
   r.add({
@@ -79,7 +79,7 @@ export function accessTokenRoutes(r: Router): void {
     auth: { ...manage, access: "read" },
     params: tokenParams,
     responses: { 200: { description: "token", schema: tokenSchema }, ...errors },
-    handler: async ({ kiln, project, params }) => reply.ok(await kiln.tokens.get(project!.id, params.tokenId)),
+    handler: async ({ kiln, project, params }) => reply.ok(await kiln.tokens.get(project.id, params.tokenId)),
   });
 
   r.add({
@@ -91,7 +91,7 @@ export function accessTokenRoutes(r: Router): void {
     params: tokenParams,
     responses: { 204: { description: "revoked" }, ...errors, 409: errorSchema },
     handler: async ({ kiln, project, params }) => {
-      await kiln.tokens.revoke(project!.id, params.tokenId);
+      await kiln.tokens.revoke(project.id, params.tokenId);
       return reply.noContent();
     },
   });
@@ -106,6 +106,6 @@ export function accessTokenRoutes(r: Router): void {
     query: daysQuery,
     responses: { 200: { description: "usage", schema: tokenUsageSchema }, ...errors },
     handler: async ({ kiln, project, params, query: q }) =>
-      reply.ok(await kiln.tokens.usageOf(project!.id, params.tokenId, q.days ?? DEFAULT_USAGE_DAYS)),
+      reply.ok(await kiln.tokens.usageOf(project.id, params.tokenId, q.days ?? DEFAULT_USAGE_DAYS)),
   });
 }

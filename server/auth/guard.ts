@@ -3,7 +3,7 @@ import type { Kiln } from "../context";
 import { badRequest, conflictCode, forbidden, HttpError, notFound, tooManyRequests, unauthorized } from "../http/errors";
 import { FixedWindowLimiter } from "../http/rate-limit";
 import type { ProjectRecord } from "../projects/service";
-import type { AuthRule, Principal } from "./principal";
+import type { ApplicationPrincipal, AuthedBy, AuthRule, Principal } from "./principal";
 
 export const MSG = {
   missing: "authentication required: send Authorization: Bearer <token>",
@@ -20,6 +20,7 @@ export const MSG = {
   projectNotFound: "project not found",
   anonOnly: "this endpoint requires the project's anon key (or a service key)",
   userOnly: "this endpoint requires an end-user access token",
+  application: "this endpoint requires a service key, an end-user access token or an anon key; platform and project tokens are not accepted",
   projectIdRequired: "project_id query parameter is required with a platform token",
 } as const;
 
@@ -30,6 +31,22 @@ export function bearerOf(request: Request): string | null {
   return m ? m[1]! : "";
 }
 
+/** The application-credential rule: which kinds, and which permission a scoped credential needs. */
+export function applicationPrincipal(rule: Extract<AuthRule, { kind: "application" }>, p: Principal): ApplicationPrincipal {
+  if (p.kind === "service_key") {
+    if (p.permissions === null) return p;
+    if (rule.fullServiceRole) throw forbidden("this service key is scoped; this endpoint needs a service key with the full service role");
+    if (rule.permission && !p.permissions.includes(rule.permission)) throw forbidden(`this service key is scoped without ${rule.permission}`);
+    return p;
+  }
+  if (p.kind === "anon_key") {
+    if (rule.permission && !p.permissions.includes(rule.permission)) throw forbidden(`this anon key does not hold the ${rule.permission} permission`);
+    return p;
+  }
+  if (p.kind === "user") return p;
+  throw forbidden(rule.refused ?? MSG.application);
+}
+
 /** Applies a route's AuthRule: who may call it, and which project it acts on. */
 export class Guard {
   private readonly failures: FixedWindowLimiter;
@@ -38,16 +55,22 @@ export class Guard {
     this.failures = new FixedWindowLimiter(kiln.config.authFailureLimit, 60_000, () => kiln.clock.nowMs());
   }
 
-  async authorize(
-    rule: AuthRule,
-    request: Request,
-    params: { projectId?: string },
-    ip: string,
-  ): Promise<{ principal: Principal | null; project: ProjectRecord | null }> {
+  /** The caller as the rule says (typed by it: AuthedBy), or the 401/403/404/429 that refuses it. */
+  async authorize<const R extends AuthRule>(rule: R, request: Request, params: { projectId?: string }, ip: string): Promise<AuthedBy<R>> {
+    return (await this.check(rule, request, params, ip)) as AuthedBy<R>;
+  }
+
+  private async check(rule: AuthRule, request: Request, params: { projectId?: string }, ip: string): Promise<{ principal: Principal | null; project: ProjectRecord | null }> {
     if (rule.kind === "none") return { principal: null, project: null };
     if (rule.kind === "admin") return { principal: this.admin(request, ip), project: null };
 
-    const principal = await this.authenticate(request, ip);
+    let principal: Principal;
+    try {
+      principal = await this.authenticate(request, ip);
+    } catch (err) {
+      if (rule.kind === "application" && rule.unauthenticated && err instanceof HttpError && err.status === 401) throw unauthorized(rule.unauthenticated);
+      throw err;
+    }
     if (rule.kind === "account") {
       if (principal.kind === "platform") return { principal, project: null };
       throw forbidden(principal.kind === "project_token" ? MSG.accountScoped : MSG.platformOnly);
@@ -61,6 +84,7 @@ export class Guard {
       if (principal.kind === "user") return { principal, project: null };
       throw forbidden(MSG.userOnly);
     }
+    if (rule.kind === "application") return { principal: applicationPrincipal(rule, principal), project: null };
 
     // Project-scoped management route.
     let projectId = params.projectId;

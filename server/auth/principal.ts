@@ -1,4 +1,5 @@
 import type { PlanName } from "../config";
+import type { ProjectRecord } from "../projects/service";
 
 /** Who a request acts as, once its bearer credential has been verified. */
 export type Principal =
@@ -27,6 +28,16 @@ export type Principal =
   | { kind: "admin" };
 
 export type PrincipalKind = Principal["kind"];
+export type PlatformPrincipal = Extract<Principal, { kind: "platform" }>;
+export type ProjectTokenPrincipal = Extract<Principal, { kind: "project_token" }>;
+export type ServiceKeyPrincipal = Extract<Principal, { kind: "service_key" }>;
+export type AnonKeyPrincipal = Extract<Principal, { kind: "anon_key" }>;
+export type UserPrincipal = Extract<Principal, { kind: "user" }>;
+export type AdminPrincipal = Extract<Principal, { kind: "admin" }>;
+/** The credentials an application holds: what invokes functions and queries databases. */
+export type ApplicationPrincipal = ServiceKeyPrincipal | AnonKeyPrincipal | UserPrincipal;
+/** Who manages a project: its owner's platform token or a project access token. */
+export type ManagementPrincipal = PlatformPrincipal | ProjectTokenPrincipal;
 
 /** What a route needs from the caller; the guard turns a rule into 401/403/404 answers. */
 export type AuthRule =
@@ -39,6 +50,13 @@ export type AuthRule =
   | { kind: "anon" }
   /** An end user's access token. */
   | { kind: "user" }
+  /**
+   * Any application credential of a project: a service key, an end-user access token or an anon key.
+   * `permission`: a scoped service key and an anon key must hold it (`functions.invoke`).
+   * `fullServiceRole`: scoped service keys are refused outright. `refused` and `unauthenticated`
+   * replace the 403 and 401 messages where the spec words them for the area.
+   */
+  | { kind: "application"; permission?: string; fullServiceRole?: boolean; refused?: string; unauthenticated?: string }
   /**
    * Project management under /projects/{projectId}: the owner's platform token or a project access
    * token bound to that project. `access` says what a read-only token may do:
@@ -55,3 +73,24 @@ export type AuthRule =
        *  project token itself or a `project_id` query parameter with a platform token. */
       projectFrom?: "path" | "token-or-query";
     };
+
+/**
+ * What a route's auth rule guarantees its handler (and any caller of Guard.authorize): who the caller is and, for project routes, the
+ * project, loaded and authorized. A handler never checks for null what its rule already decided.
+ */
+export type AuthedBy<R extends AuthRule> = R extends { kind: "none" }
+  ? { principal: null; project: null }
+  : R extends { kind: "admin" }
+    ? { principal: AdminPrincipal; project: null }
+    : R extends { kind: "account" }
+      ? { principal: PlatformPrincipal; project: null }
+      : R extends { kind: "anon" }
+        ? { principal: AnonKeyPrincipal | ServiceKeyPrincipal; project: null }
+        : R extends { kind: "user" }
+          ? { principal: UserPrincipal; project: null }
+          : R extends { kind: "application" }
+            ? { principal: ApplicationPrincipal; project: null }
+            : R extends { kind: "project" }
+              ? { principal: ManagementPrincipal; project: ProjectRecord }
+              : never;
+

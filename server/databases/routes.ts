@@ -1,5 +1,5 @@
 import * as z from "zod";
-import type { Principal } from "../auth/principal";
+import type { AuthRule } from "../auth/principal";
 import type { Kiln } from "../context";
 import { EARLIEST_TIMESTAMP_MS, errorSchema, timestampInput } from "../http/common-schemas";
 import { forbidden, HttpError, jsonResponse, unauthorized } from "../http/errors";
@@ -75,7 +75,7 @@ export function databaseRoutes(r: Router): void {
     auth: credentialRead,
     params: projectIdParams,
     responses: { 200: { description: "databases", schema: databaseListSchema }, ...errors },
-    handler: async ({ kiln, project }) => reply.ok({ data: (await kiln.databases.list(project!.id)).map((d) => kiln.databases.view(d, { list: true })) }),
+    handler: async ({ kiln, project }) => reply.ok({ data: (await kiln.databases.list(project.id)).map((d) => kiln.databases.view(d, { list: true })) }),
   });
 
   r.add({
@@ -88,7 +88,7 @@ export function databaseRoutes(r: Router): void {
     body: createDatabaseBody,
     responses: { 201: { description: "created", schema: createdDatabaseSchema }, ...errors },
     handler: async ({ kiln, principal, project, body }) => {
-      const d = await kiln.databases.create(project!.id, await kiln.accounts.ownerPlan(principal, project!.account_id), body);
+      const d = await kiln.databases.create(project.id, await kiln.accounts.ownerPlan(principal, project.account_id), body);
       return reply.created({ ...kiln.databases.view(d), name: d.name });
     },
   });
@@ -101,7 +101,7 @@ export function databaseRoutes(r: Router): void {
     auth: credentialRead,
     params: databaseParams,
     responses: { 200: { description: "database", schema: databaseSchema }, ...errors },
-    handler: async ({ kiln, project, params }) => reply.ok(kiln.databases.view(await kiln.databases.get(project!.id, params.databaseName))),
+    handler: async ({ kiln, project, params }) => reply.ok(kiln.databases.view(await kiln.databases.get(project.id, params.databaseName))),
   });
 
   r.add({
@@ -113,7 +113,7 @@ export function databaseRoutes(r: Router): void {
     params: databaseParams,
     responses: { 204: { description: "deleted" }, ...errors },
     handler: async ({ kiln, project, params }) => {
-      await kiln.databases.delete(project!.id, params.databaseName);
+      await kiln.databases.delete(project.id, params.databaseName);
       return reply.noContent();
     },
   });
@@ -126,7 +126,7 @@ export function databaseRoutes(r: Router): void {
     auth: write,
     params: databaseParams,
     responses: { 200: { description: "new credentials", schema: resetPasswordSchema }, ...errors },
-    handler: async ({ kiln, project, params }) => reply.ok(await kiln.databases.resetPassword(project!.id, params.databaseName)),
+    handler: async ({ kiln, project, params }) => reply.ok(await kiln.databases.resetPassword(project.id, params.databaseName)),
   });
 
   r.add({
@@ -140,7 +140,7 @@ export function databaseRoutes(r: Router): void {
     query: statsQuery.extend({ from: timestampInput.optional(), to: timestampInput.optional() }),
     responses: { 200: { description: "stats", schema: statsSchema }, ...errors },
     handler: async ({ kiln, project, params, query }) => {
-      const d = await kiln.databases.get(project!.id, params.databaseName);
+      const d = await kiln.databases.get(project.id, params.databaseName);
       const to = query.to ? new Date(query.to) : kiln.clock.now();
       const from = query.from ? new Date(query.from) : new Date(Math.max(EARLIEST_TIMESTAMP_MS, to.getTime() - 86_400_000));
       if (from > to) throw new HttpError(400, { error: "from must not be after to" });
@@ -156,7 +156,7 @@ export function databaseRoutes(r: Router): void {
     auth: { kind: "project", access: "read" },
     params: databaseParams,
     responses: { 200: { description: "lint", schema: lintSchema }, ...errors },
-    handler: async ({ kiln, project, params }) => reply.ok(await kiln.databases.lint(await kiln.databases.get(project!.id, params.databaseName))),
+    handler: async ({ kiln, project, params }) => reply.ok(await kiln.databases.lint(await kiln.databases.get(project.id, params.databaseName))),
   });
 
   r.add({
@@ -169,9 +169,9 @@ export function databaseRoutes(r: Router): void {
     query: topQueriesQuery,
     responses: { 200: { description: "top queries", schema: z.object({ data: z.array(topQuerySchema) }) }, ...errors },
     handler: async ({ kiln, principal, project, params, query }) => {
-      const plan = planOf(await kiln.accounts.ownerPlan(principal, project!.account_id));
+      const plan = planOf(await kiln.accounts.ownerPlan(principal, project.account_id));
       if (!plan.topQueries) throw forbidden(`top queries are not available on the ${plan.label} plan`);
-      const d = await kiln.databases.get(project!.id, params.databaseName);
+      const d = await kiln.databases.get(project.id, params.databaseName);
       return reply.ok({ data: await kiln.databases.topQueries(d, query.limit ?? 10) });
     },
   });
@@ -201,24 +201,24 @@ export function databaseRoutes(r: Router): void {
   }
 }
 
-const QUERY_AUTH = "Authentication required for database queries";
+/**
+ * The query API's credentials: the application-credential rule, with the full service role for
+ * service keys. Applied inside the handler (the route is `none`) because the spec puts the timing
+ * headers on every query answer, refusals included.
+ */
+const QUERY_AUTH = {
+  kind: "application",
+  fullServiceRole: true,
+  unauthenticated: "Authentication required for database queries",
+  refused: "database queries need an end-user access token, an anon key or a service key; platform and project tokens are not accepted",
+} as const satisfies AuthRule;
 
-/** Turns the caller's credential into an access mode: who the statement runs as. */
+/** Who the statement runs as, for the caller's credential. */
 async function accessOf(kiln: Kiln, request: Request, ip: string): Promise<{ projectId: string; mode: AccessMode }> {
-  let p: Principal;
-  try {
-    p = await kiln.guard.authenticate(request, ip);
-  } catch (err) {
-    if (err instanceof HttpError && err.status === 401) throw unauthorized(QUERY_AUTH);
-    throw err;
-  }
-  if (p.kind === "service_key") {
-    if (p.permissions !== null) throw forbidden("this service key is scoped; database queries need a service key with the full service role");
-    return { projectId: p.projectId, mode: { kind: "admin" } };
-  }
+  const { principal: p } = await kiln.guard.authorize(QUERY_AUTH, request, {}, ip);
+  if (p.kind === "service_key") return { projectId: p.projectId, mode: { kind: "admin" } };
   if (p.kind === "user") return { projectId: p.projectId, mode: { kind: "user", userId: p.userId, email: p.email } };
-  if (p.kind === "anon_key") return { projectId: p.projectId, mode: { kind: "anonymous" } };
-  throw forbidden("database queries need an end-user access token, an anon key or a service key; platform and project tokens are not accepted");
+  return { projectId: p.projectId, mode: { kind: "anonymous" } };
 }
 
 async function runQuery(kiln: Kiln, request: Request, ip: string, arrivedAt: number, databaseName: string, operation: QueryOperation, body: unknown) {

@@ -1,4 +1,3 @@
-import type { Principal } from "../auth/principal";
 import type { Kiln } from "../context";
 import { errorSchema } from "../http/common-schemas";
 import { badRequest, notFound } from "../http/errors";
@@ -36,16 +35,6 @@ const anon = { kind: "anon" } as const;
 const user = { kind: "user" } as const;
 const errors = { 400: errorSchema, 401: errorSchema, 403: errorSchema, 429: errorSchema };
 
-/** The project an application credential (anon key, service key, end-user token) belongs to. */
-function projectOf(p: Principal | null): string {
-  if (p && "projectId" in p) return p.projectId;
-  throw new Error("end-user route reached without a project credential");
-}
-
-function endUser(p: Principal | null) {
-  if (p?.kind !== "user") throw new Error("user route reached without an end-user token");
-  return p;
-}
 
 /** Rate-limit headers for one endpoint, then the handler; the headers go on errors too. */
 async function limited<T>(kiln: Kiln, endpoint: Parameters<Kiln["authLimits"]["take"]>[0], projectId: string, ip: string, fn: () => Promise<T>) {
@@ -68,7 +57,7 @@ export function endUserRoutes(r: Router): void {
       409: errorSchema,
     },
     handler: async ({ kiln, principal, ip, body }) => {
-      const projectId = projectOf(principal);
+      const projectId = principal.projectId;
       const { headers, result } = await limited(kiln, "signup", projectId, ip, () =>
         kiln.endUsers.signup(projectId, { email: body.email, password: body.password, data: body.data }, body.redirect_url),
       );
@@ -86,7 +75,7 @@ export function endUserRoutes(r: Router): void {
     body: signinBody,
     responses: { 200: { description: "a new session", schema: tokenResponseSchema }, ...errors },
     handler: async ({ kiln, principal, ip, body }) => {
-      const projectId = projectOf(principal);
+      const projectId = principal.projectId;
       const { result } = await limited(kiln, "signin", projectId, ip, () => kiln.endUsers.signin(projectId, body.email, body.password));
       return reply.ok(result);
     },
@@ -101,7 +90,7 @@ export function endUserRoutes(r: Router): void {
     body: refreshBody,
     responses: { 200: { description: "a new pair", schema: tokenResponseSchema }, ...errors },
     handler: async ({ kiln, principal, ip, body }) => {
-      const projectId = projectOf(principal);
+      const projectId = principal.projectId;
       const { result } = await limited(kiln, "refresh", projectId, ip, () => kiln.endUsers.refresh(projectId, body.refresh_token));
       return reply.ok(result);
     },
@@ -115,7 +104,7 @@ export function endUserRoutes(r: Router): void {
     auth: user,
     responses: { 204: { description: "signed out" }, 401: errorSchema, 403: errorSchema },
     handler: async ({ kiln, principal }) => {
-      await kiln.endUsers.revokeSession(endUser(principal).sessionId, "logout");
+      await kiln.endUsers.revokeSession(principal.sessionId, "logout");
       return reply.noContent();
     },
   });
@@ -129,7 +118,7 @@ export function endUserRoutes(r: Router): void {
     body: forgotBody,
     responses: { 200: { description: "accepted", schema: messageSchema }, ...errors },
     handler: async ({ kiln, principal, ip, body }) => {
-      const projectId = projectOf(principal);
+      const projectId = principal.projectId;
       const { headers } = await limited(kiln, "forgot_password", projectId, ip, () => kiln.endUsers.forgotPassword(projectId, body.email, body.redirect_url));
       return reply.ok({ message: "if an account exists for this email, a reset link has been sent" }, headers);
     },
@@ -144,7 +133,7 @@ export function endUserRoutes(r: Router): void {
     body: resetBody,
     responses: { 200: { description: "password changed", schema: tokenResponseSchema }, ...errors },
     handler: async ({ kiln, principal, ip, body }) => {
-      const projectId = projectOf(principal);
+      const projectId = principal.projectId;
       const { headers, result } = await limited(kiln, "reset_password", projectId, ip, () => kiln.endUsers.resetPassword(projectId, body.token, body.password));
       return reply.ok(result, headers);
     },
@@ -190,7 +179,7 @@ export function endUserRoutes(r: Router): void {
     auth: user,
     responses: { 200: { description: "user", schema: userSchema }, 401: errorSchema, 403: errorSchema, 404: errorSchema },
     handler: async ({ kiln, principal }) => {
-      const u = endUser(principal);
+      const u = principal;
       return reply.ok(await kiln.endUsers.me(u.projectId, u.userId));
     },
   });
@@ -204,7 +193,7 @@ export function endUserRoutes(r: Router): void {
     body: updateUserBody,
     responses: { 200: { description: "updated", schema: updatedUserSchema }, ...errors, 409: errorSchema },
     handler: async ({ kiln, principal, ip, body }) => {
-      const u = endUser(principal);
+      const u = principal;
       const run = () => kiln.endUsers.updateMe(u.projectId, u.userId, u.sessionId, body, body.redirect_url);
       const changingEmail = body.email !== undefined && body.email.toLowerCase() !== u.email.toLowerCase();
       const { headers, result } = changingEmail ? await limited(kiln, "change_email", u.projectId, ip, run) : { headers: {}, result: await run() };
@@ -243,7 +232,7 @@ export function endUserRoutes(r: Router): void {
     summary: "A project's end-user settings (project token, or platform token with ?project_id=)",
     auth: { kind: "project", access: "credential", projectFrom: "token-or-query" },
     responses: { 200: { description: "settings", schema: authConfigSchema }, ...errors, 404: errorSchema },
-    handler: async ({ kiln, project }) => reply.ok(await kiln.authConfig.get(project!.id)),
+    handler: async ({ kiln, project }) => reply.ok(await kiln.authConfig.get(project.id)),
   });
 
   r.add({
@@ -254,7 +243,7 @@ export function endUserRoutes(r: Router): void {
     auth: { kind: "project", access: "write", projectFrom: "token-or-query" },
     body: patchAuthConfigBody,
     responses: { 200: { description: "settings", schema: authConfigSchema }, ...errors, 404: errorSchema, 409: errorSchema },
-    handler: async ({ kiln, project, body }) => reply.ok(await kiln.authConfig.update(project!.id, body)),
+    handler: async ({ kiln, project, body }) => reply.ok(await kiln.authConfig.update(project.id, body)),
   });
 
   r.add({
@@ -265,7 +254,7 @@ export function endUserRoutes(r: Router): void {
     auth: { kind: "project", access: "write" },
     params: projectIdParams,
     responses: { 200: { description: "the new key id", schema: rotatedKeySchema }, ...errors, 404: errorSchema },
-    handler: async ({ kiln, project }) => reply.ok(await kiln.signingKeys.rotate(project!.id)),
+    handler: async ({ kiln, project }) => reply.ok(await kiln.signingKeys.rotate(project.id)),
   });
 
   r.add({
@@ -280,8 +269,8 @@ export function endUserRoutes(r: Router): void {
     handler: async ({ kiln, project, query: q }) => {
       const page = q.page ?? 1;
       const limit = q.limit ?? DEFAULT_LIMIT;
-      const res = await kiln.endUsers.list(project!.id, { page, limit, search: q.search });
-      return reply.ok(paginated(res.data, { page, limit, total: res.total, path: `/projects/${project!.id}/users`, query: { search: q.search } }));
+      const res = await kiln.endUsers.list(project.id, { page, limit, search: q.search });
+      return reply.ok(paginated(res.data, { page, limit, total: res.total, path: `/projects/${project.id}/users`, query: { search: q.search } }));
     },
   });
 
@@ -294,7 +283,7 @@ export function endUserRoutes(r: Router): void {
     params: projectIdParams,
     body: adminCreateUserBody,
     responses: { 201: { description: "created", schema: adminUserSchema }, ...errors, 404: errorSchema, 409: errorSchema },
-    handler: async ({ kiln, project, body }) => reply.created(await kiln.endUsers.adminCreate(project!.id, body)),
+    handler: async ({ kiln, project, body }) => reply.created(await kiln.endUsers.adminCreate(project.id, body)),
   });
 
   r.add({
@@ -305,7 +294,7 @@ export function endUserRoutes(r: Router): void {
     auth: { kind: "project", access: "read" },
     params: userParams,
     responses: { 200: { description: "user", schema: adminUserSchema }, ...errors, 404: errorSchema },
-    handler: async ({ kiln, project, params }) => reply.ok(await kiln.endUsers.adminGet(project!.id, params.userId)),
+    handler: async ({ kiln, project, params }) => reply.ok(await kiln.endUsers.adminGet(project.id, params.userId)),
   });
 
   r.add({
@@ -317,7 +306,7 @@ export function endUserRoutes(r: Router): void {
     params: userParams,
     responses: { 204: { description: "deleted" }, ...errors, 404: errorSchema },
     handler: async ({ kiln, project, params }) => {
-      await kiln.endUsers.adminDelete(project!.id, params.userId);
+      await kiln.endUsers.adminDelete(project.id, params.userId);
       return reply.noContent();
     },
   });

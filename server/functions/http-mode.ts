@@ -2,7 +2,7 @@ import type { Kiln } from "../context";
 import { invokeBodyLimit, readBodyBytes, readJsonBody } from "../http/body";
 import { preflight } from "../http/cors";
 import { errorResponse, HttpError } from "../http/errors";
-import { invoke, mayInvoke } from "./invoke";
+import { INVOKE_AUTH, invoke, mayInvoke } from "./invoke";
 import type { FunctionRecord } from "./service";
 
 /** Methods an HTTP-mode function address serves; the preflight advertises them plus OPTIONS. */
@@ -60,9 +60,7 @@ export async function serveFunctionHost(kiln: Kiln, request: Request, ip: string
     // Tokenless access exists only for public HTTP functions with http_auth_mode none.
     let principal = null;
     if (rpc || !(fn.http_auth_mode === "none" && fn.is_public)) {
-      principal = await kiln.guard.authenticate(request, ip);
-      if (principal.kind !== "service_key" && principal.kind !== "user" && principal.kind !== "anon_key")
-        throw new HttpError(403, { error: "invoking a function needs a service key, an end-user access token or an anon key" });
+      principal = (await kiln.guard.authorize(INVOKE_AUTH, request, {}, ip)).principal;
       if (principal.projectId !== fn.project_id) throw new HttpError(404, { error: "function not found" });
       mayInvoke(principal, fn);
     }

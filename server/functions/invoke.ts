@@ -1,5 +1,5 @@
 import { posix } from "node:path";
-import type { Principal } from "../auth/principal";
+import type { ApplicationPrincipal, AuthRule, Principal } from "../auth/principal";
 import type { Kiln } from "../context";
 import { forbidden, HttpError } from "../http/errors";
 import { newId, newTimeOrderedId } from "../ids";
@@ -33,19 +33,20 @@ function isFunctionError(err: unknown): err is FunctionError {
   return err instanceof Error && FAILURE_KINDS.has((err as { kind?: string }).kind ?? "") && Array.isArray((err as { logs?: unknown }).logs);
 }
 
-/** Which credentials may invoke which functions (the spec's token rules 1–3). */
-export function mayInvoke(p: Principal, fn: FunctionRecord): void {
-  if (p.kind === "service_key") {
-    if (p.permissions === null || p.permissions.includes("functions.invoke")) return;
-    throw forbidden("this service key is scoped without functions.invoke");
-  }
-  if (p.kind === "user") return;
-  if (p.kind === "anon_key") {
-    if (!fn.is_public) throw forbidden("anon keys may only invoke public functions");
-    if (!p.permissions.includes("functions.invoke")) throw forbidden("this anon key does not hold the functions.invoke permission");
-    return;
-  }
-  throw forbidden("invoking a function needs a service key, an end-user access token or an anon key");
+/**
+ * Who may invoke (the spec's token rules 1-3): the application-credential rule checks the kind of
+ * credential and the functions.invoke permission of scoped service keys and anon keys; the RPC route,
+ * the function's own address and name resolution all use it.
+ */
+export const INVOKE_AUTH = {
+  kind: "application",
+  permission: "functions.invoke",
+  refused: "invoking a function needs a service key, an end-user access token or an anon key",
+} as const satisfies AuthRule;
+
+/** What depends on the function itself: anon keys reach public functions only. */
+export function mayInvoke(p: ApplicationPrincipal, fn: FunctionRecord): void {
+  if (p.kind === "anon_key" && !fn.is_public) throw forbidden("anon keys may only invoke public functions");
 }
 
 function failure(err: FunctionError, invocationId: string): HttpError {

@@ -7,7 +7,7 @@ import { DEFAULT_LIMIT, paginated } from "../http/pagination";
 import { parseInput, reply, type Router } from "../http/route";
 import { projectIdParams } from "../projects/schemas";
 import { invokeUrl } from "./http-mode";
-import { invoke, mayInvoke } from "./invoke";
+import { INVOKE_AUTH, invoke, mayInvoke } from "./invoke";
 import {
   batchEntries,
   batchResultSchema,
@@ -99,8 +99,8 @@ export function functionRoutes(r: Router): void {
     handler: async ({ kiln, project, query: q }) => {
       const page = q.page ?? 1;
       const limit = q.limit ?? DEFAULT_LIMIT;
-      const res = await kiln.functions.list(project!.id, page, limit);
-      return reply.ok(paginated(res.data.map((f) => view(kiln, f)), { page, limit, total: res.total, path: `/projects/${project!.id}/functions` }));
+      const res = await kiln.functions.list(project.id, page, limit);
+      return reply.ok(paginated(res.data.map((f) => view(kiln, f)), { page, limit, total: res.total, path: `/projects/${project.id}/functions` }));
     },
   });
 
@@ -116,7 +116,7 @@ export function functionRoutes(r: Router): void {
     handler: async ({ kiln, project, request, bodyLimit }) => {
       const { fields, archive } = await readDeploy(kiln, request, bodyLimit);
       const source = await normalized(kiln, archive, fields.runtime, fields.handler);
-      const { created, fn } = await kiln.functions.deploy(project!.id, fields, source);
+      const { created, fn } = await kiln.functions.deploy(project.id, fields, source);
       return { status: created ? 201 : 200, body: view(kiln, fn) };
     },
   });
@@ -147,7 +147,7 @@ export function functionRoutes(r: Router): void {
           const file = form.get(entry.file_field);
           if (!file || typeof file === "string") throw badRequest(`no archive in the multipart field '${entry.file_field}'`);
           const source = await normalized(kiln, new Uint8Array(await file.arrayBuffer()), fields.runtime, fields.handler);
-          const { fn } = await kiln.functions.deploy(project!.id, fields, source);
+          const { fn } = await kiln.functions.deploy(project.id, fields, source);
           accepted.push(view(kiln, fn));
         } catch (err) {
           // Deployments already started keep running; this one never started, so nothing to undo.
@@ -167,7 +167,7 @@ export function functionRoutes(r: Router): void {
     auth: { kind: "project", access: "read" },
     params: functionParams,
     responses: { 200: { description: "function", schema: functionSchema }, ...errors },
-    handler: async ({ kiln, project, params }) => reply.ok(view(kiln, await kiln.functions.get(project!.id, params.functionId))),
+    handler: async ({ kiln, project, params }) => reply.ok(view(kiln, await kiln.functions.get(project.id, params.functionId))),
   });
 
   r.add({
@@ -179,7 +179,7 @@ export function functionRoutes(r: Router): void {
     params: functionParams,
     body: patchFunctionBody,
     responses: { 200: { description: "function", schema: functionSchema }, ...errors },
-    handler: async ({ kiln, project, params, body }) => reply.ok(view(kiln, await kiln.functions.update(await kiln.functions.get(project!.id, params.functionId), body))),
+    handler: async ({ kiln, project, params, body }) => reply.ok(view(kiln, await kiln.functions.update(await kiln.functions.get(project.id, params.functionId), body))),
   });
 
   r.add({
@@ -191,7 +191,7 @@ export function functionRoutes(r: Router): void {
     params: functionParams,
     responses: { 202: { description: "deletion accepted", schema: functionSchema }, ...errors },
     handler: async ({ kiln, project, params }) => {
-      const fn = await kiln.functions.get(project!.id, params.functionId);
+      const fn = await kiln.functions.get(project.id, params.functionId);
       return reply.accepted(view(kiln, await kiln.functions.requestDelete(fn)));
     },
   });
@@ -205,7 +205,7 @@ export function functionRoutes(r: Router): void {
     params: functionParams,
     responses: { 200: { description: "deployments", schema: deploymentListSchema }, ...errors },
     handler: async ({ kiln, project, params }) => {
-      const fn = await kiln.functions.get(project!.id, params.functionId);
+      const fn = await kiln.functions.get(project.id, params.functionId);
       return reply.ok({ data: await kiln.functions.deployments(fn.id) });
     },
   });
@@ -215,18 +215,15 @@ export function functionRoutes(r: Router): void {
     path: "/functions/{functionId}/invoke",
     tag: "Invocation",
     summary: "Invoke a function by RPC: body {payload}; service key, end-user token, or anon key (functions.invoke, public functions)",
-    auth: { kind: "none" },
+    auth: INVOKE_AUTH,
     params: functionParams.pick({ functionId: true }),
     body: invokeBody,
     bodyValidation: "handler",
     bodyLimit: "invoke",
     direct: true,
     responses: { 200: { description: "the function's response (status and headers are the function's)" }, ...errors, 502: errorSchema, 503: errorSchema, 504: errorSchema },
-    handler: async ({ kiln, request, ip, arrivedAt, params, body }) => {
+    handler: async ({ kiln, principal, arrivedAt, params, body }) => {
       const handlerStart = performance.now();
-      const principal = await kiln.guard.authenticate(request, ip);
-      if (principal.kind !== "service_key" && principal.kind !== "user" && principal.kind !== "anon_key")
-        throw new HttpError(403, { error: "invoking a function needs a service key, an end-user access token or an anon key" });
       const fn = kiln.functions.cachedForInvocation(params.functionId) ?? (await kiln.functions.forInvocation(params.functionId));
       if (!fn || fn.project_id !== principal.projectId) throw notFound("function not found");
       mayInvoke(principal, fn);
@@ -252,12 +249,10 @@ export function functionRoutes(r: Router): void {
     path: "/functions/resolve",
     tag: "Invocation",
     summary: "Resolve a function name in the caller's project (same credential rules as invocation)",
-    auth: { kind: "none" },
+    auth: { ...INVOKE_AUTH, refused: "resolving a function needs a service key, an end-user access token or an anon key" },
     query: resolveQuery,
     responses: { 200: { description: "resolved", schema: resolveSchema }, ...errors },
-    handler: async ({ kiln, request, ip, query }) => {
-      const principal = await kiln.guard.authenticate(request, ip);
-      if (!("projectId" in principal)) throw new HttpError(403, { error: "resolving a function needs a service key, an end-user access token or an anon key" });
+    handler: async ({ kiln, principal, query }) => {
       const fn = await kiln.functions.byName(principal.projectId, query.name);
       if (!fn || fn.status === "deleting") throw notFound("function not found");
       mayInvoke(principal, fn);

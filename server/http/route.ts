@@ -1,6 +1,6 @@
 import type { Elysia } from "elysia";
 import * as z from "zod";
-import type { AuthRule, Principal } from "../auth/principal";
+import type { AuthedBy, AuthRule } from "../auth/principal";
 import type { Kiln } from "../context";
 import type { ProjectRecord } from "../projects/service";
 import type { Config } from "../config";
@@ -20,13 +20,14 @@ export interface ResponseSpec {
  * into a service. The OpenAPI description is generated from these definitions, so a route exists in
  * the document exactly when it exists in the server.
  */
-export interface RouteDef<P = any, Q = any, B = any> {
+export interface RouteDef<P = any, Q = any, B = any, R extends AuthRule = AuthRule> {
   method: Method;
   /** OpenAPI-style path: `/projects/{projectId}`. */
   path: string;
   summary: string;
   tag: string;
-  auth: AuthRule;
+  /** Who may call it; it also types the handler's `principal` and `project` (see AuthedBy). */
+  auth: R;
   params?: z.ZodType<P>;
   query?: z.ZodType<Q>;
   body?: z.ZodType<B>;
@@ -46,7 +47,7 @@ export interface RouteDef<P = any, Q = any, B = any> {
    * for the warm invocation path, where the router's work is a visible share of a request.
    */
   direct?: boolean;
-  handler: (ctx: RouteContext<P, Q, B>) => Promise<Reply> | Reply;
+  handler: (ctx: RouteContext<P, Q, B> & AuthedBy<R>) => Promise<Reply> | Reply;
 }
 
 export interface RouteContext<P, Q, B> {
@@ -58,9 +59,6 @@ export interface RouteContext<P, Q, B> {
   params: P;
   query: Q;
   body: B;
-  principal: Principal | null;
-  /** The project of a project-scoped route, loaded and authorized by the guard. */
-  project: ProjectRecord | null;
   /** This route's body limit, for a handler that reads the body itself (multipart). */
   bodyLimit: BodyLimit;
 }
@@ -187,8 +185,8 @@ export class Router {
   private readonly directRoutes: DirectRoute[] = [];
   private readonly bodyLimits = new Map<RouteDef, BodyLimit>();
 
-  add<P, Q, B>(def: RouteDef<P, Q, B>): this {
-    this.routes.push(def as RouteDef);
+  add<P, Q, B, const R extends AuthRule>(def: RouteDef<P, Q, B, R>): this {
+    this.routes.push(def as unknown as RouteDef);
     return this;
   }
 
@@ -249,7 +247,8 @@ export class Router {
       body = await readJsonBody(request, bodyLimit, kiln.config.maxJsonDepth);
       if (def.bodyValidation !== "handler") body = parseWith(def.body, body, "body");
     }
-    const out = await def.handler({ kiln, request, ip, arrivedAt: meta.arrivedAt, params, query, body, principal, project, bodyLimit });
+    // The guard's answer matches the rule (AuthedBy); the route list holds rules of every kind.
+    const out = await def.handler({ kiln, request, ip, arrivedAt: meta.arrivedAt, params, query, body, principal, project, bodyLimit } as RouteContext<unknown, unknown, unknown> & AuthedBy<AuthRule>);
     if (out instanceof Response) return out;
     if (kiln.config.validateResponses) checkResponse(def, out);
     return jsonResponse(out.status, out.body, out.headers);

@@ -29,7 +29,7 @@ export function keyRoutes(r: Router): void {
     params: projectIdParams,
     body: createServiceKeyBody,
     responses: { 201: { description: "created", schema: createdServiceKeySchema }, ...errors },
-    handler: async ({ kiln, project, body }) => reply.created(await kiln.keys.createServiceKey(project!.id, body)),
+    handler: async ({ kiln, project, body }) => reply.created(await kiln.keys.createServiceKey(project.id, body)),
   });
   r.add({
     method: "GET",
@@ -39,7 +39,7 @@ export function keyRoutes(r: Router): void {
     auth: credentialRead,
     params: projectIdParams,
     responses: { 200: { description: "keys", schema: serviceKeyListSchema }, ...errors },
-    handler: async ({ kiln, project }) => reply.ok({ data: await kiln.keys.listServiceKeys(project!.id) }),
+    handler: async ({ kiln, project }) => reply.ok({ data: await kiln.keys.listServiceKeys(project.id) }),
   });
   r.add({
     method: "GET",
@@ -49,7 +49,7 @@ export function keyRoutes(r: Router): void {
     auth: credentialRead,
     params: keyParams,
     responses: { 200: { description: "key", schema: serviceKeySchema }, ...errors },
-    handler: async ({ kiln, project, params }) => reply.ok(await kiln.keys.getServiceKey(project!.id, params.keyId)),
+    handler: async ({ kiln, project, params }) => reply.ok(await kiln.keys.getServiceKey(project.id, params.keyId)),
   });
   r.add({
     method: "PATCH",
@@ -60,7 +60,7 @@ export function keyRoutes(r: Router): void {
     params: keyParams,
     body: updateServiceKeyBody,
     responses: { 200: { description: "updated", schema: serviceKeySchema }, ...errors },
-    handler: async ({ kiln, project, params, body }) => reply.ok(await kiln.keys.updateServiceKey(project!.id, params.keyId, body)),
+    handler: async ({ kiln, project, params, body }) => reply.ok(await kiln.keys.updateServiceKey(project.id, params.keyId, body)),
   });
   r.add({
     method: "DELETE",
@@ -71,7 +71,7 @@ export function keyRoutes(r: Router): void {
     params: keyParams,
     responses: { 204: { description: "deleted" }, ...errors },
     handler: async ({ kiln, project, params }) => {
-      await kiln.keys.deleteServiceKey(project!.id, params.keyId);
+      await kiln.keys.deleteServiceKey(project.id, params.keyId);
       return reply.noContent();
     },
   });
@@ -86,7 +86,7 @@ export function keyRoutes(r: Router): void {
     params: projectIdParams,
     body: createAnonKeyBody,
     responses: { 201: { description: "created", schema: anonKeySchema }, ...errors },
-    handler: async ({ kiln, project, body }) => reply.created(await kiln.keys.createAnonKey(project!.id, body)),
+    handler: async ({ kiln, project, body }) => reply.created(await kiln.keys.createAnonKey(project.id, body)),
   });
   r.add({
     method: "GET",
@@ -96,7 +96,7 @@ export function keyRoutes(r: Router): void {
     auth: credentialRead,
     params: projectIdParams,
     responses: { 200: { description: "keys", schema: anonKeyListSchema }, ...errors },
-    handler: async ({ kiln, project }) => reply.ok({ data: await kiln.keys.listAnonKeys(project!.id) }),
+    handler: async ({ kiln, project }) => reply.ok({ data: await kiln.keys.listAnonKeys(project.id) }),
   });
   r.add({
     method: "DELETE",
@@ -107,7 +107,7 @@ export function keyRoutes(r: Router): void {
     params: keyParams,
     responses: { 204: { description: "deleted" }, ...errors },
     handler: async ({ kiln, project, params }) => {
-      await kiln.keys.deleteAnonKey(project!.id, params.keyId);
+      await kiln.keys.deleteAnonKey(project.id, params.keyId);
       return reply.noContent();
     },
   });

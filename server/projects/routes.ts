@@ -1,4 +1,3 @@
-import type { Principal } from "../auth/principal";
 import { errorSchema } from "../http/common-schemas";
 import { badRequest } from "../http/errors";
 import { DEFAULT_LIMIT, withQuery } from "../http/pagination";
@@ -7,11 +6,6 @@ import { createProjectBody, listProjectsQuery, projectIdParams, projectListSchem
 import { projectView } from "./service";
 
 const tag = "Projects";
-
-function platform(p: Principal | null) {
-  if (p?.kind !== "platform") throw new Error("account route reached without a platform token");
-  return p;
-}
 
 
 export function projectRoutes(r: Router): void {
@@ -24,7 +18,7 @@ export function projectRoutes(r: Router): void {
     query: listProjectsQuery,
     responses: { 200: { description: "projects", schema: projectListSchema }, 400: errorSchema, 401: errorSchema, 403: errorSchema },
     handler: async ({ kiln, principal, query: q }) => {
-      const { accountId } = platform(principal);
+      const { accountId } = principal;
       if (q.page !== undefined && (q.cursor !== undefined || q.ending_before !== undefined))
         throw badRequest("page cannot be combined with cursor or ending_before");
       if (q.cursor !== undefined && q.ending_before !== undefined) throw badRequest("send either cursor or ending_before, not both");
@@ -76,7 +70,7 @@ export function projectRoutes(r: Router): void {
     body: createProjectBody,
     responses: { 201: { description: "created", schema: projectSchema }, 400: errorSchema, 401: errorSchema, 403: errorSchema },
     handler: async ({ kiln, principal, body }) => {
-      const p = platform(principal);
+      const p = principal;
       const project = await kiln.projects.create(p.accountId, p.plan, body);
       return reply.created(projectView(project, { detail: true }));
     },
@@ -90,7 +84,7 @@ export function projectRoutes(r: Router): void {
     auth: { kind: "project", access: "read" },
     params: projectIdParams,
     responses: { 200: { description: "project", schema: projectSchema }, 401: errorSchema, 403: errorSchema, 404: errorSchema },
-    handler: ({ project }) => reply.ok(projectView(project!, { detail: true })),
+    handler: ({ project }) => reply.ok(projectView(project, { detail: true })),
   });
 
   r.add({
@@ -110,8 +104,8 @@ export function projectRoutes(r: Router): void {
       409: errorSchema,
     },
     handler: async ({ kiln, principal, project, body }) => {
-      const plan = await kiln.accounts.ownerPlan(principal, project!.account_id);
-      return reply.ok(projectView(await kiln.projects.update(project!, plan, body), { detail: true }));
+      const plan = await kiln.accounts.ownerPlan(principal, project.account_id);
+      return reply.ok(projectView(await kiln.projects.update(project, plan, body), { detail: true }));
     },
   });
 
@@ -123,6 +117,6 @@ export function projectRoutes(r: Router): void {
     auth: { kind: "project", access: "write", allowDeleting: true },
     params: projectIdParams,
     responses: { 202: { description: "deletion started", schema: projectSchema }, 401: errorSchema, 403: errorSchema, 404: errorSchema },
-    handler: async ({ kiln, project }) => reply.accepted(projectView(await kiln.projects.requestDelete(project!), { detail: true })),
+    handler: async ({ kiln, project }) => reply.accepted(projectView(await kiln.projects.requestDelete(project), { detail: true })),
   });
 }

@@ -20,7 +20,7 @@ export function variableRoutes(r: Router): void {
     params: projectIdParams,
     body: createVariableBody,
     responses: { 201: { description: "created", schema: variableSchema }, ...errors },
-    handler: async ({ kiln, project, body }) => reply.created(await kiln.variables.create(project!.id, body)),
+    handler: async ({ kiln, project, body }) => reply.created(await kiln.variables.create(project.id, body)),
   });
   r.add({
     method: "GET",
@@ -34,8 +34,8 @@ export function variableRoutes(r: Router): void {
     handler: async ({ kiln, project, query: q }) => {
       const page = q.page ?? 1;
       const limit = q.limit ?? DEFAULT_LIMIT;
-      const res = await kiln.variables.list(project!.id, page, limit);
-      return reply.ok(paginated(res.data, { page, limit, total: res.total, path: `/projects/${project!.id}/variables` }));
+      const res = await kiln.variables.list(project.id, page, limit);
+      return reply.ok(paginated(res.data, { page, limit, total: res.total, path: `/projects/${project.id}/variables` }));
     },
   });
   r.add({
@@ -46,7 +46,7 @@ export function variableRoutes(r: Router): void {
     auth: credentialRead,
     params: variableParams,
     responses: { 200: { description: "variable", schema: variableSchema }, ...errors },
-    handler: async ({ kiln, project, params }) => reply.ok(await kiln.variables.get(project!.id, params.variableId)),
+    handler: async ({ kiln, project, params }) => reply.ok(await kiln.variables.get(project.id, params.variableId)),
   });
   r.add({
     method: "PATCH",
@@ -57,7 +57,7 @@ export function variableRoutes(r: Router): void {
     params: variableParams,
     body: updateVariableBody,
     responses: { 200: { description: "updated", schema: variableSchema }, ...errors },
-    handler: async ({ kiln, project, params, body }) => reply.ok(await kiln.variables.update(project!.id, params.variableId, body)),
+    handler: async ({ kiln, project, params, body }) => reply.ok(await kiln.variables.update(project.id, params.variableId, body)),
   });
   r.add({
     method: "DELETE",
@@ -68,7 +68,7 @@ export function variableRoutes(r: Router): void {
     params: variableParams,
     responses: { 204: { description: "deleted" }, ...errors },
     handler: async ({ kiln, project, params }) => {
-      await kiln.variables.delete(project!.id, params.variableId);
+      await kiln.variables.delete(project.id, params.variableId);
       return reply.noContent();
     },
   });
