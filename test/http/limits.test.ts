@@ -132,12 +132,15 @@ describe("request body limits", () => {
   const k = useKiln();
   let project: { id: string };
   let anon: string;
+  /** An anon key that may invoke: the invoke route authorizes before it reads a body. */
+  let invoker: string;
   let sk: string;
   const setup = async () => {
     if (project) return;
     project = await createProject(k);
     anon = (await k.api("GET", `/projects/${project.id}/anon-keys`)).body.data[0].key;
     sk = (await k.api("POST", `/projects/${project.id}/service-keys`, { body: { name: "limits" } })).body.key;
+    invoker = (await k.api("POST", `/projects/${project.id}/anon-keys`, { body: { name: "invoker", permissions: ["functions.invoke"] } })).body.key;
   };
 
   test("a JSON body declared larger than 1 MiB is a 413 naming the limit, answered before the body is sent", async () => {
@@ -178,18 +181,18 @@ describe("request body limits", () => {
   test("an invocation payload over 6 MiB is a 413 at once (RPC route, declared or streamed)", async () => {
     await setup();
     const fnId = "doesnotmatter00000000";
-    const declared = await post(k, `/functions/${fnId}/invoke`, { headers: { authorization: `Bearer ${anon}` }, prefix: '{"payload":"', chunk: Buffer.from("p".repeat(1 << 16)), total: 7_000_000, declare: true });
+    const declared = await post(k, `/functions/${fnId}/invoke`, { headers: { authorization: `Bearer ${invoker}` }, prefix: '{"payload":"', chunk: Buffer.from("p".repeat(1 << 16)), total: 7_000_000, declare: true });
     expect(declared.status).toBe(413);
     expect(declared.body.error).toBe("request body too large: function invocation requests may be at most 6 MiB (6291456 bytes, KILN_MAX_INVOKE_BODY_BYTES)");
     expect(declared.ms).toBeLessThan(5000);
     const { growthMb, result: streamed } = await peakGrowth(k, () =>
-      post(k, `/functions/${fnId}/invoke`, { headers: { authorization: `Bearer ${anon}` }, prefix: '{"payload":"', chunk: Buffer.from("p".repeat(1 << 16)), total: 200_000_000 }),
+      post(k, `/functions/${fnId}/invoke`, { headers: { authorization: `Bearer ${invoker}` }, prefix: '{"payload":"', chunk: Buffer.from("p".repeat(1 << 16)), total: 200_000_000 }),
     );
     expect(streamed.status).toBe(413);
     expect(streamed.ms).toBeLessThan(5000);
     expect(growthMb).toBeLessThan(64);
     // Under the limit the body is read and the request goes on (here: to a 404 for the unknown function).
-    const small = await k.api("POST", `/functions/${fnId}/invoke`, { token: anon, body: { payload: "p".repeat(5 * MB) } });
+    const small = await k.api("POST", `/functions/${fnId}/invoke`, { token: invoker, body: { payload: "p".repeat(5 * MB) } });
     expect(small.status).toBe(404);
   });
 
@@ -223,7 +226,7 @@ describe("request body limits", () => {
       ["POST", "/auth/signup", anon],
       ["POST", `/projects/${project.id}/variables`, k.token],
       ["POST", "/databases/notes/query/select", anon],
-      ["POST", "/functions/doesnotmatter00000000/invoke", anon],
+      ["POST", "/functions/doesnotmatter00000000/invoke", invoker],
       ["PATCH", `/auth/config?project_id=${project.id}`, k.token],
     ];
     for (const [method, path, token] of cases) {
@@ -233,10 +236,10 @@ describe("request body limits", () => {
         expect(r.body.error).toBe("request body is nested too deeply: JSON arrays and objects may nest at most 128 levels (KILN_MAX_JSON_DEPTH)");
       }
     }
-    // The boundary: 128 levels are read (then the missing credential is the problem), 129 are not.
+    // The boundary: 128 levels are read (then the unknown function is the problem), 129 are not.
     const nest = (n: number) => `{"payload":${"[".repeat(n - 1)}${"]".repeat(n - 1)}}`;
-    expect((await k.api("POST", "/functions/doesnotmatter00000000/invoke", { token: null, body: nest(128) })).status).toBe(401);
-    expect((await k.api("POST", "/functions/doesnotmatter00000000/invoke", { token: null, body: nest(129) })).status).toBe(400);
+    expect((await k.api("POST", "/functions/doesnotmatter00000000/invoke", { token: invoker, body: nest(128) })).status).toBe(404);
+    expect((await k.api("POST", "/functions/doesnotmatter00000000/invoke", { token: invoker, body: nest(129) })).status).toBe(400);
     // Brackets inside strings, escaped quotes among them, are text, not nesting.
     const text = `${"[{".repeat(300)}\\"${"{[".repeat(300)}\\\\`;
     const signup = await k.api("POST", "/auth/signup", { token: anon, body: `{"email":"deep@example.com","password":"correct horse battery","data":{"note":"${text}"}}` });
