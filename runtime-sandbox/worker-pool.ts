@@ -4,7 +4,8 @@ import { LocalProcess } from "./local-process";
 import { isMissing, resolveRuntime, type ResolvedRuntime } from "./runtimes";
 import { chooseIsolation, noSandboxMessage, sandboxUser, unreachableByOthers, unsandboxedIsolation, type Isolation, type SandboxChoice } from "./isolation";
 import { BOOTSTRAP_DIR } from "./mounts";
-import { CgroupHost, planLaunch, withCgroup, type WorkerCgroup } from "./sandbox";
+import { CgroupHost, DEFAULT_CPUS, describeLimits, NO_CGROUPS, withCgroup, type WorkerCgroup } from "./cgroups";
+import { DEFAULT_MAX_PROCESSES, planLaunch } from "./sandbox";
 import { FunctionError, Worker, type LogLine, type Outcome } from "./worker";
 
 export { FunctionError, type FailureKind, type LogLine } from "./worker";
@@ -36,7 +37,11 @@ export interface FunctionVersion {
    * ten variables or ten thousand.
    */
   envVersion?: string;
-  limits: { memoryMb: number; timeoutMs: number; cpuSeconds?: number; maxProcesses?: number };
+  /**
+   * `cpus`: CPUs' worth of time a worker may use (cgroup cpu.max / CFS quota), default 1; not the
+   * same as `cpuSeconds`, the CPU budget of one invocation.
+   */
+  limits: { memoryMb: number; timeoutMs: number; cpuSeconds?: number; maxProcesses?: number; cpus?: number };
   /** false: the function has no network at all (its own empty network namespace). */
   network: boolean;
 }
@@ -70,7 +75,10 @@ export interface WorkerPoolOptions {
   containers?: ContainerEngine;
   /** Never visible to a function (e.g. Kiln's data dir). Enforced only with bubblewrap. */
   hiddenPaths?: string[];
-  /** auto: per-worker cgroup v1 memory/pids limits where writable (root); off: rlimits only. */
+  /**
+   * auto: per-worker memory, process and CPU limits through cgroups (v2, else v1) where writable
+   * (root, or a delegated subtree); off: rlimits only. See cgroups.ts.
+   */
   cgroups?: "auto" | "off";
   log?: (msg: string) => void;
 }
@@ -115,6 +123,7 @@ export class WorkerPool {
   /** Why no sandbox is available, when none is. */
   readonly unavailable: string | null = null;
   private readonly cgroups: CgroupHost | null;
+  private readonly cgroupsOff: boolean;
   private readonly max: number;
   private readonly idleMs: number;
   private readonly hiddenPaths: string[];
@@ -144,7 +153,8 @@ export class WorkerPool {
     }
     this.isolation = this.containers ? "container" : (this.sandbox?.kind ?? "unavailable");
     // A container's limits are the engine's own cgroups.
-    this.cgroups = this.containers || opts.cgroups === "off" || process.platform !== "linux" ? null : CgroupHost.detect(Math.random().toString(36).slice(2, 8));
+    this.cgroupsOff = opts.cgroups === "off";
+    this.cgroups = this.containers || this.cgroupsOff || process.platform !== "linux" ? null : CgroupHost.detect(Math.random().toString(36).slice(2, 8));
     this.sweeper = setInterval(() => this.sweep(), Math.max(50, Math.min(10_000, this.idleMs / 2)));
     this.sweeper.unref?.();
   }
@@ -318,7 +328,7 @@ export class WorkerPool {
     let cg: WorkerCgroup | null = null;
     if (this.cgroups) {
       try {
-        cg = this.cgroups.create(v.limits);
+        cg = this.cgroups.create({ memoryMb: v.limits.memoryMb, maxProcesses: v.limits.maxProcesses ?? DEFAULT_MAX_PROCESSES, cpus: v.limits.cpus ?? DEFAULT_CPUS });
       } catch (e) {
         this.report(`cgroup: could not create a worker cgroup (${(e as Error).message}); using rlimits`);
       }
@@ -332,7 +342,9 @@ export class WorkerPool {
       }
     }
     const plan = planLaunch(spec, { isolation: this.sandbox!, hiddenPaths: this.hiddenPaths, cgroupMemory: !!cg?.memory, cgroupPids: !!cg?.pids });
-    for (const n of plan.notes) this.report(`function limits: ${n}`);
+    // What enforces each limit (the same phrases as kiln doctor), once per distinct answer.
+    const why = this.cgroupsOff ? { memory: "cgroups off", pids: "cgroups off", cpu: "cgroups off" } : undefined;
+    this.report(`function limits: ${describeLimits(cg?.by ?? NO_CGROUPS, { sandboxed: this.sandbox!.kind !== "none", why }).join(", ")}`);
     if (this.sandbox!.kind === "none" && this.hiddenPaths.length) this.report("hidden paths are not enforced without a sandbox");
     const proc = new LocalProcess(withCgroup(plan.argv, cg), plan.env, plan.cwd, cg, plan.uid === undefined ? undefined : { uid: plan.uid, gid: plan.gid! });
     return this.track(g, new Worker({ process: proc, onExit }, deadline, timeoutMessage));

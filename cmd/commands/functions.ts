@@ -145,6 +145,16 @@ export function functionsCommand(program: Command): void {
         console.log(`isolation: ${noSandboxMessage(choice.problems)}`);
         process.exitCode = 1;
       }
+      // The same detection and phrases as the worker pool's start-up line (runtime-sandbox/cgroups.ts).
+      const { detectCgroups, describeLimits, CGROUP_CONTROLLERS } = await import("../../runtime-sandbox/cgroups");
+      const cgroups = detectCgroups();
+      console.log(`limits: ${describeLimits(cgroups.by, { sandboxed: choice.isolation?.kind !== "none", why: cgroups.why }).join(", ")}`);
+      if (CGROUP_CONTROLLERS.some((c) => cgroups.by[c] === null)) {
+        for (const d of cgroups.details) console.log(`cgroups: ${d}`);
+        console.log("cgroups: for cgroup limits run Kiln as root, or in a delegated cgroup v2 subtree (e.g. systemd-run --user -p Delegate=yes kiln start)");
+      } else if (cgroups.v2?.mustMove) {
+        console.log(`cgroups: Kiln will move the processes of ${cgroups.v2.base} into ${cgroups.v2.base}/kiln-main to enable the v2 controllers`);
+      }
       if (opts.dockerHost || process.env.DOCKER_HOST || process.env.KILN_DOCKER_HOST) {
         const { ContainerEngine } = await import("../../runtime-sandbox/container");
         try {
