@@ -1,14 +1,73 @@
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { runInstaller, type BuildLog, type BuildOptions } from "../../runtime-sandbox/build-runner";
 import { isMissing, resolveRuntime } from "../../runtime-sandbox/runtimes";
-import { RESERVED_PATH, runtimeFamily, type FunctionBuildConfig } from "./archive";
+import { storableText, type ControlStore } from "../store/store";
+import { extractSource, RESERVED_PATH, runtimeFamily, type FunctionBuildConfig } from "./archive";
+
+// Loaded with the first build (the deployment queue imports it then), with tar and the runtime resolver.
+
+export type StoredBuildConfig = FunctionBuildConfig & { reserved_path?: boolean };
+
+export interface DeploymentBuild {
+  store: ControlStore;
+  now: () => Date;
+  deploymentId: string;
+  /** The deployment's code folder: emptied, filled from the source, removed again on failure. */
+  root: string;
+  build: StoredBuildConfig;
+  /** The normalized source archive. */
+  source: () => Promise<Uint8Array>;
+  /** Where installers run; an aborted signal kills them and the build fails as `interrupted`. */
+  options: BuildOptions;
+  interrupted: string;
+}
+
+/** Every line of a deployment's build, as `function_build_logs` rows numbered from 0. */
+function buildLog(store: ControlStore, now: () => Date, deploymentId: string): BuildLog {
+  let seq = 0;
+  return async (level, line) => {
+    await store.query(`insert into function_build_logs (deployment_id, seq, at, level, line) values ($1, $2, $3, $4, $5)`, [
+      deploymentId,
+      seq++,
+      now().toISOString(),
+      level,
+      storableText(line.slice(0, 4000)),
+    ]);
+  };
+}
+
+/**
+ * Builds a deployment in its code folder: the source extracted, then the compile build. Every line
+ * goes to the build log, the last one saying how it ended. Returns the deployment's error, or null
+ * when the folder is ready to serve. Records no status: that is the deployment queue's.
+ */
+export async function buildDeployment(b: DeploymentBuild): Promise<string | null> {
+  const log = buildLog(b.store, b.now, b.deploymentId);
+  let error: string | null = null;
+  try {
+    rmSync(b.root, { recursive: true, force: true });
+    mkdirSync(b.root, { recursive: true });
+    await extractSource(await b.source(), b.root);
+    error = await buildFunction(b.root, b.build, b.options, log);
+    if (error && b.options.signal?.aborted) error = b.interrupted;
+  } catch (err) {
+    error = `build failed: ${(err as Error).message}`;
+  }
+  if (error) {
+    await log("error", error).catch(() => {});
+    rmSync(b.root, { recursive: true, force: true });
+    return error;
+  }
+  await log("info", "build succeeded");
+  return null;
+}
 
 /**
  * The compile build of a deployment in its extracted source folder: reserved-path check, runtime
  * check, dependency installation from the manifests. Returns an error message, or null on success.
  */
-export async function buildFunction(root: string, build: FunctionBuildConfig & { reserved_path?: boolean }, o: BuildOptions, log: BuildLog): Promise<string | null> {
+export async function buildFunction(root: string, build: StoredBuildConfig, o: BuildOptions, log: BuildLog): Promise<string | null> {
   await log("info", `build: runtime ${build.runtime}, function root ${build.function_root}, install root ${build.install_root}`);
   if (build.reserved_path || existsSync(join(root, RESERVED_PATH)))
     return `reserved path: the top-level path ${RESERVED_PATH} is reserved and must not be in the source archive`;

@@ -3,7 +3,7 @@ import { invokeBodyLimit, readBodyBytes, readJsonBody } from "../http/body";
 import { preflight } from "../http/cors";
 import { errorResponse, HttpError } from "../http/errors";
 import { INVOKE_AUTH, invoke, mayInvoke } from "./invoke";
-import type { FunctionRecord } from "./service";
+import type { FunctionRecord } from "./records";
 
 /** Methods an HTTP-mode function address serves; the preflight advertises them plus OPTIONS. */
 export const HTTP_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];

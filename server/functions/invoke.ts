@@ -8,7 +8,7 @@ import { FlushLoop } from "../store/flush-loop";
 import { storableText } from "../store/store";
 import type { FunctionBuildConfig } from "./archive";
 import type { VariablesSnapshot } from "../variables/service";
-import type { FunctionRecord } from "./service";
+import type { FunctionRecord } from "./records";
 
 /** Headers only the platform sets; a function's own copies are dropped, as are hop-by-hop ones. */
 const PLATFORM_OWNED = new Set([

@@ -22,7 +22,7 @@ import {
   resolveQuery,
   resolveSchema,
 } from "./schemas";
-import type { FunctionRecord } from "./service";
+import type { FunctionRecord } from "./records";
 
 const tag = "Functions";
 const errors = { 400: errorSchema, 401: errorSchema, 403: errorSchema, 404: errorSchema, 409: errorSchema };
