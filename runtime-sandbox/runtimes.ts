@@ -5,8 +5,13 @@ import { basename, delimiter, dirname, join } from "node:path";
 
 /**
  * Runtime names → interpreters on this machine. Node comes from npm (`node@22`, `node@24`), installed
- * once into the cache on first use; Python and Ruby are whatever the machine has (PATH, then pyenv /
- * rbenv), matched on exact major.minor.
+ * once into the cache on first use (or ahead of time by `prepareNodeRuntimes`); Python and Ruby are
+ * whatever the machine has (PATH, then pyenv / rbenv), matched on exact major.minor.
+ *
+ * The install is an ordinary `npm install`, so npm's own settings choose where it comes from:
+ * `npm_config_registry` (or `.npmrc`) for a mirror or a local registry, proxies and CA files likewise.
+ * `KILN_NODE_INSTALL=off` forbids installing (a missing Node is then reported, never fetched): the
+ * test run sets it after preparing the runtimes, so no test reaches a registry.
  */
 
 export type RuntimeKind = "node" | "python" | "ruby";
@@ -98,6 +103,7 @@ export async function listRuntimes(): Promise<Array<{ name: string; servedBy: st
     if (spec.kind === "node") {
       const installed = readNodeInstall(nodeDir(spec.major), spec.major);
       if (installed) out.push({ name, servedBy: `${installed.command} (v${installed.version})` });
+      else if (!nodeInstallAllowed()) out.push({ name, servedBy: null, missing: notInstalledMessage(spec.major) });
       else if (which("npm")) out.push({ name, servedBy: `npm node@${spec.major} (installed on first use)` });
       else out.push({ name, servedBy: null, missing: `npm (needed once to install Node ${spec.major})` });
       continue;
@@ -115,6 +121,24 @@ function nodeDir(major: number): string {
   return join(cacheDir(), "runtimes", `node${major}`);
 }
 
+function nodeInstallAllowed(): boolean {
+  return !/^(off|0|false|no)$/i.test(process.env.KILN_NODE_INSTALL ?? "");
+}
+
+function notInstalledMessage(major: number): string {
+  return `Node ${major} (not in ${nodeDir(major)}, and KILN_NODE_INSTALL=off forbids installing it on first use; \`bun runtime-sandbox/runtimes.ts prepare\` in Kiln's folder installs it)`;
+}
+
+/**
+ * Installs every Node runtime that is not in the cache yet (from npm's registry, like `npm ci`), so
+ * later first uses find them. `npm test` runs this before the tests (`bun runtime-sandbox/runtimes.ts
+ * prepare`); it ignores KILN_NODE_INSTALL.
+ */
+export async function prepareNodeRuntimes(): Promise<Array<{ name: string; result: ResolvedRuntime | MissingRuntime }>> {
+  const names = Object.keys(RUNTIMES).filter((n) => RUNTIMES[n]!.kind === "node");
+  return Promise.all(names.map(async (name) => ({ name, result: await ensureNode(RUNTIMES[name]!.major, true) })));
+}
+
 /** Written last into a finished install, so its presence means the install is whole. */
 const NODE_MARKER = "kiln-runtime.json";
 
@@ -129,13 +153,15 @@ function readNodeInstall(dir: string, major: number): ResolvedRuntime | null {
   }
 }
 
-async function ensureNode(major: number): Promise<ResolvedRuntime | MissingRuntime> {
+async function ensureNode(major: number, install = nodeInstallAllowed()): Promise<ResolvedRuntime | MissingRuntime> {
   const dir = nodeDir(major);
   const ready = readNodeInstall(dir, major);
   if (ready) return ready;
+  if (!install) return { missing: notInstalledMessage(major) };
   const npm = which("npm");
   if (!npm) return { missing: `Node ${major} (installed from npm on first use, but npm is not on PATH)` };
   mkdirSync(dirname(dir), { recursive: true });
+  removeDeadInstallers(dir);
   // Each installer works in its own folder and renames it into place: a concurrent installer in
   // another process either wins the rename (and ours is discarded) or loses it; nobody sees half a tree.
   const tmp = `${dir}.tmp-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
@@ -156,6 +182,30 @@ async function ensureNode(major: number): Promise<ResolvedRuntime | MissingRunti
     return { missing: `Node ${major} (npm install node@${major} failed: ${firstLine((e as Error).message)})` };
   } finally {
     rmSync(tmp, { recursive: true, force: true });
+  }
+}
+
+/** Temporary folders of installers that were killed (`<dir>.tmp-<pid>-…` whose pid is gone). */
+function removeDeadInstallers(dir: string): void {
+  let entries: string[];
+  try {
+    entries = readdirSync(dirname(dir));
+  } catch {
+    return;
+  }
+  for (const e of entries) {
+    const m = new RegExp(`^${basename(dir)}\\.tmp-(\\d+)-`).exec(e);
+    if (!m || Number(m[1]) === process.pid || alive(Number(m[1]))) continue;
+    rmSync(join(dirname(dir), e), { recursive: true, force: true });
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
   }
 }
 
@@ -329,5 +379,26 @@ function run(cmd: string, args: string[], o: { cwd?: string; timeoutMs?: number;
       if (err) reject(new Error(lastErrorLine(String(stderr)) || err.message));
       else resolve(String(stdout));
     });
+  });
+}
+
+// `bun runtime-sandbox/runtimes.ts prepare`: install the Node runtimes now (npm test's pretest).
+// No top-level await: importers (require included) never wait on this module.
+if (import.meta.main) {
+  if (process.argv[2] !== "prepare") {
+    console.error("usage: bun runtime-sandbox/runtimes.ts prepare");
+    process.exit(2);
+  }
+  const t0 = performance.now();
+  void prepareNodeRuntimes().then((all) => {
+    let failed = false;
+    for (const { name, result } of all) {
+      if (isMissing(result)) {
+        failed = true;
+        console.error(`kiln: ${name} could not be installed: ${result.missing}`);
+      } else console.log(`kiln: ${name} ready: ${result.command} (v${result.version})`);
+    }
+    console.log(`kiln: Node runtimes ${failed ? "not all prepared" : "prepared"} (${Math.round(performance.now() - t0)} ms)`);
+    process.exit(failed ? 1 : 0);
   });
 }

@@ -4,7 +4,11 @@ import { describe, expect, test } from "vitest";
 import { createProject, createToken, useKiln, withKiln } from "../support/kiln";
 
 describe("project access tokens", () => {
-  const k = useKiln({ env: { KILN_ACCESS_TOKEN_LIMIT: "3" } });
+  // Time is Kiln's controllable clock: expiry is reached by moving it forward, never by waiting.
+  const k = useKiln({ env: { KILN_ACCESS_TOKEN_LIMIT: "3" }, args: ["--controllable-clock"] });
+  /** Kiln's "now" (ms); it runs ahead of the real clock once a test has advanced it. */
+  const kilnNow = async () => Date.parse((await k.api("GET", "/_kiln/clock", { token: null })).body.now);
+  const advance = async (seconds: number) => expect((await k.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds } })).status).toBe(200);
 
   test("create returns the secret once (pt-), token_source api; get and list never return it", async () => {
     const p = await createProject(k);
@@ -55,10 +59,12 @@ describe("project access tokens", () => {
 
   test("expired tokens still hold their name and turn status expired; they answer 401 like revoked ones", async () => {
     const p = await createProject(k);
-    const soon = new Date(Date.now() + 1500).toISOString();
-    const t = await createToken(k, p.id, { name: "short", expires_at: soon });
+    const t = await createToken(k, p.id, { name: "short", expires_at: new Date((await kilnNow()) + 3_600_000).toISOString() });
     expect((await k.api("GET", `/projects/${p.id}`, { token: t.token })).status).toBe(200);
-    await new Promise((r) => setTimeout(r, 1700));
+    await advance(3540); // a minute before expiry (past the credential cache's TTL) it still works
+    expect((await k.api("GET", `/projects/${p.id}`, { token: t.token })).status).toBe(200);
+    expect((await k.api("GET", `/projects/${p.id}/access-tokens/${t.id}`)).body.status).toBe("active");
+    await advance(61);
     const expired = await k.api("GET", `/projects/${p.id}`, { token: t.token });
     expect(expired.status).toBe(401);
     expect(expired.body).toEqual({ error: "invalid token" });
@@ -67,9 +73,9 @@ describe("project access tokens", () => {
       code: "access_token_name_exists",
     });
     // A token revoked before its expiry stays revoked.
-    const t2 = await createToken(k, p.id, { name: "revoked-first", expires_at: new Date(Date.now() + 1000).toISOString() });
+    const t2 = await createToken(k, p.id, { name: "revoked-first", expires_at: new Date((await kilnNow()) + 60_000).toISOString() });
     await k.api("DELETE", `/projects/${p.id}/access-tokens/${t2.id}`);
-    await new Promise((r) => setTimeout(r, 1100));
+    await advance(61);
     expect((await k.api("GET", `/projects/${p.id}/access-tokens/${t2.id}`)).body.status).toBe("revoked");
     const revoked = await k.api("GET", `/projects/${p.id}`, { token: t2.token });
     expect(revoked.status).toBe(401);
@@ -79,11 +85,14 @@ describe("project access tokens", () => {
   test("the per-project cap answers 409 access_token_limit_reached (expired tokens count, revoked do not)", async () => {
     const p = await createProject(k);
     const made = [];
-    for (let i = 0; i < 3; i++) made.push(await createToken(k, p.id));
+    made.push(await createToken(k, p.id, { expires_at: new Date((await kilnNow()) + 60_000).toISOString() }));
+    for (let i = 0; i < 2; i++) made.push(await createToken(k, p.id));
+    await advance(61);
+    expect((await k.api("GET", `/projects/${p.id}/access-tokens/${made[0]!.id}`)).body.status).toBe("expired");
     const over = await k.api("POST", `/projects/${p.id}/access-tokens`, { body: { name: "fourth", scope: "full" } });
     expect(over.status).toBe(409);
     expect(over.body).toEqual({ code: "access_token_limit_reached" });
-    await k.api("DELETE", `/projects/${p.id}/access-tokens/${made[0]!.id}`);
+    await k.api("DELETE", `/projects/${p.id}/access-tokens/${made[1]!.id}`);
     expect((await k.api("POST", `/projects/${p.id}/access-tokens`, { body: { name: "fourth", scope: "full" } })).status).toBe(201);
   });
 
@@ -188,7 +197,7 @@ describe("project access tokens", () => {
     expect(one.status).toBe(200);
     expect(one.body).toMatchObject({ token_id: t.id, name: "busy", days: 3 });
     expect(one.body.daily).toHaveLength(3);
-    const today = new Date().toISOString().slice(0, 10);
+    const today = new Date(await kilnNow()).toISOString().slice(0, 10); // Kiln's day: earlier tests moved its clock
     expect(one.body.daily[2]).toEqual({ day: today, requests: 6 }); // the usage read itself counts
     expect(one.body.total_requests).toBe(6);
     const all = await k.api("GET", `/projects/${p.id}/access-tokens/usage?days=1`);

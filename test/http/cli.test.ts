@@ -1,10 +1,11 @@
 // The `kiln` CLI as people and scripts use it, against a real server.
-import { spawnSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, delimiter, join } from "node:path";
 import { describe, expect, test } from "vitest";
-import { BUN, KILN, ROOT, eventually, useCli, useKiln, withKiln } from "../support/kiln";
+import { KILN_VERSION } from "../../server/version";
+import { BUN, KILN, ROOT, STORE, eventually, secret, useCli, useKiln, withKiln } from "../support/kiln";
 
 describe("kiln CLI", () => {
   const k = useKiln();
@@ -189,6 +190,65 @@ describe("kiln CLI: functions", () => {
       expect(bad.err.trim()).toMatch(/^kiln: 400 .*'name'/);
       expect(kiln("functions", "delete", "echo", "--project", p.id).code).toBe(0);
       expect(kiln("doctor").out).toMatch(/nodejs22\.x/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+// The `kiln` bin as `npx kiln` runs it in a project that depends on Kiln: plain Node, from a folder
+// outside Kiln's, with no `bun` on PATH (the shim finds the Bun of Kiln's own dependencies).
+describe("the kiln bin (cmd/kiln.mjs)", () => {
+  /** A real Node: under `bunx --bun` the first `node` on PATH is Bun itself. */
+  function realNode(): string {
+    for (const dir of (process.env.PATH ?? "").split(delimiter)) {
+      try {
+        const real = realpathSync(join(dir, "node"));
+        if (!/^bunx?(\.exe)?$/.test(basename(real))) return real;
+      } catch {}
+    }
+    throw new Error("no Node on PATH: the kiln bin needs Node (apt-get install nodejs)");
+  }
+
+  test.skipIf(STORE !== "embedded")("runs from any folder without bun on PATH: version, commands and exit codes, signals", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "kiln-bin-"));
+    try {
+      mkdirSync(join(dir, "bin"));
+      symlinkSync(realNode(), join(dir, "bin", "node"));
+      const path = [join(dir, "bin"), "/usr/local/bin", "/usr/bin", "/bin"].filter((d) => !existsSync(join(d, "bun"))).join(delimiter);
+      const env = { ...process.env, PATH: path, KILN_LOG: "quiet", KILN_TOKEN: undefined, KILN_URL: undefined, KILN_CONFIG_DIR: join(dir, "config") };
+      const shim = join(ROOT, "cmd/kiln.mjs");
+      const kiln = (...args: string[]) => spawnSync("node", [shim, ...args], { cwd: dir, env, encoding: "utf8" });
+      expect(spawnSync("sh", ["-c", "command -v bun"], { env }).status).not.toBe(0);
+
+      const version = kiln("--version");
+      expect(version.status, version.stderr).toBe(0);
+      expect(version.stdout.trim()).toBe(KILN_VERSION);
+
+      // A long-running command: stdout comes through, and a signal to the shim reaches Kiln.
+      const token = secret("pk");
+      const server = spawn("node", [shim, "start", "--ephemeral", "--port", "0", "--pg-port", "0"], { cwd: dir, env: { ...env, KILN_PLATFORM_TOKEN: token }, stdio: ["ignore", "pipe", "pipe"] });
+      let out = "";
+      let err = "";
+      server.stderr.on("data", (d) => (err += d));
+      const exited = new Promise<{ code: number | null; signal: string | null }>((ok) => server.once("exit", (code, signal) => ok({ code, signal })));
+      const url = await new Promise<string>((ok, fail) => {
+        server.stdout.on("data", (d) => {
+          out += d;
+          const m = /Kiln listening on (http:\/\/\S+)/.exec(out);
+          if (m) ok(m[1]!);
+        });
+        void exited.then((e) => fail(new Error(`kiln exited (${JSON.stringify(e)}) before listening\n${out}\n${err}`)));
+      });
+      const list = kiln("--url", url, "--token", token, "--json", "projects", "list");
+      expect(list.status, list.stderr).toBe(0);
+      expect(JSON.parse(list.stdout)).toMatchObject({ total: 0 });
+      const denied = kiln("--url", url, "--token", "pk-wrongwrongwrongwrongwrong", "projects", "list");
+      expect(denied.status).toBe(1);
+      expect(denied.stderr.trim()).toBe("kiln: 401 invalid token");
+      server.kill("SIGINT"); // not a terminal: the shim relays it, Kiln stops cleanly and exits 0
+      expect(await exited).toEqual({ code: 0, signal: null });
+      await expect(fetch(`${url}/healthz`)).rejects.toThrow();
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

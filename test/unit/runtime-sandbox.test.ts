@@ -1,6 +1,8 @@
-import { spawn } from "node:child_process";
-import { chmodSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, writeFileSync } from "node:fs";
-import { createServer, type Server } from "node:net";
+import { execFileSync, spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { createServer as createHttpServer } from "node:http";
+import { createServer, type AddressInfo, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
@@ -11,8 +13,8 @@ import { planLaunch } from "../../runtime-sandbox/sandbox";
 import { Worker } from "../../runtime-sandbox/worker";
 import { FunctionError, WorkerPool, type FunctionVersion, type InvokeResult } from "../../runtime-sandbox/worker-pool";
 
-// Real processes throughout. Node comes from npm on first use into the shared cache
-// (~/.cache/kiln/runtimes), so only the first run on a machine pays for the download.
+// Real processes throughout. Node comes from the shared cache, filled by npm test's pretest
+// (bun runtime-sandbox/runtimes.ts prepare, into ~/.cache/kiln/runtimes).
 const INSTALL_TIMEOUT = 300_000;
 const root = mkdtempSync(join(tmpdir(), "kiln-runtime-test-"));
 const works = (want: "bubblewrap" | "namespaces") => chooseIsolation({ want, allowUnsandboxed: false }).isolation !== null;
@@ -613,32 +615,104 @@ describe("without isolation", () => {
 });
 
 describe("node install", () => {
+  // A local npm registry stands in for the public one (through npm's own registry setting), so
+  // this test never reaches the network: it serves `node` (22.1.0, 22.99.0, 23.0.0) with no binary,
+  // as where install scripts do not run, and the platform package `node-<os>-<arch>@22.99.0`, whose
+  // bin/node is a script that prints its version.
+  const platformPkg = `${process.platform === "darwin" && process.arch === "arm64" ? "node-bin" : "node"}-${process.platform}-${process.arch}`;
+  let registry: Server;
+  let registryUrl = "";
+  const requests: string[] = [];
+
+  function tarball(name: string, version: string, files: Record<string, string>, extra: Record<string, unknown> = {}): Buffer {
+    const dir = mkdtempSync(join(root, "pkg-"));
+    mkdirSync(join(dir, "package", "bin"), { recursive: true });
+    writeFileSync(join(dir, "package", "package.json"), JSON.stringify({ name, version, ...extra }));
+    for (const [f, text] of Object.entries(files)) writeFileSync(join(dir, "package", f), text, { mode: 0o755 });
+    execFileSync("tar", ["-czf", join(dir, "p.tgz"), "-C", dir, "package"]);
+    return readFileSync(join(dir, "p.tgz"));
+  }
+
+  beforeAll(async () => {
+    const files = new Map<string, Buffer>();
+    const packuments = new Map<string, Record<string, unknown>>();
+    const publish = (name: string, version: string, tgz: Buffer) => {
+      const path = `/${name}/-/${name}-${version}.tgz`;
+      files.set(path, tgz);
+      const doc = packuments.get(name) ?? { name, "dist-tags": {}, versions: {} };
+      (doc.versions as Record<string, unknown>)[version] = {
+        name,
+        version,
+        dist: { tarball: `REGISTRY${path}`, shasum: createHash("sha1").update(tgz).digest("hex"), integrity: `sha512-${createHash("sha512").update(tgz).digest("base64")}` },
+      };
+      (doc["dist-tags"] as Record<string, string>).latest = version;
+      packuments.set(name, doc);
+    };
+    for (const v of ["22.1.0", "22.99.0", "23.0.0"]) publish("node", v, tarball("node", v, {}));
+    publish(platformPkg, "22.99.0", tarball(platformPkg, "22.99.0", { "bin/node": "#!/bin/sh\necho v22.99.0\n" }, { bin: { node: "bin/node" } }));
+    registry = createHttpServer((req, res) => {
+      requests.push(req.url ?? "");
+      const path = decodeURIComponent(req.url ?? "");
+      const doc = packuments.get(path.slice(1));
+      if (doc) res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(doc).replaceAll("REGISTRY", registryUrl));
+      else if (files.has(path)) res.writeHead(200, { "content-type": "application/octet-stream" }).end(files.get(path));
+      else res.writeHead(404, { "content-type": "application/json" }).end('{"error":"not found"}');
+    });
+    await new Promise<void>((r) => registry.listen(0, "127.0.0.1", r));
+    registryUrl = `http://127.0.0.1:${(registry.address() as AddressInfo).port}`;
+  });
+  afterAll(() => registry?.close());
+
   test(
-    "concurrent first uses in separate processes share one install",
+    "installs from the configured registry; concurrent first uses in separate processes share one install",
     async () => {
       const cache = mkdtempSync(join(tmpdir(), "kiln-node-install-"));
+      const npmCache = mkdtempSync(join(tmpdir(), "kiln-npm-cache-"));
       try {
         const script = `const { resolveRuntime } = await import(${JSON.stringify(join(import.meta.dirname, "../../runtime-sandbox/runtimes.ts"))}); console.log(JSON.stringify(await resolveRuntime("nodejs22.x")));`;
         const bun = process.execPath;
+        // KILN_NODE_INSTALL goes: the test run forbids installs, and this is the test that makes one.
+        const env = { ...process.env, KILN_NODE_INSTALL: undefined, KILN_CACHE_DIR: cache, npm_config_registry: `${registryUrl}/`, npm_config_cache: npmCache };
         const runOne = () =>
           new Promise<string>((resolve, reject) => {
-            const c = spawn(bun, ["-e", script], { env: { ...process.env, KILN_CACHE_DIR: cache }, stdio: ["ignore", "pipe", "inherit"] });
+            const c = spawn(bun, ["-e", script], { env, stdio: ["ignore", "pipe", "inherit"] });
             let out = "";
             c.stdout.on("data", (d) => (out += d));
             c.on("exit", (code) => (code === 0 ? resolve(out) : reject(new Error(`exit ${code}`))));
           });
         const outs = (await Promise.all([runOne(), runOne()])).map((o) => JSON.parse(o.trim().split("\n").pop()!));
-        for (const o of outs) expect(o).toMatchObject({ kind: "node", version: expect.stringMatching(/^22\./) });
+        // The newest 22.x of the local registry, found through the platform package.
+        for (const o of outs) expect(o).toMatchObject({ kind: "node", version: "22.99.0" });
         expect(outs[0].command).toBe(outs[1].command);
         expect(outs[0].command.startsWith(join(cache, "runtimes", "node22"))).toBe(true);
+        expect(requests).toContain("/node");
+        expect(requests).toContain(`/${platformPkg}/-/${platformPkg}-22.99.0.tgz`);
         // Only the finished install is left: no half-done temporary folders.
         expect(readdirSync(join(cache, "runtimes"))).toEqual(["node22"]);
       } finally {
         rmSync(cache, { recursive: true, force: true });
+        rmSync(npmCache, { recursive: true, force: true });
       }
     },
     INSTALL_TIMEOUT,
   );
+
+  test("KILN_NODE_INSTALL=off: a Node missing from the cache is reported, never fetched", async () => {
+    const cache = mkdtempSync(join(tmpdir(), "kiln-node-install-"));
+    try {
+      const script = `const { resolveRuntime } = await import(${JSON.stringify(join(import.meta.dirname, "../../runtime-sandbox/runtimes.ts"))}); console.log(JSON.stringify(await resolveRuntime("nodejs24.x")));`;
+      const before = requests.length;
+      const out = execFileSync(process.execPath, ["-e", script], {
+        encoding: "utf8",
+        env: { ...process.env, KILN_CACHE_DIR: cache, KILN_NODE_INSTALL: "off", npm_config_registry: `${registryUrl}/` },
+      });
+      expect(JSON.parse(out.trim().split("\n").pop()!).missing).toMatch(/^Node 24 \(not in .*KILN_NODE_INSTALL=off/);
+      expect(requests.length).toBe(before);
+      expect(readdirSync(cache)).toEqual([]);
+    } finally {
+      rmSync(cache, { recursive: true, force: true });
+    }
+  });
 });
 
 // The Ruby bootstrap with whatever Ruby the machine has (Debian's is 3.1, which no runtime name maps
