@@ -5,24 +5,9 @@
 import { randomBytes } from "node:crypto";
 import postgres from "postgres";
 import { afterAll, describe, expect, test } from "vitest";
+import { connect, withApp } from "../support/database-clients";
 import { createProject, createToken, eventually, removeDir, startKiln, useCli, useKiln, type TestKiln } from "../support/kiln";
 
-const clients: postgres.Sql[] = [];
-afterAll(async () => {
-  for (const c of clients) await c.end({ timeout: 1 }).catch(() => {});
-});
-
-function connect(url: string) {
-  const c = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 5 });
-  clients.push(c);
-  return c;
-}
-
-function withApp(url: string, app: string): string {
-  const u = new URL(url);
-  u.searchParams.set("application_name", app);
-  return u.toString();
-}
 
 async function activeDatabase(kiln: TestKiln, projectId: string, name: string) {
   const r = await kiln.api("POST", `/projects/${projectId}/databases`, { body: { name } });

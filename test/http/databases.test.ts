@@ -3,25 +3,10 @@
 import { spawnSync } from "node:child_process";
 import postgres from "postgres";
 import { afterAll, describe, expect, test } from "vitest";
+import { connect, withApp } from "../support/database-clients";
 import { createProject, createToken, eventually, STORE, useKiln, withKiln, type TestKiln } from "../support/kiln";
 
 const k = useKiln({ args: ["--controllable-clock"] });
-const clients: postgres.Sql[] = [];
-afterAll(async () => {
-  for (const c of clients) await c.end({ timeout: 1 }).catch(() => {});
-});
-
-function connect(url: string, opts: postgres.Options<{}> = {}) {
-  const c = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 5, ...opts });
-  clients.push(c);
-  return c;
-}
-
-function withApp(url: string, app: string): string {
-  const u = new URL(url);
-  u.searchParams.set("application_name", app);
-  return u.toString();
-}
 
 async function activeDatabase(kiln: TestKiln, projectId: string, name = "app", token?: string) {
   const r = await kiln.api("POST", `/projects/${projectId}/databases`, { body: { name }, token });
@@ -258,8 +243,7 @@ describe("the wire endpoint", () => {
     // Interleaved: the admin session still bypasses RLS after the user session ran.
     const [x, y] = await Promise.all([asUser`select count(*)::int as n from notes`, admin`select count(*)::int as n from notes`]);
     expect([x[0]!.n, y[0]!.n]).toEqual([2, 3]);
-    const bad = postgres(withApp(db.connection_string, "service_user_access:not-a-uuid"), { max: 1, onnotice: () => {} });
-    clients.push(bad);
+    const bad = connect(withApp(db.connection_string, "service_user_access:not-a-uuid"), { connect_timeout: 30 });
     await expect(bad`select 1`).rejects.toThrow(/application_name/);
     // Tools name themselves (psql, pgAdmin, DBeaver): full access, and the name they chose.
     for (const name of ["psql", "pgAdmin 4 - DB:app"]) {

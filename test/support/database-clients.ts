@@ -1,0 +1,22 @@
+// postgres.js clients for the database suites, closed after the file's tests.
+import postgres from "postgres";
+import { afterAll } from "vitest";
+
+const clients: postgres.Sql[] = [];
+afterAll(async () => {
+  for (const c of clients.splice(0)) await c.end({ timeout: 1 }).catch(() => {});
+});
+
+/** One connection to `url`, ended after the file's tests. */
+export function connect(url: string, opts: postgres.Options<{}> = {}) {
+  const c = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 5, ...opts });
+  clients.push(c);
+  return c;
+}
+
+/** The connection string with an application_name (Kiln's access modes key off it). */
+export function withApp(url: string, app: string): string {
+  const u = new URL(url);
+  u.searchParams.set("application_name", app);
+  return u.toString();
+}
