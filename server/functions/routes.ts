@@ -38,7 +38,8 @@ function view(kiln: Kiln, fn: FunctionRecord) {
     http_auth_mode: fn.http_auth_mode,
     openapi_spec: fn.openapi_spec,
     invoke_url: invokeUrl(kiln, fn),
-    deployed_regions: fn.active_deployment_id ? [...kiln.config.regions] : [],
+    // Every invocation runs in the first configured region (scheduler region choice comes with #12).
+    deployed_regions: fn.active_deployment_id ? [kiln.config.regions[0]!] : [],
     runtime: fn.runtime,
     handler: fn.handler,
     ...(fn.pending_deployment_id ? { pending_deployment_id: fn.pending_deployment_id } : {}),

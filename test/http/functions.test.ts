@@ -46,6 +46,17 @@ describe("deploy and invoke", () => {
     expect(deps.body.data[0].build_log.lines).toBeGreaterThan(0);
   });
 
+  test("deployed_regions names the region that serves it, not every configured one", async () => {
+    await withKiln({ args: ["--regions", "eu,us"] }, async (kk) => {
+      const p = await createProject(kk);
+      const sk = (await kk.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
+      const fn = await settled(kk, p.id, (await deploy(kk, p.id, { name: "where", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).body.id);
+      expect(fn.deployed_regions).toEqual(["eu"]);
+      const r = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: {} } });
+      expect(r.headers.get("x-service-region")).toBe("eu");
+    });
+  });
+
   test("{statusCode, headers, body} sets the response; platform-owned headers from the function are dropped", async () => {
     const { p, sk } = await setup();
     const code = tgz({
