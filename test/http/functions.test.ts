@@ -540,8 +540,11 @@ exports.handler = async (e) => {
       if (STORE === "postgres") {
         const sql = postgres(kk.databaseUrl!, { max: 1, onnotice: () => {} });
         try {
-          await new Promise((r) => setTimeout(r, 1500)); // logs are written every second
-          const rows = await sql`select invocation_id, region, level, body from function_logs where function_id = ${fn.id} order by at, id`;
+          // Logs are written in batches every second: wait for all four invocations' lines.
+          const rows = await eventually(
+            () => sql`select invocation_id, region, level, body from function_logs where function_id = ${fn.id} order by at, id`,
+            (rs) => new Set(rs.map((r) => r.invocation_id)).size >= 4 && rs.some((r) => /timed out/.test(r.body)),
+          );
           const slowId = slow.headers.get("x-service-invocation-id");
           const mine = rows.filter((r) => r.invocation_id === slowId);
           expect(mine.map((r) => r.body)).toEqual(expect.arrayContaining([expect.stringContaining("working on 5000"), expect.stringMatching(/timed out/)]));
