@@ -1,4 +1,4 @@
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { accessTokenRoutes } from "./access-tokens/routes";
@@ -9,6 +9,7 @@ import { AccountsService } from "./accounts/service";
 import { Credentials } from "./auth/credentials";
 import { Guard } from "./auth/guard";
 import { clock } from "./clock";
+import { closeDataDir, lockDataDir, openCodeToSandboxUid } from "./data-dir";
 import { takeFault, type Config } from "./config";
 import type { Kiln } from "./context";
 import { healthRoutes } from "./health/routes";
@@ -65,78 +66,6 @@ function startupTrace() {
   };
 }
 
-/**
- * One Kiln per data dir: a second instance would corrupt the embedded databases. The lock file holds
- * the pid and that process's start time (and the boot it started in), so a pid the system has since
- * given to another process does not keep the data dir locked.
- */
-function lockDataDir(dataDir: string): () => void {
-  const file = join(dataDir, "kiln.pid");
-  if (existsSync(file)) {
-    const holder = readLockFile(readFileSync(file, "utf8"));
-    if (holder && holder.pid !== process.pid && lockHolderAlive(holder)) {
-      throw new Error(`data dir ${dataDir} is in use by another Kiln (pid ${holder.pid}); stop it or pass another --data-dir`);
-    }
-  }
-  const me = processIdentity(process.pid);
-  writeFileSync(file, `${process.pid}\n${me ? `start=${me.start} boot=${me.boot}\n` : ""}`, { mode: 0o600 });
-  return () => rmSync(file, { force: true });
-}
-
-function readLockFile(text: string): { pid: number; start?: string; boot?: string } | null {
-  const [first, second] = text.split("\n");
-  const pid = Number(first?.trim());
-  if (!Number.isInteger(pid) || pid <= 0) return null;
-  const start = /start=(\d+)/.exec(second ?? "")?.[1];
-  const boot = /boot=([\w-]+)/.exec(second ?? "")?.[1];
-  return { pid, start, boot };
-}
-
-/** Linux: the process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat) and the boot id. */
-function processIdentity(pid: number): { start: string; boot: string } | null {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    // The command name (field 2) may hold spaces and parentheses: count fields after the last ')'.
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    const boot = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
-    return { start: fields[19]!, boot };
-  } catch {
-    return null;
-  }
-}
-
-function lockHolderAlive(h: { pid: number; start?: string; boot?: string }): boolean {
-  try {
-    process.kill(h.pid, 0);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== "EPERM") return false;
-  }
-  const now = processIdentity(h.pid);
-  if (h.start && now) return now.start === h.start && now.boot === h.boot;
-  // A lock written by an older Kiln (pid only), or no /proc: the pid must at least be a Kiln.
-  try {
-    return /kiln/.test(readFileSync(`/proc/${h.pid}/cmdline`, "utf8"));
-  } catch {
-    return true;
-  }
-}
-
-/**
- * Nothing of Kiln's state is open to other local users, nor to function code when it runs without a
- * sandbox as the sandbox uid: the data dir is 0700, or, when a root Kiln runs functions unsandboxed,
- * 0711 with only the functions' code folder readable.
- */
-function guardDataDir(config: Config): void {
-  const openCode = process.getuid?.() === 0 && config.allowUnsandboxedFunctions;
-  try {
-    chmodSync(config.dataDir, openCode ? 0o711 : 0o700);
-    if (!openCode) return;
-    for (const e of readdirSync(config.dataDir)) chmodSync(join(config.dataDir, e), e === "functions" ? 0o755 : 0o700);
-  } catch {
-    // not ours to change (a shared folder): the files inside keep their own modes
-  }
-}
-
 let smtpAddress = "";
 
 /** Every area's routes, in the order the OpenAPI document lists them. */
@@ -190,6 +119,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
     undo.push(() => rmSync(dir, { recursive: true, force: true }));
   }
   mkdirSync(config.dataDir, { recursive: true });
+  closeDataDir(config);
   const unlock = lockDataDir(config.dataDir);
   undo.push(unlock);
   // Processes of Kiln's own uid (function code without a sandbox, say) cannot read its environment
@@ -304,7 +234,8 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
     codeDir: join(config.dataDir, "functions"),
     maxFunctions: () => config.maxFunctions,
     build: { hiddenPaths: [config.dataDir], sandbox },
-    // Deploys build on this host even when functions run in containers.
+    // With containers a deploy is accepted; a build that needs a local sandbox and finds none fails
+    // with the same message (builds run on this host).
     sandboxProblem: () => (containers ? null : sandboxProblem()),
     retireWorkers: async (functionId, keep) => {
       const deps = await store.query<{ id: string }>(`select id from function_deployments where function_id = $1`, [functionId]);
@@ -344,7 +275,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
     return target ? serveFunctionHost(kiln, request, m.ip, m.arrivedAt, target) : null;
   });
   trace("listening");
-  guardDataDir(config);
+  openCodeToSandboxUid(config);
   // Say at start how function code is isolated (the probes take a few ms, after listening).
   if (!containers) {
     setTimeout(() => {

@@ -1,7 +1,8 @@
 // `kiln start` as the contract describes it: flags, the listening line, /healthz, graceful stop,
 // restart on the same data dir, the generated platform token.
 import { spawn } from "node:child_process";
-import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { createProject, createToken, removeDir, startKiln, STORE, withKiln } from "../support/kiln";
@@ -22,6 +23,16 @@ describe("kiln start", () => {
     expect(await k.stop()).toBe(0);
     // The data dir lock is released at a clean stop.
     expect(existsSync(join(k.dataDir, "kiln.pid"))).toBe(false);
+  });
+
+  test("the data dir is closed to other users (and to function code run without a sandbox), whatever its mode was", async () => {
+    const dir = join(tmpdir(), `kiln-open-${process.pid}-${Date.now()}`);
+    mkdirSync(dir, { mode: 0o755 });
+    chmodSync(dir, 0o755);
+    dirs.push(dir);
+    const k = await startKiln({ dataDir: dir });
+    expect(statSync(dir).mode & 0o777).toBe(0o700);
+    expect(await k.stop()).toBe(0);
   });
 
   test("a restart on the same data dir finds projects and tokens as they were", async () => {
