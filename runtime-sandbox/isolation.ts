@@ -1,7 +1,7 @@
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync } from "node:fs";
+import { existsSync, mkdtempSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { SANDBOX_UID, systemMountList, systemPartLength, type Mount } from "./mounts";
 import { which } from "./runtimes";
 
@@ -300,8 +300,6 @@ export function unsandboxedIsolation(): Isolation {
  * only this case depends on the host's folder modes.
  */
 export function unreachableByOthers(paths: string[]): string | null {
-  const { statSync } = require("node:fs") as typeof import("node:fs");
-  const { dirname, resolve } = require("node:path") as typeof import("node:path");
   for (const target of paths) {
     let p = resolve(target);
     try {

@@ -2,7 +2,7 @@ import * as z from "zod";
 import type { AuthRule } from "../auth/principal";
 import type { Kiln } from "../context";
 import { EARLIEST_TIMESTAMP_MS, errorSchema, timestampInput } from "../http/common-schemas";
-import { forbidden, HttpError, jsonResponse, unauthorized } from "../http/errors";
+import { forbidden, HttpError, jsonResponse } from "../http/errors";
 import { reply, type Router } from "../http/route";
 import { projectIdParams } from "../projects/schemas";
 import { plan as planOf } from "../accounts/plans";
