@@ -499,10 +499,11 @@ describe("time limit and invocation logs", () => {
     await withKiln({ env: { KILN_FUNCTION_CPU_SECONDS: "1", KILN_FUNCTION_TIMEOUT_MS: "20000" } }, async (kk) => {
       const p = await createProject(kk);
       const key = (await kk.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
-      // Two threads spin for 4 s of wall time: 8 s of CPU, far over the 1 s budget, well under the time limit.
+      // Two threads spin until the process has used 4 s of CPU (far over the 1 s budget), however
+      // long a loaded machine takes to give it that, up to 15 s: under the 20 s time limit.
       const code = tgz({
         "index.js": `const { Worker } = require("worker_threads");
-const spin = "const end = Date.now() + 4000; while (Date.now() < end) {} require('worker_threads').parentPort.postMessage(1);";
+const spin = "const end = Date.now() + 15000; while (Date.now() < end && process.cpuUsage().user < 4e6) {} require('worker_threads').parentPort.postMessage(1);";
 exports.handler = async (e) => {
   if (!e.spin) return "idle";
   await Promise.all([0, 1].map(() => new Promise((ok) => new Worker(spin, { eval: true }).on("message", ok))));
