@@ -1,5 +1,6 @@
 import type { Command } from "commander";
-import { CONTROL_TEMPLATE, ensureTemplate } from "../server/store/template";
+import { SCHEMA } from "../server/areas";
+import { controlTemplate, ensureTemplate } from "../server/store/template";
 
 /** Maintenance commands run by npm scripts, hidden from help. */
 export function internalCommand(program: Command): void {
@@ -10,7 +11,7 @@ export function internalCommand(program: Command): void {
     .action(async () => {
       const t0 = performance.now();
       const { DATABASE_TEMPLATE } = await import("../server/backends/databases/embedded");
-      for (const spec of [CONTROL_TEMPLATE, DATABASE_TEMPLATE]) {
+      for (const spec of [controlTemplate(SCHEMA), DATABASE_TEMPLATE]) {
         const dir = await ensureTemplate(spec);
         console.log(`kiln: ${spec.kind} template ready at ${dir} (${Math.round(performance.now() - t0)} ms)`);
       }

@@ -195,10 +195,11 @@ export class WorkerPool {
     }
   }
 
-  async retire(keyPrefix: string): Promise<void> {
+  /** Stops the workers of every version whose key starts with `keyPrefix`, except `keepPrefix`'s. */
+  async retire(keyPrefix: string, keepPrefix?: string): Promise<void> {
     const done: Array<Promise<void>> = [];
     for (const [key, g] of this.groups) {
-      if (!key.startsWith(keyPrefix)) continue;
+      if (!key.startsWith(keyPrefix) || (keepPrefix && key.startsWith(keepPrefix))) continue;
       this.groups.delete(key);
       g.retired = true;
       this.draining.add(g);

@@ -1,6 +1,7 @@
 import { errorSchema } from "../http/common-schemas";
 import { DEFAULT_LIMIT, paginated } from "../http/pagination";
-import { reply, type Router } from "../http/route";
+import { reply, type AreaRouter } from "../http/route";
+import type { AccessTokensService } from "./service";
 import { projectIdParams } from "../projects/schemas";
 import {
   allTokensUsageSchema,
@@ -20,7 +21,12 @@ const errors = { 400: errorSchema, 401: errorSchema, 403: errorSchema, 404: erro
 const manage = { kind: "project", access: "write", platformOnly: true } as const;
 const DEFAULT_USAGE_DAYS = 30;
 
-export function accessTokenRoutes(r: Router): void {
+/** What the access-token routes use. */
+export interface AccessTokenRouteDeps {
+  tokens: AccessTokensService;
+}
+
+export function accessTokenRoutes(r: AreaRouter<AccessTokenRouteDeps>): void {
   r.add({
     method: "POST",
     path: "/projects/{projectId}/access-tokens",
@@ -30,7 +36,7 @@ export function accessTokenRoutes(r: Router): void {
     params: projectIdParams,
     body: createTokenBody,
     responses: { 201: { description: "created", schema: createdTokenSchema }, ...errors, 409: errorSchema },
-    handler: async ({ kiln, project, body }) => reply.created(await kiln.tokens.create(project.id, body)),
+    handler: async ({ deps, project, body }) => reply.created(await deps.tokens.create(project.id, body)),
   });
 
   r.add({
@@ -42,10 +48,10 @@ export function accessTokenRoutes(r: Router): void {
     params: projectIdParams,
     query: listTokensQuery,
     responses: { 200: { description: "tokens", schema: tokenListSchema }, ...errors },
-    handler: async ({ kiln, project, query: q }) => {
+    handler: async ({ deps, project, query: q }) => {
       const page = q.page ?? 1;
       const limit = q.limit ?? DEFAULT_LIMIT;
-      const res = await kiln.tokens.list(project.id, { page, limit, search: q.search, includeRevoked: q.include_revoked ?? false });
+      const res = await deps.tokens.list(project.id, { page, limit, search: q.search, includeRevoked: q.include_revoked ?? false });
       return reply.ok(
         paginated(res.data, {
           page,
@@ -67,8 +73,8 @@ export function accessTokenRoutes(r: Router): void {
     params: projectIdParams,
     query: daysQuery,
     responses: { 200: { description: "usage", schema: allTokensUsageSchema }, ...errors },
-    handler: async ({ kiln, project, query: q }) =>
-      reply.ok(await kiln.tokens.usageAll(project.id, q.days ?? DEFAULT_USAGE_DAYS, q.include_revoked ?? false)),
+    handler: async ({ deps, project, query: q }) =>
+      reply.ok(await deps.tokens.usageAll(project.id, q.days ?? DEFAULT_USAGE_DAYS, q.include_revoked ?? false)),
   });
 
   r.add({
@@ -79,7 +85,7 @@ export function accessTokenRoutes(r: Router): void {
     auth: { ...manage, access: "read" },
     params: tokenParams,
     responses: { 200: { description: "token", schema: tokenSchema }, ...errors },
-    handler: async ({ kiln, project, params }) => reply.ok(await kiln.tokens.get(project.id, params.tokenId)),
+    handler: async ({ deps, project, params }) => reply.ok(await deps.tokens.get(project.id, params.tokenId)),
   });
 
   r.add({
@@ -90,8 +96,8 @@ export function accessTokenRoutes(r: Router): void {
     auth: manage,
     params: tokenParams,
     responses: { 204: { description: "revoked" }, ...errors, 409: errorSchema },
-    handler: async ({ kiln, project, params }) => {
-      await kiln.tokens.revoke(project.id, params.tokenId);
+    handler: async ({ deps, project, params }) => {
+      await deps.tokens.revoke(project.id, params.tokenId);
       return reply.noContent();
     },
   });
@@ -105,7 +111,7 @@ export function accessTokenRoutes(r: Router): void {
     params: tokenParams,
     query: daysQuery,
     responses: { 200: { description: "usage", schema: tokenUsageSchema }, ...errors },
-    handler: async ({ kiln, project, params, query: q }) =>
-      reply.ok(await kiln.tokens.usageOf(project.id, params.tokenId, q.days ?? DEFAULT_USAGE_DAYS)),
+    handler: async ({ deps, project, params, query: q }) =>
+      reply.ok(await deps.tokens.usageOf(project.id, params.tokenId, q.days ?? DEFAULT_USAGE_DAYS)),
   });
 }

@@ -1,6 +1,7 @@
 import * as z from "zod";
 import { errorSchema } from "../http/common-schemas";
-import { reply, type Router } from "../http/route";
+import { reply, type AreaRouter } from "../http/route";
+import type { AccountsService } from "./service";
 
 export const createAccountBody = z.object({ plan: z.enum(["hobby", "superagent"]) });
 export const createdAccountSchema = z.object({
@@ -9,7 +10,12 @@ export const createdAccountSchema = z.object({
   platform_token: z.string().describe("pk-...; shown only here"),
 });
 
-export function accountRoutes(r: Router): void {
+/** What the account routes use. */
+export interface AccountRouteDeps {
+  accounts: AccountsService;
+}
+
+export function accountRoutes(r: AreaRouter<AccountRouteDeps>): void {
   r.add({
     method: "POST",
     path: "/admin/accounts",
@@ -18,6 +24,6 @@ export function accountRoutes(r: Router): void {
     auth: { kind: "admin" },
     body: createAccountBody,
     responses: { 201: { description: "created", schema: createdAccountSchema }, 400: errorSchema, 401: errorSchema, 404: errorSchema },
-    handler: async ({ kiln, body }) => reply.created(await kiln.accounts.create(body.plan)),
+    handler: async ({ deps, body }) => reply.created(await deps.accounts.create(body.plan)),
   });
 }

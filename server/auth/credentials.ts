@@ -1,40 +1,36 @@
 import { takeFault, type Config, type PlanName } from "../config";
 import { hashSecret } from "../ids";
 import type { ControlStore } from "../store/store";
-import { TtlCache } from "../store/ttl-cache";
+import type { PrincipalCache } from "./principal-cache";
 import type { Principal } from "./principal";
 
 /**
- * Turns a bearer secret into a Principal. Verified credentials are cached in memory so a busy
- * client does not cost a store read per request; local revocations and deletions evict at once,
- * and the short TTL bounds how long another Kiln instance's revocation takes to be seen here.
+ * Turns a bearer secret into a Principal, through the shared cache (PrincipalCache). Platform
+ * tokens, project tokens and keys are looked up in the store; end-user JWTs are verified by the
+ * end-users area, which owns the signing keys and sessions (`userTokens`).
  */
 export class Credentials {
-  private readonly cache: TtlCache<string, Principal>;
-  /** Verifies end-user JWTs; set by the end-users area, which owns the signing keys and sessions. */
-  userTokens: ((jwt: string) => Promise<Principal | null>) | null = null;
-
   constructor(
     private readonly store: ControlStore,
     private readonly config: Config,
+    private readonly cache: PrincipalCache,
     private readonly now: () => number,
-  ) {
-    this.cache = new TtlCache(() => config.credentialCacheMs, now);
-  }
+    private readonly userTokens: (jwt: string) => Promise<Principal | null>,
+  ) {}
 
   /**
    * The answer resolve would give from memory: undefined when the secret is not cached (then call
    * resolve). Lets the hot paths skip a promise per request.
    */
   cached(secret: string): Principal | null | undefined {
-    const hit = this.cache.get(hashSecret(secret));
+    const hit = this.cache.get(secret);
     return hit && this.stillValid(hit);
   }
 
   /** null: the secret is not a live credential. Throws when the store cannot answer. */
   async resolve(secret: string): Promise<Principal | null> {
     const hash = hashSecret(secret);
-    const hit = this.cache.get(hash);
+    const hit = this.cache.getByHash(hash);
     if (hit) return this.stillValid(hit);
     const principal = await this.lookup(secret, hash);
     if (principal) this.cache.set(hash, principal);
@@ -49,7 +45,7 @@ export class Credentials {
 
   private async lookup(secret: string, hash: string): Promise<Principal | null> {
     if (takeFault(this.config, "credential-store")) throw new Error("injected fault: credential-store");
-    if (secret.startsWith("eyJ")) return this.userTokens ? this.userTokens(secret) : null;
+    if (secret.startsWith("eyJ")) return this.userTokens(secret);
     const kind = secret.slice(0, 3);
     if (kind === "pk-") {
       const [r] = await this.store.query<{ id: string; account_id: string; plan: PlanName }>(
@@ -92,14 +88,5 @@ export class Credentials {
       return r ? { kind: "anon_key", keyId: r.id, projectId: r.project_id, permissions: r.permissions ?? [] } : null;
     }
     return null;
-  }
-
-  /** Forgets cached credentials matching the predicate (after revoke, delete, project deletion). */
-  evict(match: (p: Principal) => boolean): void {
-    this.cache.deleteWhere(match);
-  }
-
-  evictProject(projectId: string): void {
-    this.evict((p) => "projectId" in p && p.projectId === projectId);
   }
 }

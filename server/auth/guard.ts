@@ -1,8 +1,11 @@
 import { timingSafeEqual } from "node:crypto";
-import type { Kiln } from "../context";
+import type { Clock } from "../clock";
+import type { Config } from "../config";
+import type { Logger } from "../log";
 import { badRequest, conflictCode, forbidden, HttpError, notFound, tooManyRequests, unauthorized } from "../http/errors";
 import { FixedWindowLimiter } from "../http/rate-limit";
-import type { ProjectRecord } from "../projects/service";
+import type { ProjectRecord } from "../projects/record";
+import type { Credentials } from "./credentials";
 import type { ApplicationPrincipal, AuthedBy, AuthRule, Principal } from "./principal";
 
 export const MSG = {
@@ -22,6 +25,7 @@ export const MSG = {
   userOnly: "this endpoint requires an end-user access token",
   application: "this endpoint requires a service key, an end-user access token or an anon key; platform and project tokens are not accepted",
   projectIdRequired: "project_id query parameter is required with a platform token",
+  serviceKeyOnly: "this endpoint requires a service key; anon keys, end-user tokens, platform and project tokens are not accepted",
 } as const;
 
 export function bearerOf(request: Request): string | null {
@@ -39,6 +43,7 @@ export function applicationPrincipal(rule: Extract<AuthRule, { kind: "applicatio
     if (rule.permission && !p.permissions.includes(rule.permission)) throw forbidden(`this service key is scoped without ${rule.permission}`);
     return p;
   }
+  if (rule.serviceKeysOnly) throw forbidden(rule.refused ?? MSG.serviceKeyOnly);
   if (p.kind === "anon_key") {
     if (rule.permission && !p.permissions.includes(rule.permission)) throw forbidden(`this anon key does not hold the ${rule.permission} permission`);
     return p;
@@ -47,12 +52,22 @@ export function applicationPrincipal(rule: Extract<AuthRule, { kind: "applicatio
   throw forbidden(rule.refused ?? MSG.application);
 }
 
+/** What the guard consults: credentials, the projects it loads, and project-token usage. */
+export interface GuardDeps {
+  config: Config;
+  clock: Clock;
+  log: Logger;
+  credentials: Credentials;
+  projects: { findVisible(projectId: string): Promise<ProjectRecord | null> };
+  tokenUsage: { record(tokenId: string): void };
+}
+
 /** Applies a route's AuthRule: who may call it, and which project it acts on. */
 export class Guard {
   private readonly failures: FixedWindowLimiter;
 
-  constructor(private readonly kiln: Kiln) {
-    this.failures = new FixedWindowLimiter(kiln.config.authFailureLimit, 60_000, () => kiln.clock.nowMs());
+  constructor(private readonly d: GuardDeps) {
+    this.failures = new FixedWindowLimiter(d.config.authFailureLimit, 60_000, () => d.clock.nowMs());
   }
 
   /** The caller as the rule says (typed by it: AuthedBy), or the 401/403/404/429 that refuses it. */
@@ -103,11 +118,11 @@ export class Guard {
         if (rule.access === "write") throw forbidden(MSG.readOnly);
         if (rule.access === "credential") throw forbidden(MSG.credentialRead);
       }
-      this.kiln.usage.record(principal.tokenId);
+      this.d.tokenUsage.record(principal.tokenId);
     } else if (principal.kind !== "platform") {
       throw forbidden(rule.platformOnly ? MSG.platformOnly : MSG.management);
     }
-    const project = await this.kiln.projects.findVisible(projectId);
+    const project = await this.d.projects.findVisible(projectId);
     if (!project || project.account_id !== principal.accountId) throw notFound(MSG.projectNotFound);
     if (project.status === "deleting" && rule.access === "write" && !rule.allowDeleting) throw conflictCode("project_deleting");
     return { principal, project };
@@ -117,12 +132,12 @@ export class Guard {
   async authenticate(request: Request, ip: string): Promise<Principal> {
     const secret = bearerOf(request);
     if (secret === null) throw unauthorized(MSG.missing);
-    let principal = secret ? this.kiln.credentials.cached(secret) : null;
+    let principal = secret ? this.d.credentials.cached(secret) : null;
     if (principal === undefined) {
       try {
-        principal = await this.kiln.credentials.resolve(secret!);
+        principal = await this.d.credentials.resolve(secret!);
       } catch (err) {
-        this.kiln.log.error("credential validation failed", err);
+        this.d.log.error("credential validation failed", err);
         throw new HttpError(500, { error: MSG.validationFailed });
       }
     }
@@ -134,7 +149,7 @@ export class Guard {
   }
 
   private admin(request: Request, ip: string): Principal {
-    const configured = this.kiln.config.adminToken;
+    const configured = this.d.config.adminToken;
     if (!configured) throw notFound();
     const secret = bearerOf(request);
     if (secret === null) throw unauthorized(MSG.missing);

@@ -1,5 +1,5 @@
 import type { PlanName } from "../config";
-import type { ProjectRecord } from "../projects/service";
+import type { ProjectRecord } from "../projects/record";
 
 /** Who a request acts as, once its bearer credential has been verified. */
 export type Principal =
@@ -53,10 +53,11 @@ export type AuthRule =
   /**
    * Any application credential of a project: a service key, an end-user access token or an anon key.
    * `permission`: a scoped service key and an anon key must hold it (`functions.invoke`).
-   * `fullServiceRole`: scoped service keys are refused outright. `refused` and `unauthenticated`
+   * `fullServiceRole`: scoped service keys are refused outright. `serviceKeysOnly`: anon keys and
+   * end-user tokens are refused too (project locks). `refused` and `unauthenticated`
    * replace the 403 and 401 messages where the spec words them for the area.
    */
-  | { kind: "application"; permission?: string; fullServiceRole?: boolean; refused?: string; unauthenticated?: string }
+  | { kind: "application"; permission?: string; fullServiceRole?: boolean; serviceKeysOnly?: boolean; refused?: string; unauthenticated?: string }
   /**
    * Project management under /projects/{projectId}: the owner's platform token or a project access
    * token bound to that project. `access` says what a read-only token may do:
@@ -88,7 +89,9 @@ export type AuthedBy<R extends AuthRule> = R extends { kind: "none" }
         ? { principal: AnonKeyPrincipal | ServiceKeyPrincipal; project: null }
         : R extends { kind: "user" }
           ? { principal: UserPrincipal; project: null }
-          : R extends { kind: "application" }
+          : R extends { kind: "application"; serviceKeysOnly: true }
+            ? { principal: ServiceKeyPrincipal; project: null }
+            : R extends { kind: "application" }
             ? { principal: ApplicationPrincipal; project: null }
             : R extends { kind: "project" }
               ? { principal: ManagementPrincipal; project: ProjectRecord }

@@ -1,9 +1,12 @@
 import * as z from "zod";
 import type { AuthRule } from "../auth/principal";
-import type { Kiln } from "../context";
+import type { AccountsService } from "../accounts/service";
+import type { Guard } from "../auth/guard";
+import type { Clock } from "../clock";
+import type { Logger } from "../log";
 import { EARLIEST_TIMESTAMP_MS, errorSchema, timestampInput } from "../http/common-schemas";
 import { forbidden, HttpError, jsonResponse } from "../http/errors";
-import { reply, type Router } from "../http/route";
+import { reply, type AreaRouter } from "../http/route";
 import { projectIdParams } from "../projects/schemas";
 import { plan as planOf } from "../accounts/plans";
 import { DatabaseQueryError, type AccessMode } from "../backends/databases/engine";
@@ -25,7 +28,7 @@ import {
   topQuerySchema,
   versionsSchema,
 } from "./schemas";
-import { DEFAULT_PG_VERSION, PG_VERSIONS, REGIONS } from "./service";
+import { DEFAULT_PG_VERSION, PG_VERSIONS, REGIONS, type DatabasesService } from "./service";
 
 const tag = "Databases";
 const errors = { 400: errorSchema, 401: errorSchema, 403: errorSchema, 404: errorSchema, 409: errorSchema };
@@ -34,7 +37,15 @@ const credentialRead = { kind: "project", access: "credential" } as const;
 const write = { kind: "project", access: "write" } as const;
 
 
-export function databaseRoutes(r: Router): void {
+/** What the database routes use. */
+export interface DatabaseRouteDeps {
+  databases: DatabasesService;
+  accounts: AccountsService;
+  clock: Clock;
+  log: Logger;
+}
+
+export function databaseRoutes(r: AreaRouter<DatabaseRouteDeps>): void {
   r.add({
     method: "GET",
     path: "/databases/regions",
@@ -52,15 +63,15 @@ export function databaseRoutes(r: Router): void {
     summary: "PostgreSQL versions: what pg_version accepts and what actually runs here",
     auth: { kind: "none" },
     responses: { 200: { description: "versions", schema: versionsSchema } },
-    handler: ({ kiln }) =>
+    handler: ({ deps }) =>
       reply.ok({
         versions: [...PG_VERSIONS],
         default: DEFAULT_PG_VERSION,
         engine: {
-          kind: kiln.databases.engine.kind,
-          server_versions: kiln.databases.engine.serverVersions(),
+          kind: deps.databases.engine.kind,
+          server_versions: deps.databases.engine.serverVersions(),
           note:
-            kiln.databases.engine.kind === "embedded"
+            deps.databases.engine.kind === "embedded"
               ? "The embedded engine (PGlite) runs one PostgreSQL version for every database; pg_version is recorded, not emulated. Use the production profile (--postgres-url) to run on a server of your choice."
               : "Databases run on the PostgreSQL server given by --postgres-url; pg_version is recorded, and the server's own version is what runs.",
         },
@@ -75,7 +86,7 @@ export function databaseRoutes(r: Router): void {
     auth: credentialRead,
     params: projectIdParams,
     responses: { 200: { description: "databases", schema: databaseListSchema }, ...errors },
-    handler: async ({ kiln, project }) => reply.ok({ data: (await kiln.databases.list(project.id)).map((d) => kiln.databases.view(d, { list: true })) }),
+    handler: async ({ deps, project }) => reply.ok({ data: (await deps.databases.list(project.id)).map((d) => deps.databases.view(d, { list: true })) }),
   });
 
   r.add({
@@ -87,9 +98,9 @@ export function databaseRoutes(r: Router): void {
     params: projectIdParams,
     body: createDatabaseBody,
     responses: { 201: { description: "created", schema: createdDatabaseSchema }, ...errors },
-    handler: async ({ kiln, principal, project, body }) => {
-      const d = await kiln.databases.create(project.id, await kiln.accounts.ownerPlan(principal, project.account_id), body);
-      return reply.created({ ...kiln.databases.view(d), name: d.name });
+    handler: async ({ deps, principal, project, body }) => {
+      const d = await deps.databases.create(project.id, await deps.accounts.ownerPlan(principal, project.account_id), body);
+      return reply.created({ ...deps.databases.view(d), name: d.name });
     },
   });
 
@@ -101,7 +112,7 @@ export function databaseRoutes(r: Router): void {
     auth: credentialRead,
     params: databaseParams,
     responses: { 200: { description: "database", schema: databaseSchema }, ...errors },
-    handler: async ({ kiln, project, params }) => reply.ok(kiln.databases.view(await kiln.databases.get(project.id, params.databaseName))),
+    handler: async ({ deps, project, params }) => reply.ok(deps.databases.view(await deps.databases.get(project.id, params.databaseName))),
   });
 
   r.add({
@@ -112,8 +123,8 @@ export function databaseRoutes(r: Router): void {
     auth: write,
     params: databaseParams,
     responses: { 204: { description: "deleted" }, ...errors },
-    handler: async ({ kiln, project, params }) => {
-      await kiln.databases.delete(project.id, params.databaseName);
+    handler: async ({ deps, project, params }) => {
+      await deps.databases.delete(project.id, params.databaseName);
       return reply.noContent();
     },
   });
@@ -126,7 +137,7 @@ export function databaseRoutes(r: Router): void {
     auth: write,
     params: databaseParams,
     responses: { 200: { description: "new credentials", schema: resetPasswordSchema }, ...errors },
-    handler: async ({ kiln, project, params }) => reply.ok(await kiln.databases.resetPassword(project.id, params.databaseName)),
+    handler: async ({ deps, project, params }) => reply.ok(await deps.databases.resetPassword(project.id, params.databaseName)),
   });
 
   r.add({
@@ -139,12 +150,12 @@ export function databaseRoutes(r: Router): void {
     // Times PostgreSQL cannot hold (year 0000, past 9999) are a 400 naming the parameter.
     query: statsQuery.extend({ from: timestampInput.optional(), to: timestampInput.optional() }),
     responses: { 200: { description: "stats", schema: statsSchema }, ...errors },
-    handler: async ({ kiln, project, params, query }) => {
-      const d = await kiln.databases.get(project.id, params.databaseName);
-      const to = query.to ? new Date(query.to) : kiln.clock.now();
+    handler: async ({ deps, project, params, query }) => {
+      const d = await deps.databases.get(project.id, params.databaseName);
+      const to = query.to ? new Date(query.to) : deps.clock.now();
       const from = query.from ? new Date(query.from) : new Date(Math.max(EARLIEST_TIMESTAMP_MS, to.getTime() - 86_400_000));
       if (from > to) throw new HttpError(400, { error: "from must not be after to" });
-      return reply.ok(await kiln.databases.stats(d, from, to, query.granularity ?? "hourly"));
+      return reply.ok(await deps.databases.stats(d, from, to, query.granularity ?? "hourly"));
     },
   });
 
@@ -156,7 +167,7 @@ export function databaseRoutes(r: Router): void {
     auth: { kind: "project", access: "read" },
     params: databaseParams,
     responses: { 200: { description: "lint", schema: lintSchema }, ...errors },
-    handler: async ({ kiln, project, params }) => reply.ok(await kiln.databases.lint(await kiln.databases.get(project.id, params.databaseName))),
+    handler: async ({ deps, project, params }) => reply.ok(await deps.databases.lint(await deps.databases.get(project.id, params.databaseName))),
   });
 
   r.add({
@@ -168,11 +179,11 @@ export function databaseRoutes(r: Router): void {
     params: databaseParams,
     query: topQueriesQuery,
     responses: { 200: { description: "top queries", schema: z.object({ data: z.array(topQuerySchema) }) }, ...errors },
-    handler: async ({ kiln, principal, project, params, query }) => {
-      const plan = planOf(await kiln.accounts.ownerPlan(principal, project.account_id));
+    handler: async ({ deps, principal, project, params, query }) => {
+      const plan = planOf(await deps.accounts.ownerPlan(principal, project.account_id));
       if (!plan.topQueries) throw forbidden(`top queries are not available on the ${plan.label} plan`);
-      const d = await kiln.databases.get(project.id, params.databaseName);
-      return reply.ok({ data: await kiln.databases.topQueries(d, query.limit ?? 10) });
+      const d = await deps.databases.get(project.id, params.databaseName);
+      return reply.ok({ data: await deps.databases.topQueries(d, query.limit ?? 10) });
     },
   });
 
@@ -196,7 +207,7 @@ export function databaseRoutes(r: Router): void {
         409: errorSchema,
         500: errorSchema,
       },
-      handler: ({ kiln, request, ip, arrivedAt, params, body }) => runQuery(kiln, request, ip, arrivedAt, params.databaseName, operation, body),
+      handler: ({ deps, guard, request, ip, arrivedAt, params, body }) => runQuery(deps, guard, request, ip, arrivedAt, params.databaseName, operation, body),
     });
   }
 }
@@ -214,14 +225,14 @@ const QUERY_AUTH = {
 } as const satisfies AuthRule;
 
 /** Who the statement runs as, for the caller's credential. */
-async function accessOf(kiln: Kiln, request: Request, ip: string): Promise<{ projectId: string; mode: AccessMode }> {
-  const { principal: p } = await kiln.guard.authorize(QUERY_AUTH, request, {}, ip);
+async function accessOf(guard: Guard, request: Request, ip: string): Promise<{ projectId: string; mode: AccessMode }> {
+  const { principal: p } = await guard.authorize(QUERY_AUTH, request, {}, ip);
   if (p.kind === "service_key") return { projectId: p.projectId, mode: { kind: "admin" } };
   if (p.kind === "user") return { projectId: p.projectId, mode: { kind: "user", userId: p.userId, email: p.email } };
   return { projectId: p.projectId, mode: { kind: "anonymous" } };
 }
 
-async function runQuery(kiln: Kiln, request: Request, ip: string, arrivedAt: number, databaseName: string, operation: QueryOperation, body: unknown) {
+async function runQuery(deps: DatabaseRouteDeps, guard: Guard, request: Request, ip: string, arrivedAt: number, databaseName: string, operation: QueryOperation, body: unknown) {
   const handlerStart = performance.now();
   let queryStart = handlerStart;
   let computeMs = 0;
@@ -231,22 +242,22 @@ async function runQuery(kiln: Kiln, request: Request, ip: string, arrivedAt: num
     "X-Service-Compute-Ms": String(Math.round(computeMs)),
   });
   try {
-    const { projectId, mode } = await accessOf(kiln, request, ip);
+    const { projectId, mode } = await accessOf(guard, request, ip);
     let result;
     try {
-      result = await kiln.databases.query(projectId, databaseName, mode, operation, body, () => (queryStart = performance.now()));
+      result = await deps.databases.query(projectId, databaseName, mode, operation, body, () => (queryStart = performance.now()));
     } catch (err) {
       if (err instanceof HttpError) throw err; // unknown database, bad body: raised before the query ran
       computeMs = performance.now() - queryStart;
       // 42501: a privilege the role lacks, or a row-level security check (403, like a storage policy denial).
       if (err instanceof DatabaseQueryError) throw new HttpError(err.code === "42501" ? 403 : 400, { error: err.message });
       const requestId = crypto.randomUUID();
-      kiln.log.error(`query on database ${databaseName} failed (request ${requestId})`, err);
+      deps.log.error(`query on database ${databaseName} failed (request ${requestId})`, err);
       throw new HttpError(500, { error: "Query failed" }, { "X-Request-Id": requestId });
     }
     computeMs = result.computeMs;
     const text = JSON.stringify({ data: result.rows, count: result.rows.length });
-    kiln.databases.activity.recordUsage(result.databaseId, { transfer: text.length });
+    deps.databases.activity.recordUsage(result.databaseId, { transfer: text.length });
     return new Response(text, { status: 200, headers: { "Content-Type": "application/json; charset=utf-8", ...timing() } });
   } catch (err) {
     if (err instanceof HttpError) return jsonResponse(err.status, err.body, { ...err.headers, ...timing() });

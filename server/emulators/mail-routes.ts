@@ -2,7 +2,7 @@ import * as z from "zod";
 import type { MailCatcher } from "../../emulators/mail/catcher";
 import { errorSchema } from "../http/common-schemas";
 import { notFound } from "../http/errors";
-import { reply, type Router } from "../http/route";
+import { reply, type AreaRouter } from "../http/route";
 
 const tag = "Emulators: mail";
 
@@ -22,11 +22,17 @@ export const caughtMessageSchema = z.object({
  * The local mail catcher's pages: every email Kiln sends (and any other mail sent to its SMTP port),
  * newest first. No credential: it is a development tool, and it is off when Kiln sends real mail.
  */
-export function mailCatcherRoutes(r: Router, catcher: () => MailCatcher | null, smtpAddress: () => string): void {
-  const get = () => {
-    const c = catcher();
-    if (!c) throw notFound("the mail catcher is off: this Kiln sends mail through KILN_SMTP_URL");
-    return c;
+export interface MailCatcherRouteDeps {
+  /** The local catcher, or null when Kiln sends real mail (KILN_SMTP_URL). */
+  mailCatcher: MailCatcher | null;
+  /** host:port of the catcher's SMTP listener. */
+  smtpAddress: string;
+}
+
+export function mailCatcherRoutes(r: AreaRouter<MailCatcherRouteDeps>): void {
+  const get = (deps: MailCatcherRouteDeps) => {
+    if (!deps.mailCatcher) throw notFound("the mail catcher is off: this Kiln sends mail through KILN_SMTP_URL");
+    return deps.mailCatcher;
   };
   r.add({
     method: "GET",
@@ -35,8 +41,8 @@ export function mailCatcherRoutes(r: Router, catcher: () => MailCatcher | null, 
     summary: "The caught messages as a page people can read",
     auth: { kind: "none" },
     responses: { 200: { description: "HTML page", contentType: "text/html" }, 404: errorSchema },
-    handler: () =>
-      new Response(get().renderHtml({ basePath: "/_emulators/mail" }).replace("</h1>", `</h1><p>SMTP: <code>${smtpAddress()}</code></p>`), {
+    handler: ({ deps }) =>
+      new Response(get(deps).renderHtml({ basePath: "/_emulators/mail" }).replace("</h1>", `</h1><p>SMTP: <code>${deps.smtpAddress}</code></p>`), {
         headers: { "Content-Type": "text/html; charset=utf-8" },
       }),
   });
@@ -48,7 +54,7 @@ export function mailCatcherRoutes(r: Router, catcher: () => MailCatcher | null, 
     auth: { kind: "none" },
     query: z.object({ to: z.string().optional(), limit: z.coerce.number().int().min(1).max(1000).optional() }),
     responses: { 200: { description: "messages", schema: z.object({ data: z.array(caughtMessageSchema) }) }, 404: errorSchema },
-    handler: ({ query }) => reply.ok({ data: get().list({ to: query.to, limit: query.limit }) }),
+    handler: ({ deps, query }) => reply.ok({ data: get(deps).list({ to: query.to, limit: query.limit }) }),
   });
   r.add({
     method: "GET",
@@ -58,8 +64,8 @@ export function mailCatcherRoutes(r: Router, catcher: () => MailCatcher | null, 
     auth: { kind: "none" },
     params: z.object({ messageId: z.string() }),
     responses: { 200: { description: "message", schema: caughtMessageSchema }, 404: errorSchema },
-    handler: ({ params }) => {
-      const m = get().get(params.messageId);
+    handler: ({ deps, params }) => {
+      const m = get(deps).get(params.messageId);
       if (!m) throw notFound("message not found");
       return reply.ok(m);
     },
@@ -71,8 +77,8 @@ export function mailCatcherRoutes(r: Router, catcher: () => MailCatcher | null, 
     summary: "Forget every caught message",
     auth: { kind: "none" },
     responses: { 204: { description: "cleared" }, 404: errorSchema },
-    handler: () => {
-      get().clear();
+    handler: ({ deps }) => {
+      get(deps).clear();
       return reply.noContent();
     },
   });

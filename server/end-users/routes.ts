@@ -1,8 +1,13 @@
-import type { Kiln } from "../context";
+import type { KeysService } from "../keys/service";
+import type { ProjectsService } from "../projects/service";
+import type { AuthConfigService } from "./config";
+import type { AuthRateLimits } from "./rate-limits";
+import type { EndUsersService } from "./service";
+import type { SigningKeys } from "./signing-keys";
 import { errorSchema } from "../http/common-schemas";
 import { badRequest, notFound } from "../http/errors";
 import { DEFAULT_LIMIT, paginated } from "../http/pagination";
-import { reply, type Router } from "../http/route";
+import { reply, type AreaRouter } from "../http/route";
 import { projectIdParams } from "../projects/schemas";
 import { authConfigSchema, patchAuthConfigBody } from "./config";
 import { withHeaders } from "./rate-limits";
@@ -37,13 +42,23 @@ const errors = { 400: errorSchema, 401: errorSchema, 403: errorSchema, 429: erro
 
 
 /** Rate-limit headers for one endpoint, then the handler; the headers go on errors too. */
-async function limited<T>(kiln: Kiln, endpoint: Parameters<Kiln["authLimits"]["take"]>[0], projectId: string, ip: string, fn: () => Promise<T>) {
-  const cfg = await kiln.authConfig.get(projectId);
-  const headers = kiln.authLimits.take(endpoint, projectId, ip, cfg);
+async function limited<T>(deps: EndUserRouteDeps, endpoint: Parameters<AuthRateLimits["take"]>[0], projectId: string, ip: string, fn: () => Promise<T>) {
+  const cfg = await deps.authConfig.get(projectId);
+  const headers = deps.authLimits.take(endpoint, projectId, ip, cfg);
   return { headers, result: await withHeaders(headers, fn) };
 }
 
-export function endUserRoutes(r: Router): void {
+/** What the end-user routes use. */
+export interface EndUserRouteDeps {
+  endUsers: EndUsersService;
+  authConfig: AuthConfigService;
+  authLimits: AuthRateLimits;
+  signingKeys: SigningKeys;
+  keys: KeysService;
+  projects: ProjectsService;
+}
+
+export function endUserRoutes(r: AreaRouter<EndUserRouteDeps>): void {
   r.add({
     method: "POST",
     path: "/auth/signup",
@@ -56,10 +71,10 @@ export function endUserRoutes(r: Router): void {
       ...errors,
       409: errorSchema,
     },
-    handler: async ({ kiln, principal, ip, body }) => {
+    handler: async ({ deps, principal, ip, body }) => {
       const projectId = principal.projectId;
-      const { headers, result } = await limited(kiln, "signup", projectId, ip, () =>
-        kiln.endUsers.signup(projectId, { email: body.email, password: body.password, data: body.data }, body.redirect_url),
+      const { headers, result } = await limited(deps, "signup", projectId, ip, () =>
+        deps.endUsers.signup(projectId, { email: body.email, password: body.password, data: body.data }, body.redirect_url),
       );
       const out = result.confirmationRequired ? { user: result.user, confirmation_sent: true as const } : result.tokens;
       return { status: 201, body: out, headers };
@@ -74,9 +89,9 @@ export function endUserRoutes(r: Router): void {
     auth: anon,
     body: signinBody,
     responses: { 200: { description: "a new session", schema: tokenResponseSchema }, ...errors },
-    handler: async ({ kiln, principal, ip, body }) => {
+    handler: async ({ deps, principal, ip, body }) => {
       const projectId = principal.projectId;
-      const { result } = await limited(kiln, "signin", projectId, ip, () => kiln.endUsers.signin(projectId, body.email, body.password));
+      const { result } = await limited(deps, "signin", projectId, ip, () => deps.endUsers.signin(projectId, body.email, body.password));
       return reply.ok(result);
     },
   });
@@ -89,9 +104,9 @@ export function endUserRoutes(r: Router): void {
     auth: anon,
     body: refreshBody,
     responses: { 200: { description: "a new pair", schema: tokenResponseSchema }, ...errors },
-    handler: async ({ kiln, principal, ip, body }) => {
+    handler: async ({ deps, principal, ip, body }) => {
       const projectId = principal.projectId;
-      const { result } = await limited(kiln, "refresh", projectId, ip, () => kiln.endUsers.refresh(projectId, body.refresh_token));
+      const { result } = await limited(deps, "refresh", projectId, ip, () => deps.endUsers.refresh(projectId, body.refresh_token));
       return reply.ok(result);
     },
   });
@@ -103,8 +118,8 @@ export function endUserRoutes(r: Router): void {
     summary: "End the current session (end-user token)",
     auth: user,
     responses: { 204: { description: "signed out" }, 401: errorSchema, 403: errorSchema },
-    handler: async ({ kiln, principal }) => {
-      await kiln.endUsers.revokeSession(principal.sessionId, "logout");
+    handler: async ({ deps, principal }) => {
+      await deps.endUsers.revokeSession(principal.sessionId, "logout");
       return reply.noContent();
     },
   });
@@ -117,9 +132,9 @@ export function endUserRoutes(r: Router): void {
     auth: anon,
     body: forgotBody,
     responses: { 200: { description: "accepted", schema: messageSchema }, ...errors },
-    handler: async ({ kiln, principal, ip, body }) => {
+    handler: async ({ deps, principal, ip, body }) => {
       const projectId = principal.projectId;
-      const { headers } = await limited(kiln, "forgot_password", projectId, ip, () => kiln.endUsers.forgotPassword(projectId, body.email, body.redirect_url));
+      const { headers } = await limited(deps, "forgot_password", projectId, ip, () => deps.endUsers.forgotPassword(projectId, body.email, body.redirect_url));
       return reply.ok({ message: "if an account exists for this email, a reset link has been sent" }, headers);
     },
   });
@@ -132,9 +147,9 @@ export function endUserRoutes(r: Router): void {
     auth: anon,
     body: resetBody,
     responses: { 200: { description: "password changed", schema: tokenResponseSchema }, ...errors },
-    handler: async ({ kiln, principal, ip, body }) => {
+    handler: async ({ deps, principal, ip, body }) => {
       const projectId = principal.projectId;
-      const { headers, result } = await limited(kiln, "reset_password", projectId, ip, () => kiln.endUsers.resetPassword(projectId, body.token, body.password));
+      const { headers, result } = await limited(deps, "reset_password", projectId, ip, () => deps.endUsers.resetPassword(projectId, body.token, body.password));
       return reply.ok(result, headers);
     },
   });
@@ -147,10 +162,10 @@ export function endUserRoutes(r: Router): void {
     auth: { kind: "none" },
     query: tokenQuery,
     responses: { 200: { description: "HTML page", contentType: "text/html" }, 400: errorSchema },
-    handler: async ({ kiln, query }) => {
-      const projectId = await kiln.endUsers.recoveryProject(query.token);
+    handler: async ({ deps, query }) => {
+      const projectId = await deps.endUsers.recoveryProject(query.token);
       if (!projectId) throw badRequest("invalid or expired token");
-      const [anonKey] = await kiln.keys.listAnonKeys(projectId);
+      const [anonKey] = await deps.keys.listAnonKeys(projectId);
       if (!anonKey) throw badRequest("the project has no anon key to reset passwords with");
       return new Response(resetPasswordPage(query.token, anonKey.key), { headers: { "Content-Type": "text/html; charset=utf-8" } });
     },
@@ -164,8 +179,8 @@ export function endUserRoutes(r: Router): void {
     auth: { kind: "none" },
     query: tokenQuery,
     responses: { 200: { description: "confirmed", schema: userSchema }, 303: { description: "confirmed; on to the redirect URL" }, 400: errorSchema, 409: errorSchema },
-    handler: async ({ kiln, query }) => {
-      const { user: u, redirectUrl } = await kiln.endUsers.confirm(query.token);
+    handler: async ({ deps, query }) => {
+      const { user: u, redirectUrl } = await deps.endUsers.confirm(query.token);
       if (redirectUrl) return new Response(null, { status: 303, headers: { Location: `${redirectUrl}${redirectUrl.includes("?") ? "&" : "?"}type=email_confirmed` } });
       return reply.ok(u);
     },
@@ -178,9 +193,9 @@ export function endUserRoutes(r: Router): void {
     summary: "The signed-in user",
     auth: user,
     responses: { 200: { description: "user", schema: userSchema }, 401: errorSchema, 403: errorSchema, 404: errorSchema },
-    handler: async ({ kiln, principal }) => {
+    handler: async ({ deps, principal }) => {
       const u = principal;
-      return reply.ok(await kiln.endUsers.me(u.projectId, u.userId));
+      return reply.ok(await deps.endUsers.me(u.projectId, u.userId));
     },
   });
 
@@ -192,11 +207,11 @@ export function endUserRoutes(r: Router): void {
     auth: user,
     body: updateUserBody,
     responses: { 200: { description: "updated", schema: updatedUserSchema }, ...errors, 409: errorSchema },
-    handler: async ({ kiln, principal, ip, body }) => {
+    handler: async ({ deps, principal, ip, body }) => {
       const u = principal;
-      const run = () => kiln.endUsers.updateMe(u.projectId, u.userId, u.sessionId, body, body.redirect_url);
+      const run = () => deps.endUsers.updateMe(u.projectId, u.userId, u.sessionId, body, body.redirect_url);
       const changingEmail = body.email !== undefined && body.email.toLowerCase() !== u.email.toLowerCase();
-      const { headers, result } = changingEmail ? await limited(kiln, "change_email", u.projectId, ip, run) : { headers: {}, result: await run() };
+      const { headers, result } = changingEmail ? await limited(deps, "change_email", u.projectId, ip, run) : { headers: {}, result: await run() };
       return reply.ok({ ...result.user, ...(result.emailChangePending ? { new_email: body.email } : {}) }, headers);
     },
   });
@@ -209,17 +224,17 @@ export function endUserRoutes(r: Router): void {
     auth: { kind: "none" },
     query: jwksQuery,
     responses: { 200: { description: "JWKS", schema: jwksSchema }, 400: errorSchema, 401: errorSchema, 404: errorSchema },
-    handler: async ({ kiln, request, ip, query }) => {
+    handler: async ({ deps, guard, request, ip, query }) => {
       let projectId = query.project_id;
       if (!projectId && request.headers.get("authorization")) {
-        const p = await kiln.guard.authenticate(request, ip);
+        const p = await guard.authenticate(request, ip);
         // A platform token names no single project: then the query must (400 below).
         if (p && "projectId" in p) projectId = p.projectId;
       }
       if (!projectId) throw badRequest("send project_id, or the project's anon key as bearer");
-      const project = await kiln.projects.findVisible(projectId);
+      const project = await deps.projects.findVisible(projectId);
       if (!project || project.status !== "active") throw notFound("project not found");
-      return reply.ok(await kiln.signingKeys.jwks(projectId), { "Cache-Control": "public, max-age=300" });
+      return reply.ok(await deps.signingKeys.jwks(projectId), { "Cache-Control": "public, max-age=300" });
     },
   });
 
@@ -232,7 +247,7 @@ export function endUserRoutes(r: Router): void {
     summary: "A project's end-user settings (project token, or platform token with ?project_id=)",
     auth: { kind: "project", access: "credential", projectFrom: "token-or-query" },
     responses: { 200: { description: "settings", schema: authConfigSchema }, ...errors, 404: errorSchema },
-    handler: async ({ kiln, project }) => reply.ok(await kiln.authConfig.get(project.id)),
+    handler: async ({ deps, project }) => reply.ok(await deps.authConfig.get(project.id)),
   });
 
   r.add({
@@ -243,7 +258,7 @@ export function endUserRoutes(r: Router): void {
     auth: { kind: "project", access: "write", projectFrom: "token-or-query" },
     body: patchAuthConfigBody,
     responses: { 200: { description: "settings", schema: authConfigSchema }, ...errors, 404: errorSchema, 409: errorSchema },
-    handler: async ({ kiln, project, body }) => reply.ok(await kiln.authConfig.update(project.id, body)),
+    handler: async ({ deps, project, body }) => reply.ok(await deps.authConfig.update(project.id, body)),
   });
 
   r.add({
@@ -254,7 +269,7 @@ export function endUserRoutes(r: Router): void {
     auth: { kind: "project", access: "write" },
     params: projectIdParams,
     responses: { 200: { description: "the new key id", schema: rotatedKeySchema }, ...errors, 404: errorSchema },
-    handler: async ({ kiln, project }) => reply.ok(await kiln.signingKeys.rotate(project.id)),
+    handler: async ({ deps, project }) => reply.ok(await deps.signingKeys.rotate(project.id)),
   });
 
   r.add({
@@ -266,10 +281,10 @@ export function endUserRoutes(r: Router): void {
     params: projectIdParams,
     query: listUsersQuery,
     responses: { 200: { description: "users", schema: userListSchema }, ...errors, 404: errorSchema },
-    handler: async ({ kiln, project, query: q }) => {
+    handler: async ({ deps, project, query: q }) => {
       const page = q.page ?? 1;
       const limit = q.limit ?? DEFAULT_LIMIT;
-      const res = await kiln.endUsers.list(project.id, { page, limit, search: q.search });
+      const res = await deps.endUsers.list(project.id, { page, limit, search: q.search });
       return reply.ok(paginated(res.data, { page, limit, total: res.total, path: `/projects/${project.id}/users`, query: { search: q.search } }));
     },
   });
@@ -283,7 +298,7 @@ export function endUserRoutes(r: Router): void {
     params: projectIdParams,
     body: adminCreateUserBody,
     responses: { 201: { description: "created", schema: adminUserSchema }, ...errors, 404: errorSchema, 409: errorSchema },
-    handler: async ({ kiln, project, body }) => reply.created(await kiln.endUsers.adminCreate(project.id, body)),
+    handler: async ({ deps, project, body }) => reply.created(await deps.endUsers.adminCreate(project.id, body)),
   });
 
   r.add({
@@ -294,7 +309,7 @@ export function endUserRoutes(r: Router): void {
     auth: { kind: "project", access: "read" },
     params: userParams,
     responses: { 200: { description: "user", schema: adminUserSchema }, ...errors, 404: errorSchema },
-    handler: async ({ kiln, project, params }) => reply.ok(await kiln.endUsers.adminGet(project.id, params.userId)),
+    handler: async ({ deps, project, params }) => reply.ok(await deps.endUsers.adminGet(project.id, params.userId)),
   });
 
   r.add({
@@ -305,8 +320,8 @@ export function endUserRoutes(r: Router): void {
     auth: { kind: "project", access: "write" },
     params: userParams,
     responses: { 204: { description: "deleted" }, ...errors, 404: errorSchema },
-    handler: async ({ kiln, project, params }) => {
-      await kiln.endUsers.adminDelete(project.id, params.userId);
+    handler: async ({ deps, project, params }) => {
+      await deps.endUsers.adminDelete(project.id, params.userId);
       return reply.noContent();
     },
   });

@@ -19,6 +19,8 @@ export interface QueuedDeploy {
   handler: string;
   sourceSha256: string;
   build: StoredBuildConfig & { dropped?: unknown };
+  /** The batch request that deployed it (POST .../functions/batch), if any. */
+  batchId?: string;
 }
 
 export interface DeploymentQueueDeps {
@@ -80,9 +82,9 @@ export class DeploymentQueue {
     if (item.kind === "deploy") {
       id = item.id;
       await tx.query(
-        `insert into function_deployments (id, function_id, project_id, kind, status, runtime, handler, source_sha256, build, created_at)
-         values ($1, $2, $3, 'deploy', 'queued', $4, $5, $6, $7::text::jsonb, $8)`,
-        [id, fn.id, fn.project_id, item.runtime, item.handler, item.sourceSha256, JSON.stringify(item.build), at],
+        `insert into function_deployments (id, function_id, project_id, kind, status, runtime, handler, source_sha256, build, created_at, batch_id)
+         values ($1, $2, $3, 'deploy', 'queued', $4, $5, $6, $7::text::jsonb, $8, $9)`,
+        [id, fn.id, fn.project_id, item.runtime, item.handler, item.sourceSha256, JSON.stringify(item.build), at, item.batchId ?? null],
       );
     } else {
       id = newId();
@@ -117,6 +119,7 @@ export class DeploymentQueue {
       runtime: r.runtime ?? null,
       handler: r.handler ?? null,
       source_sha256: r.source_sha256 ?? null,
+      batch_id: r.batch_id ?? null,
       error: r.error ?? null,
       build_log: { lines: r.lines as number, first_at: iso(r.first_at), last_at: iso(r.last_at) },
       created_at: iso(r.created_at)!,

@@ -1,8 +1,8 @@
-import type { Kiln } from "../context";
+import type { Guard } from "../auth/guard";
 import { invokeBodyLimit, readBodyBytes, readJsonBody } from "../http/body";
 import { preflight } from "../http/cors";
 import { errorResponse, HttpError } from "../http/errors";
-import { INVOKE_AUTH, invoke, mayInvoke } from "./invoke";
+import { INVOKE_AUTH, invoke, mayInvoke, type InvokeDeps } from "./invoke";
 import type { FunctionRecord } from "./records";
 
 /** Methods an HTTP-mode function address serves; the preflight advertises them plus OPTIONS. */
@@ -14,8 +14,8 @@ export const HTTP_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
  * (each part a DNS label, so the 63-character name fits), routed by the Host header. `*.localhost`
  * resolves to this machine in browsers and curl with no DNS set-up.
  */
-export function invokeUrl(kiln: Kiln, fn: { name: string; project_id: string }): string {
-  return `http://${fn.name}.${fn.project_id}.${kiln.config.functionsDomain}:${kiln.httpPort}`;
+export function invokeUrl(deps: Pick<InvokeDeps, "config" | "address">, fn: { name: string; project_id: string }): string {
+  return `http://${fn.name}.${fn.project_id}.${deps.config.functionsDomain}:${deps.address.httpPort()}`;
 }
 
 export function matchFunctionHost(host: string | null, domain: string): { name: string; projectId: string } | null {
@@ -30,13 +30,13 @@ export function matchFunctionHost(host: string | null, domain: string): { name: 
 const TEXTUAL = /^(text\/|application\/(json|xml|x-www-form-urlencoded|javascript|graphql)|[^;]*\+(json|xml))/i;
 
 /** The request event an HTTP-mode function receives (docs/functions.md); the body within the invocation limit. */
-async function requestEvent(kiln: Kiln, request: Request) {
+async function requestEvent(deps: InvokeDeps, request: Request) {
   const url = new URL(request.url);
   const headers: Record<string, string> = {};
   request.headers.forEach((v, k) => {
     headers[k] = v;
   });
-  const raw = request.method === "GET" || request.method === "HEAD" ? new Uint8Array() : await readBodyBytes(request, invokeBodyLimit(kiln.config));
+  const raw = request.method === "GET" || request.method === "HEAD" ? new Uint8Array() : await readBodyBytes(request, invokeBodyLimit(deps.config));
   const textual = raw.length === 0 || TEXTUAL.test(request.headers.get("content-type") ?? "text/plain");
   return {
     method: request.method,
@@ -48,10 +48,10 @@ async function requestEvent(kiln: Kiln, request: Request) {
   };
 }
 
-export async function serveFunctionHost(kiln: Kiln, request: Request, ip: string, arrivedAt: number, target: { name: string; projectId: string }): Promise<Response> {
+export async function serveFunctionHost(deps: InvokeDeps, guard: Guard, request: Request, ip: string, arrivedAt: number, target: { name: string; projectId: string }): Promise<Response> {
   const handlerStart = performance.now();
   try {
-    const fn: FunctionRecord | null = await kiln.functions.byName(target.projectId, target.name);
+    const fn: FunctionRecord | null = await deps.functions.byName(target.projectId, target.name);
     if (!fn || fn.status === "deleting") throw new HttpError(404, { error: "function not found" });
     const rpc = fn.invocation_mode === "rpc";
     if (request.method === "OPTIONS") return preflight(request, rpc ? ["POST"] : HTTP_METHODS);
@@ -60,18 +60,18 @@ export async function serveFunctionHost(kiln: Kiln, request: Request, ip: string
     // Tokenless access exists only for public HTTP functions with http_auth_mode none.
     let principal = null;
     if (rpc || !(fn.http_auth_mode === "none" && fn.is_public)) {
-      principal = (await kiln.guard.authorize(INVOKE_AUTH, request, {}, ip)).principal;
+      principal = (await guard.authorize(INVOKE_AUTH, request, {}, ip)).principal;
       if (principal.projectId !== fn.project_id) throw new HttpError(404, { error: "function not found" });
       mayInvoke(principal, fn);
     }
     if (rpc) {
-      const body = await readJsonBody(request, invokeBodyLimit(kiln.config), kiln.config.maxJsonDepth, { emptyIsObject: false });
+      const body = await readJsonBody(request, invokeBodyLimit(deps.config), deps.config.maxJsonDepth, { emptyIsObject: false });
       if (typeof body !== "object" || body === null || Array.isArray(body)) throw new HttpError(400, { error: "invalid request: the body must be a JSON object {payload: ...}" });
-      return await invoke(kiln, fn, principal, (body as { payload?: unknown }).payload, arrivedAt, handlerStart);
+      return await invoke(deps, fn, principal, (body as { payload?: unknown }).payload, arrivedAt, handlerStart);
     }
-    return await invoke(kiln, fn, principal, await requestEvent(kiln, request), arrivedAt, handlerStart, { head: request.method === "HEAD" });
+    return await invoke(deps, fn, principal, await requestEvent(deps, request), arrivedAt, handlerStart, { head: request.method === "HEAD" });
   } catch (err) {
     if (err instanceof HttpError) return errorResponse(err);
-    return kiln.http.renderError(err, request);
+    throw err; // the server's catch-all logs it and answers 500
   }
 }

@@ -1,14 +1,29 @@
 import { posix } from "node:path";
 import type { ApplicationPrincipal, AuthRule, Principal } from "../auth/principal";
-import type { Kiln } from "../context";
+import type { Config } from "../config";
+import type { Logger } from "../log";
+import type { ListeningAddress } from "../platform";
 import { forbidden, HttpError } from "../http/errors";
 import { newId, newTimeOrderedId } from "../ids";
-import type { FunctionError, FunctionVersion, LogLine } from "../../runtime-sandbox/worker-pool";
+import type { FunctionError, FunctionVersion, LogLine, WorkerPool } from "../../runtime-sandbox/worker-pool";
 import { FlushLoop } from "../store/flush-loop";
 import { storableText } from "../store/store";
 import type { FunctionBuildConfig } from "./archive";
-import type { VariablesSnapshot } from "../variables/service";
+import type { VariablesService, VariablesSnapshot } from "../variables/service";
+import type { FunctionsService } from "./service";
 import type { FunctionRecord } from "./records";
+
+/** What running an invocation uses (the functions area provides the last three). */
+export interface InvokeDeps {
+  config: Config;
+  log: Logger;
+  address: ListeningAddress;
+  variables: VariablesService;
+  functions: FunctionsService;
+  /** The sandboxed worker pool, made on first use. */
+  functionPool(): Promise<WorkerPool>;
+  functionLogs: FunctionLogs;
+}
 
 /** Headers only the platform sets; a function's own copies are dropped, as are hop-by-hop ones. */
 const PLATFORM_OWNED = new Set([
@@ -89,10 +104,10 @@ function envOf(vars: VariablesSnapshot, pythonPath: string): Record<string, stri
  */
 const versions = new WeakMap<FunctionRecord, { build: FunctionBuildConfig; vars: VariablesSnapshot; version: FunctionVersion }>();
 
-function versionOf(kiln: Kiln, fn: FunctionRecord, deploymentId: string, build: FunctionBuildConfig, vars: VariablesSnapshot): FunctionVersion {
+function versionOf(deps: InvokeDeps, fn: FunctionRecord, deploymentId: string, build: FunctionBuildConfig, vars: VariablesSnapshot): FunctionVersion {
   const hit = versions.get(fn);
   if (hit && hit.build === build && hit.vars === vars) return hit.version;
-  const region = kiln.config.regions[0]!;
+  const region = deps.config.regions[0]!;
   const root = build.function_root === "." ? "" : `${build.function_root}/`;
   const pythonPath = [build.function_root, posix.join(build.install_root, "python_deps")].join(":");
   const version: FunctionVersion = {
@@ -100,12 +115,12 @@ function versionOf(kiln: Kiln, fn: FunctionRecord, deploymentId: string, build: 
     functionName: fn.name,
     region,
     runtime: fn.runtime,
-    codeDir: kiln.functions.deploymentRoot(fn.id, deploymentId),
+    codeDir: deps.functions.deploymentRoot(fn.id, deploymentId),
     entry: `${root}${build.entry}`,
     handler: fn.handler,
     env: envOf(vars, pythonPath),
     envVersion: `${vars.revision}:${pythonPath}`,
-    limits: { memoryMb: kiln.config.functionMemoryMb, timeoutMs: kiln.config.functionTimeoutMs, cpuSeconds: kiln.config.functionCpuSeconds },
+    limits: { memoryMb: deps.config.functionMemoryMb, timeoutMs: deps.config.functionTimeoutMs, cpuSeconds: deps.config.functionCpuSeconds },
     network: false,
   };
   versions.set(fn, { build, vars, version });
@@ -117,7 +132,7 @@ function versionOf(kiln: Kiln, fn: FunctionRecord, deploymentId: string, build: 
  * returned, plus the platform's timing headers.
  */
 export async function invoke(
-  kiln: Kiln,
+  deps: InvokeDeps,
   fn: FunctionRecord,
   principal: Principal | null,
   payload: unknown,
@@ -128,12 +143,12 @@ export async function invoke(
   const deploymentId = fn.active_deployment_id;
   if (!deploymentId) throw new HttpError(409, { error: `the function has no successful deployment yet (status ${fn.status})` });
   // Warm invocations find both in memory; the awaits are only for a miss.
-  const build = kiln.functions.cachedBuildConfig(deploymentId) ?? (await kiln.functions.buildConfig(deploymentId));
+  const build = deps.functions.cachedBuildConfig(deploymentId) ?? (await deps.functions.buildConfig(deploymentId));
   if (!build?.entry) throw new HttpError(409, { error: "the function's deployment has no entry file" });
-  const region = kiln.config.regions[0]!;
+  const region = deps.config.regions[0]!;
   const invocationId = newId();
-  const vars = kiln.variables.cachedSnapshot(fn.project_id) ?? (await kiln.variables.snapshot(fn.project_id));
-  const version = versionOf(kiln, fn, deploymentId, build, vars);
+  const vars = deps.variables.cachedSnapshot(fn.project_id) ?? (await deps.variables.snapshot(fn.project_id));
+  const version = versionOf(deps, fn, deploymentId, build, vars);
   let event = payload;
   if (principal?.kind === "user" && (payload === undefined || (typeof payload === "object" && payload !== null && !Array.isArray(payload)))) {
     event = {
@@ -145,7 +160,7 @@ export async function invoke(
   let logs: LogLine[] = [];
   let status = 0;
   try {
-    const out = await (await kiln.functionPool()).invoke(version, event, { invocationId });
+    const out = await (await deps.functionPool()).invoke(version, event, { invocationId });
     logs = out.logs;
     status = out.status;
     const headers: Record<string, string> = {};
@@ -167,9 +182,9 @@ export async function invoke(
   } finally {
     const ms = performance.now() - started;
     try {
-      kiln.functionLogs.record(fn, region, invocationId, [...logs, { level: status >= 500 ? "error" : "info", message: `invocation ${invocationId} finished with status ${status} in ${ms.toFixed(1)} ms`, timestamp: new Date().toISOString() }]);
+      deps.functionLogs.record(fn, region, invocationId, [...logs, { level: status >= 500 ? "error" : "info", message: `invocation ${invocationId} finished with status ${status} in ${ms.toFixed(1)} ms`, timestamp: new Date().toISOString() }]);
     } catch (e) {
-      kiln.log.error("recording function logs failed", e);
+      deps.log.error("recording function logs failed", e);
     }
   }
 }

@@ -1,13 +1,12 @@
-import type { Kiln } from "../context";
 import { errorSchema } from "../http/common-schemas";
 import { preflight } from "../http/cors";
 import { type BodyLimit, jsonTooDeep, readMultipartBody, tooDeep } from "../http/body";
 import { badRequest, HttpError, notFound } from "../http/errors";
 import { DEFAULT_LIMIT, paginated } from "../http/pagination";
-import { parseInput, reply, type Router } from "../http/route";
+import { parseInput, reply, type AreaRouter } from "../http/route";
 import { projectIdParams } from "../projects/schemas";
 import { invokeUrl } from "./http-mode";
-import { INVOKE_AUTH, invoke, mayInvoke } from "./invoke";
+import { INVOKE_AUTH, invoke, mayInvoke, type InvokeDeps } from "./invoke";
 import {
   batchEntries,
   batchResultSchema,
@@ -28,7 +27,7 @@ const tag = "Functions";
 const errors = { 400: errorSchema, 401: errorSchema, 403: errorSchema, 404: errorSchema, 409: errorSchema };
 const MB = 1_048_576;
 
-function view(kiln: Kiln, fn: FunctionRecord) {
+function view(deps: InvokeDeps, fn: FunctionRecord) {
   return {
     id: fn.id,
     name: fn.name,
@@ -37,9 +36,9 @@ function view(kiln: Kiln, fn: FunctionRecord) {
     invocation_mode: fn.invocation_mode,
     http_auth_mode: fn.http_auth_mode,
     openapi_spec: fn.openapi_spec,
-    invoke_url: invokeUrl(kiln, fn),
+    invoke_url: invokeUrl(deps, fn),
     // Every invocation runs in the first configured region (scheduler region choice comes with #12).
-    deployed_regions: fn.active_deployment_id ? [kiln.config.regions[0]!] : [],
+    deployed_regions: fn.active_deployment_id ? [deps.config.regions[0]!] : [],
     runtime: fn.runtime,
     handler: fn.handler,
     ...(fn.pending_deployment_id ? { pending_deployment_id: fn.pending_deployment_id } : {}),
@@ -53,19 +52,19 @@ function view(kiln: Kiln, fn: FunctionRecord) {
  * other fields). JSON held in text fields (openapi_spec, the batch's functions) is checked for
  * nesting before anything parses it.
  */
-async function readDeployForm(kiln: Kiln, request: Request, limit: BodyLimit, what: string): Promise<FormData> {
+async function readDeployForm(deps: InvokeDeps, request: Request, limit: BodyLimit, what: string): Promise<FormData> {
   if (!/multipart\/form-data/i.test(request.headers.get("content-type") ?? "")) throw badRequest(what);
   const form = await readMultipartBody(request, limit);
   for (const field of ["openapi_spec", "functions"]) {
     const v = form.get(field);
-    if (typeof v === "string" && jsonTooDeep(v, kiln.config.maxJsonDepth)) throw tooDeep(kiln.config.maxJsonDepth, `body field '${field}'`);
+    if (typeof v === "string" && jsonTooDeep(v, deps.config.maxJsonDepth)) throw tooDeep(deps.config.maxJsonDepth, `body field '${field}'`);
   }
   return form;
 }
 
 /** The multipart deploy body: text fields through the zod schema, the archive as bytes. */
-async function readDeploy(kiln: Kiln, request: Request, limit: BodyLimit) {
-  const form = await readDeployForm(kiln, request, limit, "deploy with multipart/form-data (fields name, runtime, code, ...)");
+async function readDeploy(deps: InvokeDeps, request: Request, limit: BodyLimit) {
+  const form = await readDeployForm(deps, request, limit, "deploy with multipart/form-data (fields name, runtime, code, ...)");
   const fields: Record<string, string> = {};
   for (const [k, v] of form.entries()) if (typeof v === "string") fields[k] = v;
   const parsed = parseInput(deployFields, fields, "body");
@@ -75,10 +74,10 @@ async function readDeploy(kiln: Kiln, request: Request, limit: BodyLimit) {
 }
 
 /** Rules 4–6 for one upload; archive problems are the caller's 400. */
-async function normalized(kiln: Kiln, archive: Uint8Array, runtime: string, handler?: string) {
+async function normalized(deps: InvokeDeps, archive: Uint8Array, runtime: string, handler?: string) {
   // tar and yauzl load with the first deploy, not with Kiln.
   const { ArchiveError, normalizeSource } = await import("./archive");
-  const limit = kiln.config.sourceArchiveLimitMb * MB;
+  const limit = deps.config.sourceArchiveLimitMb * MB;
   try {
     return await normalizeSource(archive, { runtime, handler: handler ?? "handler", limits: { uploadBytes: limit, normalizedBytes: limit, extractedBytes: limit * 10 } });
   } catch (err) {
@@ -87,7 +86,7 @@ async function normalized(kiln: Kiln, archive: Uint8Array, runtime: string, hand
   }
 }
 
-export function functionRoutes(r: Router): void {
+export function functionRoutes(r: AreaRouter<InvokeDeps>): void {
   r.add({
     method: "GET",
     path: "/projects/{projectId}/functions",
@@ -97,11 +96,11 @@ export function functionRoutes(r: Router): void {
     params: projectIdParams,
     query: listFunctionsQuery,
     responses: { 200: { description: "functions", schema: functionListSchema }, ...errors },
-    handler: async ({ kiln, project, query: q }) => {
+    handler: async ({ deps, project, query: q }) => {
       const page = q.page ?? 1;
       const limit = q.limit ?? DEFAULT_LIMIT;
-      const res = await kiln.functions.list(project.id, page, limit);
-      return reply.ok(paginated(res.data.map((f) => view(kiln, f)), { page, limit, total: res.total, path: `/projects/${project.id}/functions` }));
+      const res = await deps.functions.list(project.id, page, limit);
+      return reply.ok(paginated(res.data.map((f) => view(deps, f)), { page, limit, total: res.total, path: `/projects/${project.id}/functions` }));
     },
   });
 
@@ -114,11 +113,11 @@ export function functionRoutes(r: Router): void {
     params: projectIdParams,
     bodyLimit: "deploy",
     responses: { 200: { description: "existing function, deployment started or queued", schema: functionSchema }, 201: { description: "new function", schema: functionSchema }, ...errors },
-    handler: async ({ kiln, project, request, bodyLimit }) => {
-      const { fields, archive } = await readDeploy(kiln, request, bodyLimit);
-      const source = await normalized(kiln, archive, fields.runtime, fields.handler);
-      const { created, fn } = await kiln.functions.deploy(project.id, fields, source);
-      return { status: created ? 201 : 200, body: view(kiln, fn) };
+    handler: async ({ deps, project, request, bodyLimit }) => {
+      const { fields, archive } = await readDeploy(deps, request, bodyLimit);
+      const source = await normalized(deps, archive, fields.runtime, fields.handler);
+      const { created, fn } = await deps.functions.deploy(project.id, fields, source);
+      return { status: created ? 201 : 200, body: view(deps, fn) };
     },
   });
 
@@ -131,8 +130,8 @@ export function functionRoutes(r: Router): void {
     params: projectIdParams,
     bodyLimit: "deploy",
     responses: { 200: { description: "accepted functions, and those that failed before their deployment started", schema: batchResultSchema }, ...errors },
-    handler: async ({ kiln, project, request, bodyLimit }) => {
-      const form = await readDeployForm(kiln, request, bodyLimit, "deploy with multipart/form-data (field functions and one file per function)");
+    handler: async ({ deps, project, request, bodyLimit }) => {
+      const form = await readDeployForm(deps, request, bodyLimit, "deploy with multipart/form-data (field functions and one file per function)");
       let list: unknown;
       try {
         list = JSON.parse(String(form.get("functions") ?? ""));
@@ -142,21 +141,22 @@ export function functionRoutes(r: Router): void {
       const entries = parseInput(batchEntries, list, "body");
       const accepted = [];
       const failed: { name: string; error: string }[] = [];
+      const batchId = crypto.randomUUID();
       for (const entry of entries) {
         try {
           const fields = parseInput(deployFields.pick({ name: true, runtime: true, handler: true }), entry, "body");
           const file = form.get(entry.file_field);
           if (!file || typeof file === "string") throw badRequest(`no archive in the multipart field '${entry.file_field}'`);
-          const source = await normalized(kiln, new Uint8Array(await file.arrayBuffer()), fields.runtime, fields.handler);
-          const { fn } = await kiln.functions.deploy(project.id, fields, source);
-          accepted.push(view(kiln, fn));
+          const source = await normalized(deps, new Uint8Array(await file.arrayBuffer()), fields.runtime, fields.handler);
+          const { fn } = await deps.functions.deploy(project.id, fields, source, { batchId });
+          accepted.push(view(deps, fn));
         } catch (err) {
           // Deployments already started keep running; this one never started, so nothing to undo.
           if (err instanceof HttpError) failed.push({ name: String(entry.name), error: String((err.body as { error?: string; code?: string }).error ?? (err.body as { code?: string }).code) });
           else throw err;
         }
       }
-      return reply.ok({ batch_id: crypto.randomUUID(), functions: accepted, failed });
+      return reply.ok({ batch_id: batchId, functions: accepted, failed });
     },
   });
 
@@ -168,7 +168,7 @@ export function functionRoutes(r: Router): void {
     auth: { kind: "project", access: "read" },
     params: functionParams,
     responses: { 200: { description: "function", schema: functionSchema }, ...errors },
-    handler: async ({ kiln, project, params }) => reply.ok(view(kiln, await kiln.functions.get(project.id, params.functionId))),
+    handler: async ({ deps, project, params }) => reply.ok(view(deps, await deps.functions.get(project.id, params.functionId))),
   });
 
   r.add({
@@ -180,7 +180,7 @@ export function functionRoutes(r: Router): void {
     params: functionParams,
     body: patchFunctionBody,
     responses: { 200: { description: "function", schema: functionSchema }, ...errors },
-    handler: async ({ kiln, project, params, body }) => reply.ok(view(kiln, await kiln.functions.update(await kiln.functions.get(project.id, params.functionId), body))),
+    handler: async ({ deps, project, params, body }) => reply.ok(view(deps, await deps.functions.update(await deps.functions.get(project.id, params.functionId), body))),
   });
 
   r.add({
@@ -191,9 +191,9 @@ export function functionRoutes(r: Router): void {
     auth: { kind: "project", access: "write" },
     params: functionParams,
     responses: { 202: { description: "deletion accepted", schema: functionSchema }, ...errors },
-    handler: async ({ kiln, project, params }) => {
-      const fn = await kiln.functions.get(project.id, params.functionId);
-      return reply.accepted(view(kiln, await kiln.functions.requestDelete(fn)));
+    handler: async ({ deps, project, params }) => {
+      const fn = await deps.functions.get(project.id, params.functionId);
+      return reply.accepted(view(deps, await deps.functions.requestDelete(fn)));
     },
   });
 
@@ -205,9 +205,9 @@ export function functionRoutes(r: Router): void {
     auth: { kind: "project", access: "read" },
     params: functionParams,
     responses: { 200: { description: "deployments", schema: deploymentListSchema }, ...errors },
-    handler: async ({ kiln, project, params }) => {
-      const fn = await kiln.functions.get(project.id, params.functionId);
-      return reply.ok({ data: await kiln.functions.deployments(fn.id) });
+    handler: async ({ deps, project, params }) => {
+      const fn = await deps.functions.get(project.id, params.functionId);
+      return reply.ok({ data: await deps.functions.deployments(fn.id) });
     },
   });
 
@@ -221,16 +221,15 @@ export function functionRoutes(r: Router): void {
     body: invokeBody,
     bodyValidation: "handler",
     bodyLimit: "invoke",
-    direct: true,
     responses: { 200: { description: "the function's response (status and headers are the function's)" }, ...errors, 502: errorSchema, 503: errorSchema, 504: errorSchema },
-    handler: async ({ kiln, principal, arrivedAt, params, body }) => {
+    handler: async ({ deps, principal, arrivedAt, params, body }) => {
       const handlerStart = performance.now();
-      const fn = kiln.functions.cachedForInvocation(params.functionId) ?? (await kiln.functions.forInvocation(params.functionId));
+      const fn = deps.functions.cachedForInvocation(params.functionId) ?? (await deps.functions.forInvocation(params.functionId));
       if (!fn || fn.project_id !== principal.projectId) throw notFound("function not found");
       mayInvoke(principal, fn);
       const parsed = invokeBody.safeParse(body);
       if (!parsed.success || typeof body !== "object" || body === null || Array.isArray(body)) throw badRequest("invalid request: the body must be a JSON object {payload: ...}");
-      return invoke(kiln, fn, principal, parsed.data.payload, arrivedAt, handlerStart);
+      return invoke(deps, fn, principal, parsed.data.payload, arrivedAt, handlerStart);
     },
   });
 
@@ -253,8 +252,8 @@ export function functionRoutes(r: Router): void {
     auth: { ...INVOKE_AUTH, refused: "resolving a function needs a service key, an end-user access token or an anon key" },
     query: resolveQuery,
     responses: { 200: { description: "resolved", schema: resolveSchema }, ...errors },
-    handler: async ({ kiln, principal, query }) => {
-      const fn = await kiln.functions.byName(principal.projectId, query.name);
+    handler: async ({ deps, principal, query }) => {
+      const fn = await deps.functions.byName(principal.projectId, query.name);
       if (!fn || fn.status === "deleting") throw notFound("function not found");
       mayInvoke(principal, fn);
       return reply.ok({ name: fn.name, function_id: fn.id, cache_ttl_seconds: 60 });

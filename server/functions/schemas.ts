@@ -73,6 +73,8 @@ export const deploymentSchema = z.object({
   runtime: z.string().nullable(),
   handler: z.string().nullable(),
   source_sha256: z.string().nullable(),
+  /** The `batch_id` of the batch request that made this deployment; null for single deploys. */
+  batch_id: z.string().nullable(),
   error: z.string().nullable(),
   build_log: z.object({ lines: z.number().int(), first_at: timestamp.nullable(), last_at: timestamp.nullable() }),
   created_at: timestamp,

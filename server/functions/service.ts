@@ -95,7 +95,7 @@ export class FunctionsService {
    * POST functions: 201 for a new function, 200 for an existing one. The source archive is stored
    * first, then the function and its queued deployment are written in one transaction.
    */
-  async deploy(projectId: string, fields: DeployFields, source: NormalizedSource): Promise<{ created: boolean; fn: FunctionRecord }> {
+  async deploy(projectId: string, fields: DeployFields, source: NormalizedSource, opts: { batchId?: string } = {}): Promise<{ created: boolean; fn: FunctionRecord }> {
     const unsafe = this.d.sandboxProblem();
     if (unsafe) throw new HttpError(503, { error: unsafe });
     const at = this.d.now().toISOString();
@@ -106,7 +106,7 @@ export class FunctionsService {
       result = await this.d.store.transaction(async (tx) => {
         const { id, created } = await this.records.upsertForDeploy(tx, projectId, fields, at);
         const build = { ...source.build, reserved_path: source.reservedPath, dropped: source.dropped };
-        const item = { kind: "deploy", id: deploymentId, runtime: fields.runtime, handler: fields.handler ?? "handler", sourceSha256: source.sha256, build } as const;
+        const item = { kind: "deploy", id: deploymentId, runtime: fields.runtime, handler: fields.handler ?? "handler", sourceSha256: source.sha256, build, batchId: opts.batchId } as const;
         return { created, fn: await this.queue.enqueue(tx, { id, project_id: projectId }, item, at) };
       });
     } catch (err) {

@@ -1,7 +1,8 @@
 import * as z from "zod";
-import { reply, type Router } from "../http/route";
+import { reply, type AreaRouter } from "../http/route";
 
-export function healthRoutes(r: Router): void {
+
+export function healthRoutes(r: AreaRouter<unknown>): void {
   r.add({
     method: "GET",
     path: "/healthz",

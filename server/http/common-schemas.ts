@@ -1,5 +1,11 @@
 import * as z from "zod";
-import type { ResponseSpec } from "./route";
+
+/** One response of a route: its description, body schema and content type (OpenAPI). */
+export interface ResponseSpec {
+  description: string;
+  schema?: z.ZodType;
+  contentType?: string;
+}
 
 export const errorBody = z.union([
   z.object({ error: z.string() }),

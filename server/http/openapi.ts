@@ -92,8 +92,9 @@ export function openApiRoutes(r: Router, opts: { fetchLimit: number; now: () => 
     return { json: make(JSON.stringify(doc)), yaml: make(YAML.stringify(doc)) };
   };
 
+  const routes = r.area<unknown>();
   for (const format of ["json", "yaml"] as const) {
-    r.add({
+    routes.add({
       method: "GET",
       alsoHead: true,
       path: `/openapi.${format}`,

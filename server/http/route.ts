@@ -1,26 +1,23 @@
 import type { Elysia } from "elysia";
 import * as z from "zod";
 import type { AuthedBy, AuthRule } from "../auth/principal";
-import type { Kiln } from "../context";
-import type { ProjectRecord } from "../projects/service";
+import type { Guard } from "../auth/guard";
 import type { Config } from "../config";
+import type { Logger } from "../log";
 import { type BodyLimit, readJsonBody, resolveBodyLimit, type RouteBodyLimit } from "./body";
+import type { ResponseSpec } from "./common-schemas";
 import { badRequest, jsonResponse } from "./errors";
 
-export type Method = "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE" | "OPTIONS";
+export type { ResponseSpec } from "./common-schemas";
 
-export interface ResponseSpec {
-  description: string;
-  schema?: z.ZodType;
-  contentType?: string;
-}
+export type Method = "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE" | "OPTIONS";
 
 /**
  * One API route: its transport contract (path, method, schemas, auth) and the handler that calls
  * into a service. The OpenAPI description is generated from these definitions, so a route exists in
  * the document exactly when it exists in the server.
  */
-export interface RouteDef<P = any, Q = any, B = any, R extends AuthRule = AuthRule> {
+export interface RouteDef<P = any, Q = any, B = any, R extends AuthRule = AuthRule, D = any> {
   method: Method;
   /** OpenAPI-style path: `/projects/{projectId}`. */
   path: string;
@@ -42,16 +39,14 @@ export interface RouteDef<P = any, Q = any, B = any, R extends AuthRule = AuthRu
   bodyLimit?: RouteBodyLimit;
   /** Extra methods served by the same handler (HEAD beside GET). */
   alsoHead?: boolean;
-  /**
-   * Matched ahead of Elysia's router when the path has exactly this shape (see Router.direct):
-   * for the warm invocation path, where the router's work is a visible share of a request.
-   */
-  direct?: boolean;
-  handler: (ctx: RouteContext<P, Q, B> & AuthedBy<R>) => Promise<Reply> | Reply;
+  handler: (ctx: RouteContext<P, Q, B, D> & AuthedBy<R>) => Promise<Reply> | Reply;
 }
 
-export interface RouteContext<P, Q, B> {
-  kiln: Kiln;
+export interface RouteContext<P, Q, B, D = unknown> {
+  /** What the route's area declared it needs and provides (server/area.ts), nothing more. */
+  deps: D;
+  /** For handlers that apply an auth rule themselves (after reading something first). */
+  guard: Guard;
   request: Request;
   ip: string;
   /** performance.now() when the request reached Kiln (for the X-Service-Proxy-Ms family). */
@@ -166,28 +161,34 @@ function queryObject(url: URL): Record<string, string> {
   return out;
 }
 
-interface DirectRoute {
-  def: RouteDef;
-  pattern: RegExp;
-  names: string[];
+/** What serving a route needs besides its area's own dependencies. */
+export interface Transport {
+  config: Config;
+  log: Logger;
+  guard: Guard;
+  /** The object every area's `deps` view is cut from (server/area.ts). */
+  deps: unknown;
+  renderError(err: unknown, request: Request): Response;
 }
 
-/** The path of an absolute request URL, still percent-encoded (as Elysia matches it). */
-function rawPath(url: string): string {
-  const start = url.indexOf("/", url.indexOf("//") + 2);
-  if (start < 0) return "/";
-  const q = url.indexOf("?", start);
-  return q < 0 ? url.slice(start) : url.slice(start, q);
+/** The routes of one area: handlers are typed with that area's dependencies. */
+export interface AreaRouter<D> {
+  add<P, Q, B, const R extends AuthRule>(def: RouteDef<P, Q, B, R, D>): AreaRouter<D>;
 }
 
 export class Router {
   readonly routes: RouteDef[] = [];
-  private readonly directRoutes: DirectRoute[] = [];
   private readonly bodyLimits = new Map<RouteDef, BodyLimit>();
 
-  add<P, Q, B, const R extends AuthRule>(def: RouteDef<P, Q, B, R>): this {
-    this.routes.push(def as unknown as RouteDef);
-    return this;
+  /** A view of this router for one area's routes. */
+  area<D>(): AreaRouter<D> {
+    const view: AreaRouter<D> = {
+      add: (def) => {
+        this.routes.push(def as unknown as RouteDef);
+        return view;
+      },
+    };
+    return view;
   }
 
   /** The largest body any route reads: nothing larger need ever be accepted by the server. */
@@ -196,61 +197,39 @@ export class Router {
   }
 
   /** Registers every route with Elysia, wrapping each handler in validation, auth and error mapping. */
-  bind(app: Elysia<any, any, any, any, any, any, any>, kiln: Kiln, metaOf: (r: Request) => { ip: string; arrivedAt: number }): void {
+  bind(app: Elysia<any, any, any, any, any, any, any>, t: Transport, metaOf: (r: Request) => { ip: string; arrivedAt: number }): void {
     for (const def of this.routes) {
-      this.bodyLimits.set(def, resolveBodyLimit(def.bodyLimit, kiln.config));
+      this.bodyLimits.set(def, resolveBodyLimit(def.bodyLimit, t.config));
       const elysiaPath = def.path.replace(/\{(\w+)\}/g, ":$1");
       const run = async ({ request, params }: { request: Request; params: Record<string, string> }) => {
         try {
-          return await this.execute(def, kiln, request, params, metaOf(request));
+          return await this.execute(def, t, request, params, metaOf(request));
         } catch (err) {
-          return kiln.http.renderError(err, request);
+          return t.renderError(err, request);
         }
       };
       const methods: Method[] = def.alsoHead ? [def.method, "HEAD"] : [def.method];
       for (const m of methods) app.route(m, elysiaPath, run as any);
-      if (def.direct) {
-        const names = [...def.path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
-        // No '%' in a parameter: Elysia's decoding of those is left to Elysia.
-        this.directRoutes.push({ def, names, pattern: new RegExp(`^${def.path.replace(/\{\w+\}/g, "([^/%]+)")}$`) });
-      }
     }
   }
 
-  /**
-   * Serves a request for a `direct` route whose path has exactly the route's shape, exactly as the
-   * bound route would (same parsing, auth and error mapping); null leaves the request to Elysia,
-   * which also takes the variants (trailing slash, other methods) it would have served anyway.
-   */
-  direct(request: Request, kiln: Kiln, meta: { ip: string; arrivedAt: number }): Promise<Response> | null {
-    for (const r of this.directRoutes) {
-      if (request.method !== r.def.method) continue;
-      const m = r.pattern.exec(rawPath(request.url));
-      if (!m) continue;
-      const params: Record<string, string> = {};
-      for (let i = 0; i < r.names.length; i++) params[r.names[i]!] = m[i + 1]!;
-      return this.execute(r.def, kiln, request, params, meta).catch((err) => kiln.http.renderError(err, request));
-    }
-    return null;
-  }
-
-  private async execute(def: RouteDef, kiln: Kiln, request: Request, rawParams: Record<string, string>, meta: { ip: string; arrivedAt: number }) {
+  private async execute(def: RouteDef, t: Transport, request: Request, rawParams: Record<string, string>, meta: { ip: string; arrivedAt: number }) {
     const ip = meta.ip;
     const params = parseWith(def.params, decodeParams(rawParams), "path");
     const url = request.url.includes("?") ? new URL(request.url) : null;
     if (url) refuseNulInQuery(url);
     const query = def.query ? parseWith(def.query, url ? queryObject(url) : {}, "query") : undefined;
-    const { principal, project } = await kiln.guard.authorize(def.auth, request, (params ?? {}) as { projectId?: string }, ip);
-    const bodyLimit = this.bodyLimits.get(def) ?? resolveBodyLimit(def.bodyLimit, kiln.config);
+    const { principal, project } = await t.guard.authorize(def.auth, request, (params ?? {}) as { projectId?: string }, ip);
+    const bodyLimit = this.bodyLimits.get(def) ?? resolveBodyLimit(def.bodyLimit, t.config);
     let body: unknown;
     if (def.body) {
-      body = await readJsonBody(request, bodyLimit, kiln.config.maxJsonDepth);
+      body = await readJsonBody(request, bodyLimit, t.config.maxJsonDepth);
       if (def.bodyValidation !== "handler") body = parseWith(def.body, body, "body");
     }
     // The guard's answer matches the rule (AuthedBy); the route list holds rules of every kind.
-    const out = await def.handler({ kiln, request, ip, arrivedAt: meta.arrivedAt, params, query, body, principal, project, bodyLimit } as RouteContext<unknown, unknown, unknown> & AuthedBy<AuthRule>);
+    const out = await def.handler({ deps: t.deps, guard: t.guard, request, ip, arrivedAt: meta.arrivedAt, params, query, body, principal, project, bodyLimit } as RouteContext<unknown, unknown, unknown> & AuthedBy<AuthRule>);
     if (out instanceof Response) return out;
-    if (kiln.config.validateResponses) checkResponse(def, out);
+    if (t.config.validateResponses) checkResponse(def, out);
     return jsonResponse(out.status, out.body, out.headers);
   }
 }

@@ -1,18 +1,19 @@
 import { Elysia } from "elysia";
-import type { Kiln } from "../context";
+import type { HostRouter } from "../area";
+import type { Logger } from "../log";
 import { SERVICE_VERSION, KILN_VERSION } from "../version";
 import { judgeCliVersion } from "./cli-version";
 import { invokeBodyLimit, jsonBodyLimit, unreadBodies } from "./body";
 import { errorResponse, HttpError, jsonResponse } from "./errors";
-import type { Router } from "./route";
+import type { Router, Transport } from "./route";
 
 /** Bun's hard limit on a request body (4 GiB less one byte, the most it takes). */
 const SERVER_BODY_CEILING = 2 ** 32 - 1;
 
-export function renderError(kiln: Kiln, err: unknown, request: Request): Response {
+export function renderError(log: Logger, err: unknown, request: Request): Response {
   if (err instanceof HttpError) return errorResponse(err);
   const requestId = crypto.randomUUID();
-  kiln.log.error(`${request.method} ${new URL(request.url).pathname} failed (request ${requestId})`, err);
+  log.error(`${request.method} ${new URL(request.url).pathname} failed (request ${requestId})`, err);
   // Never leak internals: the message names the request id so operators can find the log line.
   return jsonResponse(500, { error: `internal error (request ${requestId})` }, { "X-Request-Id": requestId });
 }
@@ -21,22 +22,20 @@ export function renderError(kiln: Kiln, err: unknown, request: Request): Respons
  * The HTTP front: Bun.serve → version/CLI checks → Elysia routing → the route's handler; then the
  * service headers on every response, errors included.
  */
-/** Answers requests addressed by host name (function addresses); null leaves them to the routes. */
-export type HostRouter = (request: Request, meta: { ip: string; arrivedAt: number }) => Promise<Response> | null;
 
 /** Idle time allowed on a connection whose refused body is still being discarded. */
 const UNREAD_BODY_IDLE_SECONDS = 2;
 
-export function serveHttp(kiln: Kiln, router: Router, byHost: HostRouter = () => null) {
+export function serveHttp(t: Transport, router: Router, byHost: HostRouter = () => null) {
   const meta = new WeakMap<Request, { ip: string; arrivedAt: number }>();
   const app = new Elysia({ normalize: false });
-  router.bind(app, kiln, (r) => meta.get(r) ?? { ip: "unknown", arrivedAt: performance.now() });
+  router.bind(app, t, (r) => meta.get(r) ?? { ip: "unknown", arrivedAt: performance.now() });
   app.onError(({ code, request, error }) => {
     if (code === "NOT_FOUND") return errorResponse(new HttpError(404, { error: `no route for ${request.method} ${new URL(request.url).pathname}` }));
     if (code === "PARSE") return errorResponse(new HttpError(400, { error: "request body could not be parsed" }));
-    return renderError(kiln, error, request);
+    return t.renderError(error, request);
   });
-  const region = kiln.config.regions[0]!;
+  const region = t.config.regions[0]!;
 
   const finish = (res: Response, hint: boolean): Response => {
     try {
@@ -54,19 +53,19 @@ export function serveHttp(kiln: Kiln, router: Router, byHost: HostRouter = () =>
   // Bun's own ceiling only backs that up. It sits far above every route's limit because Bun answers
   // past it with an empty 413, and a body nobody reads costs nothing (measured: 300 MB sent to
   // /healthz, RSS +13 MB), so a high ceiling is safe.
-  const maxRequestBodySize = Math.max(SERVER_BODY_CEILING, router.largestBodyLimit(kiln.config), jsonBodyLimit(kiln.config).bytes, invokeBodyLimit(kiln.config).bytes);
+  const maxRequestBodySize = Math.max(SERVER_BODY_CEILING, router.largestBodyLimit(t.config), jsonBodyLimit(t.config).bytes, invokeBodyLimit(t.config).bytes);
   const server = Bun.serve({
-    hostname: kiln.config.host,
-    port: kiln.config.port,
+    hostname: t.config.host,
+    port: t.config.port,
     idleTimeout: 60,
     maxRequestBodySize,
     async fetch(request, srv) {
       meta.set(request, { ip: srv.requestIP(request)?.address ?? "unknown", arrivedAt: performance.now() });
-      const verdict = judgeCliVersion(request.headers.get("x-service-cli-version"), KILN_VERSION, kiln.config.minCliVersion);
+      const verdict = judgeCliVersion(request.headers.get("x-service-cli-version"), KILN_VERSION, t.config.minCliVersion);
       if (verdict === "require_upgrade") {
         const res = jsonResponse(
           426,
-          { error: `this CLI version is no longer supported; upgrade to ${kiln.config.minCliVersion} or later` },
+          { error: `this CLI version is no longer supported; upgrade to ${t.config.minCliVersion} or later` },
           { "X-Service-CLI-Instruction": "require_version_upgrade" },
         );
         return finish(res, false);
@@ -74,16 +73,16 @@ export function serveHttp(kiln: Kiln, router: Router, byHost: HostRouter = () =>
       let res: Response;
       try {
         const m = meta.get(request)!;
-        res = (await byHost(request, m)) ?? (await (router.direct(request, kiln, m) ?? app.handle(request)));
+        res = (await byHost(request, m)) ?? (await app.handle(request));
       } catch (err) {
-        res = renderError(kiln, err, request);
+        res = t.renderError(err, request);
       }
       // Refused over its limit: the rest of the body is discarded as it comes, for as long as it keeps coming.
       if (unreadBodies.has(request)) srv.timeout(request, UNREAD_BODY_IDLE_SECONDS);
       return finish(res, verdict === "suggest_upgrade");
     },
     error(err) {
-      kiln.log.error("unhandled server error", err);
+      t.log.error("unhandled server error", err);
       return jsonResponse(500, { error: "internal error" });
     },
   });

@@ -1,5 +1,6 @@
 import { errorSchema } from "../http/common-schemas";
-import { reply, type Router } from "../http/route";
+import { reply, type AreaRouter } from "../http/route";
+import type { KeysService } from "./service";
 import { projectIdParams } from "../projects/schemas";
 import {
   anonKeyListSchema,
@@ -18,7 +19,12 @@ const write = { kind: "project", access: "write" } as const;
 /** Listing keys returns credentials: read-only project tokens are refused. */
 const credentialRead = { kind: "project", access: "credential" } as const;
 
-export function keyRoutes(r: Router): void {
+/** What the key routes use. */
+export interface KeyRouteDeps {
+  keys: KeysService;
+}
+
+export function keyRoutes(r: AreaRouter<KeyRouteDeps>): void {
   let tag = "Service keys";
   r.add({
     method: "POST",
@@ -29,7 +35,7 @@ export function keyRoutes(r: Router): void {
     params: projectIdParams,
     body: createServiceKeyBody,
     responses: { 201: { description: "created", schema: createdServiceKeySchema }, ...errors },
-    handler: async ({ kiln, project, body }) => reply.created(await kiln.keys.createServiceKey(project.id, body)),
+    handler: async ({ deps, project, body }) => reply.created(await deps.keys.createServiceKey(project.id, body)),
   });
   r.add({
     method: "GET",
@@ -39,7 +45,7 @@ export function keyRoutes(r: Router): void {
     auth: credentialRead,
     params: projectIdParams,
     responses: { 200: { description: "keys", schema: serviceKeyListSchema }, ...errors },
-    handler: async ({ kiln, project }) => reply.ok({ data: await kiln.keys.listServiceKeys(project.id) }),
+    handler: async ({ deps, project }) => reply.ok({ data: await deps.keys.listServiceKeys(project.id) }),
   });
   r.add({
     method: "GET",
@@ -49,7 +55,7 @@ export function keyRoutes(r: Router): void {
     auth: credentialRead,
     params: keyParams,
     responses: { 200: { description: "key", schema: serviceKeySchema }, ...errors },
-    handler: async ({ kiln, project, params }) => reply.ok(await kiln.keys.getServiceKey(project.id, params.keyId)),
+    handler: async ({ deps, project, params }) => reply.ok(await deps.keys.getServiceKey(project.id, params.keyId)),
   });
   r.add({
     method: "PATCH",
@@ -60,7 +66,7 @@ export function keyRoutes(r: Router): void {
     params: keyParams,
     body: updateServiceKeyBody,
     responses: { 200: { description: "updated", schema: serviceKeySchema }, ...errors },
-    handler: async ({ kiln, project, params, body }) => reply.ok(await kiln.keys.updateServiceKey(project.id, params.keyId, body)),
+    handler: async ({ deps, project, params, body }) => reply.ok(await deps.keys.updateServiceKey(project.id, params.keyId, body)),
   });
   r.add({
     method: "DELETE",
@@ -70,8 +76,8 @@ export function keyRoutes(r: Router): void {
     auth: write,
     params: keyParams,
     responses: { 204: { description: "deleted" }, ...errors },
-    handler: async ({ kiln, project, params }) => {
-      await kiln.keys.deleteServiceKey(project.id, params.keyId);
+    handler: async ({ deps, project, params }) => {
+      await deps.keys.deleteServiceKey(project.id, params.keyId);
       return reply.noContent();
     },
   });
@@ -86,7 +92,7 @@ export function keyRoutes(r: Router): void {
     params: projectIdParams,
     body: createAnonKeyBody,
     responses: { 201: { description: "created", schema: anonKeySchema }, ...errors },
-    handler: async ({ kiln, project, body }) => reply.created(await kiln.keys.createAnonKey(project.id, body)),
+    handler: async ({ deps, project, body }) => reply.created(await deps.keys.createAnonKey(project.id, body)),
   });
   r.add({
     method: "GET",
@@ -96,7 +102,7 @@ export function keyRoutes(r: Router): void {
     auth: credentialRead,
     params: projectIdParams,
     responses: { 200: { description: "keys", schema: anonKeyListSchema }, ...errors },
-    handler: async ({ kiln, project }) => reply.ok({ data: await kiln.keys.listAnonKeys(project.id) }),
+    handler: async ({ deps, project }) => reply.ok({ data: await deps.keys.listAnonKeys(project.id) }),
   });
   r.add({
     method: "DELETE",
@@ -106,8 +112,8 @@ export function keyRoutes(r: Router): void {
     auth: write,
     params: keyParams,
     responses: { 204: { description: "deleted" }, ...errors },
-    handler: async ({ kiln, project, params }) => {
-      await kiln.keys.deleteAnonKey(project.id, params.keyId);
+    handler: async ({ deps, project, params }) => {
+      await deps.keys.deleteAnonKey(project.id, params.keyId);
       return reply.noContent();
     },
   });

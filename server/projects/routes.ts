@@ -1,14 +1,22 @@
 import { errorSchema } from "../http/common-schemas";
 import { badRequest } from "../http/errors";
 import { DEFAULT_LIMIT, withQuery } from "../http/pagination";
-import { reply, type Router } from "../http/route";
+import { reply, type AreaRouter } from "../http/route";
+import type { AccountsService } from "../accounts/service";
+import type { ProjectsService } from "./service";
 import { createProjectBody, listProjectsQuery, projectIdParams, projectListSchema, projectSchema, updateProjectBody } from "./schemas";
 import { projectView } from "./service";
 
 const tag = "Projects";
 
 
-export function projectRoutes(r: Router): void {
+/** What the project routes use. */
+export interface ProjectRouteDeps {
+  projects: ProjectsService;
+  accounts: AccountsService;
+}
+
+export function projectRoutes(r: AreaRouter<ProjectRouteDeps>): void {
   r.add({
     method: "GET",
     path: "/projects",
@@ -17,7 +25,7 @@ export function projectRoutes(r: Router): void {
     auth: { kind: "account" },
     query: listProjectsQuery,
     responses: { 200: { description: "projects", schema: projectListSchema }, 400: errorSchema, 401: errorSchema, 403: errorSchema },
-    handler: async ({ kiln, principal, query: q }) => {
+    handler: async ({ deps, principal, query: q }) => {
       const { accountId } = principal;
       if (q.page !== undefined && (q.cursor !== undefined || q.ending_before !== undefined))
         throw badRequest("page cannot be combined with cursor or ending_before");
@@ -27,7 +35,7 @@ export function projectRoutes(r: Router): void {
       const limit = q.limit ?? DEFAULT_LIMIT;
       if (!cursorMode) {
         const page = q.page ?? 1;
-        const res = await kiln.projects.list(accountId, { mode: "offset", page, limit, search: q.search });
+        const res = await deps.projects.list(accountId, { mode: "offset", page, limit, search: q.search });
         const has_more = page * limit < res.total;
         return reply.ok({
           data: res.data.map((p) => projectView(p)),
@@ -38,7 +46,7 @@ export function projectRoutes(r: Router): void {
           ...(has_more ? { next: withQuery("/projects", { page: String(page + 1), limit: String(limit), search: q.search }) } : {}),
         });
       }
-      const res = await kiln.projects.list(accountId, {
+      const res = await deps.projects.list(accountId, {
         mode: "cursor",
         limit,
         cursor: q.cursor,
@@ -69,9 +77,9 @@ export function projectRoutes(r: Router): void {
     auth: { kind: "account" },
     body: createProjectBody,
     responses: { 201: { description: "created", schema: projectSchema }, 400: errorSchema, 401: errorSchema, 403: errorSchema },
-    handler: async ({ kiln, principal, body }) => {
+    handler: async ({ deps, principal, body }) => {
       const p = principal;
-      const project = await kiln.projects.create(p.accountId, p.plan, body);
+      const project = await deps.projects.create(p.accountId, p.plan, body);
       return reply.created(projectView(project, { detail: true }));
     },
   });
@@ -103,9 +111,9 @@ export function projectRoutes(r: Router): void {
       404: errorSchema,
       409: errorSchema,
     },
-    handler: async ({ kiln, principal, project, body }) => {
-      const plan = await kiln.accounts.ownerPlan(principal, project.account_id);
-      return reply.ok(projectView(await kiln.projects.update(project, plan, body), { detail: true }));
+    handler: async ({ deps, principal, project, body }) => {
+      const plan = await deps.accounts.ownerPlan(principal, project.account_id);
+      return reply.ok(projectView(await deps.projects.update(project, plan, body), { detail: true }));
     },
   });
 
@@ -117,6 +125,6 @@ export function projectRoutes(r: Router): void {
     auth: { kind: "project", access: "write", allowDeleting: true },
     params: projectIdParams,
     responses: { 202: { description: "deletion started", schema: projectSchema }, 401: errorSchema, 403: errorSchema, 404: errorSchema },
-    handler: async ({ kiln, project }) => reply.accepted(projectView(await kiln.projects.requestDelete(project), { detail: true })),
+    handler: async ({ deps, project }) => reply.accepted(projectView(await deps.projects.requestDelete(project), { detail: true })),
   });
 }

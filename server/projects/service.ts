@@ -7,18 +7,8 @@ import { decodeCursor, DEFAULT_LIMIT, encodeCursor, likePattern } from "../http/
 import { newId } from "../ids";
 import type { ControlStore, Row, Sql } from "../store/store";
 
-export type ProjectStatus = "active" | "deleting" | "failed" | "deleted";
-
-export interface ProjectRecord {
-  id: string;
-  account_id: string;
-  name: string;
-  status: ProjectStatus;
-  all_regions: boolean;
-  selected_regions: string[];
-  created_at: string;
-  updated_at: string;
-}
+export type { ProjectRecord, ProjectStatus } from "./record";
+import type { ProjectRecord, ProjectStatus } from "./record";
 
 export type ListMode =
   | { mode: "offset"; page: number; limit: number; search?: string }

@@ -1,12 +1,12 @@
 import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { migrate } from "./migrations";
+import { migrate, type Migration } from "./migrations";
 import { openPglite, PgliteStore } from "./pglite-store";
 import type { ControlStore } from "./store";
-import { CONTROL_TEMPLATE, createFromTemplate } from "./template";
+import { controlTemplate, createFromTemplate } from "./template";
 
 /** Opens the control store the configuration names and brings its schema up to date. */
-export async function openControlStore(opts: { dataDir: string; databaseUrl?: string }): Promise<ControlStore> {
+export async function openControlStore(opts: { dataDir: string; databaseUrl?: string; schema: readonly Migration[] }): Promise<ControlStore> {
   let store: ControlStore;
   if (opts.databaseUrl) {
     // Loaded only in the production profile: the embedded default never pays for it.
@@ -16,10 +16,10 @@ export async function openControlStore(opts: { dataDir: string; databaseUrl?: st
     const dir = join(opts.dataDir, "control");
     if (!existsSync(join(dir, "PG_VERSION"))) {
       mkdirSync(opts.dataDir, { recursive: true });
-      await createFromTemplate(CONTROL_TEMPLATE, dir);
+      await createFromTemplate(controlTemplate(opts.schema), dir);
     }
     store = new PgliteStore(await openPglite(dir));
   }
-  await migrate(store);
+  await migrate(store, opts.schema);
   return store;
 }

@@ -4,7 +4,7 @@ import { createHash } from "node:crypto";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { createRequire } from "node:module";
-import { migrate, migrationsFingerprint } from "./migrations";
+import { migrate, migrationsFingerprint, type Migration } from "./migrations";
 import { openPglite, PgliteStore } from "./pglite-store";
 
 /**
@@ -100,14 +100,14 @@ export function fingerprintOf(parts: string[]): string {
   return h.digest("hex").slice(0, 16);
 }
 
-/** The control store's template: migrated, with no template databases. */
-export const CONTROL_TEMPLATE: TemplateSpec = {
-  kind: "control",
-  get fingerprint() {
-    return migrationsFingerprint();
-  },
-  prepare: async (store) => {
-    await migrate(store);
-  },
-  drop: ["template0", "template1"],
-};
+/** The control store's template: migrated to the given schema, with no template databases. */
+export function controlTemplate(schema: readonly Migration[]): TemplateSpec {
+  return {
+    kind: "control",
+    fingerprint: migrationsFingerprint(schema),
+    prepare: async (store) => {
+      await migrate(store, schema);
+    },
+    drop: ["template0", "template1"],
+  };
+}

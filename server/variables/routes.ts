@@ -1,6 +1,7 @@
 import { errorSchema } from "../http/common-schemas";
 import { DEFAULT_LIMIT, paginated } from "../http/pagination";
-import { reply, type Router } from "../http/route";
+import { reply, type AreaRouter } from "../http/route";
+import type { VariablesService } from "./service";
 import { projectIdParams } from "../projects/schemas";
 import { createVariableBody, listVariablesQuery, updateVariableBody, variableListSchema, variableParams, variableSchema } from "./schemas";
 
@@ -10,7 +11,12 @@ const write = { kind: "project", access: "write" } as const;
 /** Variable values are credentials: read-only project tokens may not read them. */
 const credentialRead = { kind: "project", access: "credential" } as const;
 
-export function variableRoutes(r: Router): void {
+/** What the variable routes use. */
+export interface VariableRouteDeps {
+  variables: VariablesService;
+}
+
+export function variableRoutes(r: AreaRouter<VariableRouteDeps>): void {
   r.add({
     method: "POST",
     path: "/projects/{projectId}/variables",
@@ -20,7 +26,7 @@ export function variableRoutes(r: Router): void {
     params: projectIdParams,
     body: createVariableBody,
     responses: { 201: { description: "created", schema: variableSchema }, ...errors },
-    handler: async ({ kiln, project, body }) => reply.created(await kiln.variables.create(project.id, body)),
+    handler: async ({ deps, project, body }) => reply.created(await deps.variables.create(project.id, body)),
   });
   r.add({
     method: "GET",
@@ -31,10 +37,10 @@ export function variableRoutes(r: Router): void {
     params: projectIdParams,
     query: listVariablesQuery,
     responses: { 200: { description: "variables", schema: variableListSchema }, ...errors },
-    handler: async ({ kiln, project, query: q }) => {
+    handler: async ({ deps, project, query: q }) => {
       const page = q.page ?? 1;
       const limit = q.limit ?? DEFAULT_LIMIT;
-      const res = await kiln.variables.list(project.id, page, limit);
+      const res = await deps.variables.list(project.id, page, limit);
       return reply.ok(paginated(res.data, { page, limit, total: res.total, path: `/projects/${project.id}/variables` }));
     },
   });
@@ -46,7 +52,7 @@ export function variableRoutes(r: Router): void {
     auth: credentialRead,
     params: variableParams,
     responses: { 200: { description: "variable", schema: variableSchema }, ...errors },
-    handler: async ({ kiln, project, params }) => reply.ok(await kiln.variables.get(project.id, params.variableId)),
+    handler: async ({ deps, project, params }) => reply.ok(await deps.variables.get(project.id, params.variableId)),
   });
   r.add({
     method: "PATCH",
@@ -57,7 +63,7 @@ export function variableRoutes(r: Router): void {
     params: variableParams,
     body: updateVariableBody,
     responses: { 200: { description: "updated", schema: variableSchema }, ...errors },
-    handler: async ({ kiln, project, params, body }) => reply.ok(await kiln.variables.update(project.id, params.variableId, body)),
+    handler: async ({ deps, project, params, body }) => reply.ok(await deps.variables.update(project.id, params.variableId, body)),
   });
   r.add({
     method: "DELETE",
@@ -67,8 +73,8 @@ export function variableRoutes(r: Router): void {
     auth: write,
     params: variableParams,
     responses: { 204: { description: "deleted" }, ...errors },
-    handler: async ({ kiln, project, params }) => {
-      await kiln.variables.delete(project.id, params.variableId);
+    handler: async ({ deps, project, params }) => {
+      await deps.variables.delete(project.id, params.variableId);
       return reply.noContent();
     },
   });

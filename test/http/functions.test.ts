@@ -464,7 +464,12 @@ describe("batch deploy", () => {
     for (const f of body.functions) {
       await settled(k, p.id, f.id);
       expect((await invoke(f.id, sk)).body).toBe(f.name);
+      // Each deployment remembers the batch that made it; a single deploy has none.
+      const history = await k.api("GET", `/projects/${p.id}/functions/${f.id}/deployments`);
+      expect(history.body.data.map((d: any) => d.batch_id)).toEqual([body.batch_id]);
     }
+    const single = await deploy(k, p.id, { name: "single", runtime: "nodejs22.x" }, tgz({ "index.js": "exports.handler = async () => 1" }));
+    expect((await k.api("GET", `/projects/${p.id}/functions/${single.body.id}/deployments`)).body.data[0].batch_id).toBeNull();
     const tooMany = new FormData();
     tooMany.set("functions", JSON.stringify(Array.from({ length: 101 }, (_, i) => ({ name: `f${i}`, runtime: "nodejs22.x", file_field: "a" }))));
     const r = await fetch(`${k.url}/projects/${p.id}/functions/batch`, { method: "POST", headers: { authorization: `Bearer ${k.token}` }, body: tooMany });

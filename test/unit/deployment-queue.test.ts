@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { normalizeSource } from "../../server/functions/archive";
 import { FunctionsService } from "../../server/functions/service";
+import { SCHEMA } from "../../server/areas";
 import { openControlStore } from "../../server/store/open-store";
 import type { ControlStore, Sql } from "../../server/store/store";
 import { tgz } from "../support/functions";
@@ -22,7 +23,7 @@ afterAll(async () => {
 async function setup() {
   const dir = mkdtempSync(join(tmpdir(), "kiln-queue-test-"));
   dirs.push(dir);
-  const store = await openControlStore({ dataDir: dir });
+  const store = await openControlStore({ dataDir: dir, schema: SCHEMA });
   stores.push(store);
   const at = new Date().toISOString();
   await store.query(`insert into accounts (id, plan, created_at) values ('acct', 'free', $1)`, [at]);

@@ -1,0 +1,80 @@
+import type { Guard } from "./auth/guard";
+import type { AreaRouter } from "./http/route";
+import type { Platform } from "./platform";
+import type { Migration } from "./store/migrations";
+import type { Sql } from "./store/store";
+
+/** Requests addressed by host name (function addresses), tried before the path routes; null passes. */
+export type HostRouter = (request: Request, meta: { ip: string; arrivedAt: number }) => Promise<Response> | null;
+
+/**
+ * One API area (`server/<area>/area.ts`): everything Kiln needs to know to run it. `start` declares
+ * what the area needs by its parameter's type (shared infrastructure from `Platform`, services of
+ * areas listed before it in `server/main.ts`) and returns what it provides to the areas after it.
+ * Its routes, lifecycle hooks and background work see exactly `Needs & Provides`.
+ */
+export interface Area<Name extends string, Needs extends object, Provides extends object> {
+  name: Name;
+  /** Its schema, run in order after those of the areas before it; ids are `<area>/<nnn>-<what>`. */
+  migrations?: readonly Migration[];
+  start(deps: Needs): Provides | Promise<Provides>;
+  routes?(r: AreaRouter<Needs & Provides>): void;
+  /** Host-name routing (function addresses); gets the guard, which exists once every area started. */
+  hostRouter?(deps: Needs & Provides, guard: Guard): HostRouter;
+  /** What a project owns of this area: made in the project's creating transaction, removed with it. */
+  project?: {
+    setup?(tx: Sql, projectId: string, deps: Needs & Provides): Promise<void>;
+    /** Runs in the background deletion; must be repeatable (an interrupted deletion runs it again). */
+    cleanup?(projectId: string, deps: Needs & Provides): Promise<void>;
+  };
+  /** Once every area has started, before Kiln listens: resume interrupted work, start timers. */
+  resume?(deps: Needs & Provides): Promise<void>;
+  /** Stopping, in reverse order: finish in-flight work (no new requests arrive by then). */
+  drain?(deps: Needs & Provides): Promise<void>;
+  /** Stopping, in reverse order after every drain: release engines, files, sockets. */
+  stop?(deps: Needs & Provides): Promise<void>;
+}
+
+export type AnyArea = Area<string, any, any>;
+type NeedsOf<A> = A extends Area<string, infer N, any> ? N : never;
+type ProvidesOf<A> = A extends Area<string, any, infer P> ? P : never;
+
+/** Infers an area's needs from its `start` parameter and what it provides from its result. */
+export function defineArea<const Name extends string, Needs extends object, Provides extends object>(area: Area<Name, Needs, Provides>): Area<Name, Needs, Provides> {
+  return area;
+}
+
+/**
+ * "ok" when every area's needs are met by the platform and the areas before it; otherwise the
+ * first area that is not, with what it is missing (shown by the type checker at `server/main.ts`).
+ */
+export type CheckOrder<L extends readonly AnyArea[], Have> = L extends readonly [infer H, ...infer T extends readonly AnyArea[]]
+  ? [Have] extends [NeedsOf<H>]
+    ? CheckOrder<T, Have & ProvidesOf<H>>
+    : { area: H extends AnyArea ? H["name"] : never; missing: Exclude<keyof NeedsOf<H>, keyof Have> }
+  : "ok";
+
+/** Everything the areas of a list provide, together. */
+export type ServicesOf<L extends readonly AnyArea[]> = L extends readonly [infer H, ...infer T extends readonly AnyArea[]] ? ProvidesOf<H> & ServicesOf<T> : unknown;
+
+/**
+ * Starts the areas in order on one registry object: each area's `start` receives it (typed as what
+ * the area declared) and its result is merged in for the areas after it. `started` is called after
+ * each, so a failing start can undo what the earlier ones made.
+ */
+export async function startAreas<const L extends readonly AnyArea[]>(
+  areas: L,
+  platform: Platform,
+  started: (area: AnyArea) => void,
+): Promise<Platform & ServicesOf<L>> {
+  const registry: Record<string, unknown> = { ...platform };
+  for (const area of areas) {
+    const provided = await area.start(registry);
+    for (const key of Object.keys(provided)) {
+      if (key in registry) throw new Error(`area ${area.name} provides '${key}', which is already provided`);
+      registry[key] = provided[key];
+    }
+    started(area);
+  }
+  return registry as Platform & ServicesOf<L>;
+}

@@ -1,0 +1,40 @@
+import { accessTokensArea } from "./access-tokens/area";
+import { accountsArea } from "./accounts/area";
+import type { CheckOrder } from "./area";
+import { databasesArea } from "./databases/area";
+import { mailArea } from "./emulators/area";
+import { endUsersArea } from "./end-users/area";
+import { functionsArea } from "./functions/area";
+import { healthArea } from "./health/area";
+import { keysArea } from "./keys/area";
+import type { Platform } from "./platform";
+import { projectsArea } from "./projects/area";
+import type { Migration } from "./store/migrations";
+import { testingArea } from "./testing/area";
+import { variablesArea } from "./variables/area";
+
+/**
+ * Kiln's API areas, in start order: each may use the platform and the areas above it (checked by
+ * the type below). Routes appear in the OpenAPI document in this order. A new area is a folder
+ * with an `area.ts` and one line here.
+ */
+export const AREAS = [
+  healthArea,
+  accountsArea,
+  projectsArea,
+  accessTokensArea,
+  keysArea,
+  variablesArea,
+  mailArea,
+  endUsersArea,
+  databasesArea,
+  functionsArea,
+  testingArea,
+] as const;
+
+/** A compile error here names an area listed before something it needs. */
+const order: CheckOrder<typeof AREAS, Platform> = "ok";
+void order;
+
+/** The control store's schema: every area's migrations, in area order. */
+export const SCHEMA: readonly Migration[] = AREAS.flatMap((a) => a.migrations ?? []);

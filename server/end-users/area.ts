@@ -1,0 +1,44 @@
+import type { Mailer } from "../../emulators/mail/mailer";
+import { defineArea } from "../area";
+import type { KeysService } from "../keys/service";
+import type { Platform } from "../platform";
+import type { ProjectsService } from "../projects/service";
+import { AuthConfigService } from "./config";
+import { END_USERS_MIGRATIONS } from "./migrations";
+import { AuthRateLimits } from "./rate-limits";
+import { endUserRoutes } from "./routes";
+import { EndUsersService } from "./service";
+import { SigningKeys } from "./signing-keys";
+
+type Needs = Pick<Platform, "store" | "clock" | "log" | "principals" | "address"> & { mailer: Mailer; projects: ProjectsService; keys: KeysService };
+
+/** End users of a project: sign-up, sessions, password reset and confirmation by email, signing keys. */
+export const endUsersArea = defineArea({
+  name: "end-users",
+  migrations: END_USERS_MIGRATIONS,
+  start: ({ store, clock, log, principals, address, mailer }: Needs) => {
+    const now = () => clock.now();
+    const authConfig = new AuthConfigService(store, now);
+    const signingKeys = new SigningKeys(store, now);
+    const endUsers = new EndUsersService({
+      store,
+      now,
+      keys: signingKeys,
+      config: authConfig,
+      sendMail: (m) => void mailer.send(m).catch((e) => log.error(`sending mail to ${m.to} failed`, e)),
+      publicUrl: () => address.publicUrl(),
+      evictSession: (id) => principals.evict((p) => p.kind === "user" && p.sessionId === id),
+    });
+    return { endUsers, authConfig, signingKeys, authLimits: new AuthRateLimits(() => clock.nowMs()) };
+  },
+  routes: endUserRoutes,
+  project: {
+    // Every project gets its own signing key for end-user tokens.
+    setup: async (tx, projectId, { signingKeys }) => void (await signingKeys.create(projectId, tx)),
+    cleanup: async (projectId, { endUsers, authConfig, signingKeys }) => {
+      await endUsers.removeAll(projectId);
+      await authConfig.remove(projectId);
+      await signingKeys.removeAll(projectId);
+    },
+  },
+});

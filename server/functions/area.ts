@@ -1,0 +1,94 @@
+import { join } from "node:path";
+import { chooseIsolation, noSandboxMessage } from "../../runtime-sandbox/isolation";
+import type { WorkerPool } from "../../runtime-sandbox/worker-pool";
+import { defineArea } from "../area";
+import type { Config } from "../config";
+import type { Logger } from "../log";
+import type { Platform } from "../platform";
+import type { ProjectsService } from "../projects/service";
+import type { VariablesService } from "../variables/service";
+import { matchFunctionHost, serveFunctionHost } from "./http-mode";
+import { FunctionLogs } from "./invoke";
+import { FUNCTIONS_MIGRATIONS } from "./migrations";
+import { functionRoutes } from "./routes";
+import { FunctionsService } from "./service";
+
+type Needs = Pick<Platform, "store" | "config" | "clock" | "log" | "address"> & { projects: ProjectsService; variables: VariablesService };
+
+/**
+ * Standard functions: deploys and builds, and invocations on warm sandboxed workers (local
+ * processes, or containers with `--function-runtime docker`). Kiln's own data dir is never
+ * visible to function code.
+ */
+export const functionsArea = defineArea({
+  name: "functions",
+  migrations: FUNCTIONS_MIGRATIONS,
+  start: async ({ store, config, clock, log }: Needs) => {
+    // The container engine, when asked for, is checked now: a wrong socket should fail the start.
+    const containers = config.functionRuntime === "docker" ? await connectContainerEngine(config, log) : null;
+    const sandbox = { want: config.functionSandbox, allowUnsandboxed: config.allowUnsandboxedFunctions };
+    // Made at the first invocation: a Kiln that runs no functions never pays for the sandbox.
+    let pool: Promise<WorkerPool> | null = null;
+    const functionPool = () =>
+      (pool ??= import("../../runtime-sandbox/worker-pool").then(
+        (m) => new m.WorkerPool({ hiddenPaths: [config.dataDir], containers: containers ?? undefined, sandbox: sandbox.want, allowUnsandboxed: sandbox.allowUnsandboxed, log: (msg) => log.warn(msg) }),
+      ));
+    const functions = new FunctionsService({
+      store,
+      now: () => clock.now(),
+      blobDir: join(config.dataDir, "blobs", "functions"),
+      codeDir: join(config.dataDir, "functions"),
+      maxFunctions: () => config.maxFunctions,
+      build: { hiddenPaths: [config.dataDir], sandbox },
+      // With containers a deploy is accepted; a build that needs a local sandbox and finds none fails
+      // with the same message (builds run on this host).
+      sandboxProblem: () => {
+        if (containers) return null;
+        const c = chooseIsolation(sandbox);
+        return c.isolation ? null : noSandboxMessage(c.problems);
+      },
+      // Pool keys are `<function>:<deployment>:<region>`; no pool yet means no worker ever ran.
+      retireWorkers: async (functionId, keep) => void (pool && (await (await pool).retire(`${functionId}:`, keep ? `${functionId}:${keep}:` : undefined))),
+      log,
+    });
+    const functionRuntime = {
+      containers,
+      sandbox,
+      async close() {
+        await (await pool)?.close();
+        await containers?.settle();
+      },
+    };
+    return { functions, functionPool, functionLogs: new FunctionLogs(store, log), functionRuntime };
+  },
+  routes: functionRoutes,
+  hostRouter: (deps, guard) => (request, m) => {
+    const target = matchFunctionHost(request.headers.get("host"), deps.config.functionsDomain);
+    return target ? serveFunctionHost(deps, guard, request, m.ip, m.arrivedAt, target) : null;
+  },
+  project: { cleanup: (projectId, { functions }) => functions.removeAll(projectId) },
+  resume: async ({ functions, functionRuntime, log }) => {
+    await functions.resume();
+    // Say at start how function code is isolated (the probes take a few ms, after listening).
+    if (!functionRuntime.containers) {
+      setTimeout(() => {
+        const c = chooseIsolation(functionRuntime.sandbox);
+        if (!c.isolation) log.warn(noSandboxMessage(c.problems).replace("function code cannot run here", "functions and builds will be refused (503)"));
+        else if (c.isolation.kind === "none") log.warn(`functions are NOT sandboxed: ${c.isolation.description}`);
+        else log.info(`functions are sandboxed: ${c.isolation.description}`);
+      }, 0).unref?.();
+    }
+  },
+  drain: ({ functions }) => functions.drain(),
+  stop: async ({ functionRuntime, functionLogs }) => {
+    await functionRuntime.close();
+    await functionLogs.stop();
+  },
+});
+
+async function connectContainerEngine(config: Config, log: Logger) {
+  const { ContainerEngine } = await import("../../runtime-sandbox/container");
+  const engine = await ContainerEngine.connect({ host: config.dockerHost, image: config.functionImage, hiddenPaths: [config.dataDir], log: (m) => log.info(m) });
+  log.info(`functions run in containers: ${engine.describe()}`);
+  return engine;
+}

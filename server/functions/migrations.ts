@@ -1,0 +1,70 @@
+import type { Migration } from "../store/migrations";
+
+/** The functions area's schema. Never edit a released migration: add one. */
+export const FUNCTIONS_MIGRATIONS: Migration[] = [
+  {
+    id: "functions/001-functions-deployments-logs",
+    sql: `
+      create table functions (
+        id text primary key,
+        project_id text not null references projects(id),
+        name text not null,
+        status text not null,
+        is_public boolean not null,
+        invocation_mode text not null,
+        http_auth_mode text not null,
+        openapi_spec jsonb,
+        runtime text not null,
+        handler text not null,
+        active_deployment_id text,
+        pending_deployment_id text,
+        delete_requested boolean not null default false,
+        created_at timestamptz not null,
+        updated_at timestamptz not null
+      );
+      create unique index functions_name_held on functions (project_id, name) where status <> 'deleted';
+      create table function_deployments (
+        id text primary key,
+        function_id text not null references functions(id),
+        project_id text not null,
+        kind text not null,
+        status text not null,
+        runtime text,
+        handler text,
+        source_sha256 text,
+        build jsonb,
+        error text,
+        created_at timestamptz not null,
+        started_at timestamptz,
+        finished_at timestamptz
+      );
+      create index function_deployments_by_function on function_deployments (function_id, created_at);
+      create table function_build_logs (
+        deployment_id text not null,
+        seq integer not null,
+        at timestamptz not null,
+        level text not null,
+        line text not null,
+        primary key (deployment_id, seq)
+      );
+      create table function_logs (
+        id text primary key,
+        project_id text not null,
+        function_id text not null,
+        deployment_id text,
+        invocation_id text,
+        region text not null,
+        level text not null,
+        body text not null,
+        at timestamptz not null
+      );
+      create index function_logs_by_project on function_logs (project_id, at);
+    `,
+  },
+  {
+    id: "functions/002-deployment-batch-id",
+    sql: `
+      alter table function_deployments add column batch_id text;
+    `,
+  },
+];
