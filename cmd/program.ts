@@ -9,6 +9,8 @@ import { authCommand, mailCommand, usersCommand } from "./commands/end-users";
 import { databasesCommand } from "./commands/databases";
 import { emulatorsCommand } from "./commands/emulators";
 import { functionsCommand } from "./commands/functions";
+import { clockCommand } from "./commands/clock";
+import { schedulersCommand } from "./commands/schedulers";
 import { internalCommand } from "./internal";
 import { startCommand } from "./start";
 
@@ -28,6 +30,8 @@ export function buildProgram(): Command {
   usersCommand(program);
   databasesCommand(program);
   functionsCommand(program);
+  schedulersCommand(program);
+  clockCommand(program);
   authCommand(program);
   mailCommand(program);
   emulatorsCommand(program);

@@ -22,7 +22,8 @@ export function startCommand(program: Command): void {
     .option("--function-image <image>", "base image of function containers, imported when missing (KILN_FUNCTION_IMAGE; default kiln-runtime:base)")
     .option("--smtp-port <n>", "SMTP port of the built-in mail catcher (0 picks a free one; KILN_SMTP_PORT)")
     .option("--public-url <url>", "address used in links Kiln mails out (KILN_PUBLIC_URL; default: the listening address)")
-    .option("--controllable-clock", "let tests move Kiln's clock forward via POST /_kiln/clock/advance (KILN_CONTROLLABLE_CLOCK=1)")
+    .option("--controllable-clock", "let tests move Kiln's clock forward via POST /_kiln/clock/advance and /_kiln/clock/set (KILN_CONTROLLABLE_CLOCK=1)")
+    .option("--clock-start <instant>", "start the controllable clock at this RFC 3339 instant instead of now (implies --controllable-clock; KILN_CLOCK_START)")
     .option("--min-cli-version <v>", "answer 426 to CLIs older than this (or KILN_MIN_CLI_VERSION)")
     .action(async (opts) => {
       const config = resolveConfig(opts);

@@ -9,6 +9,7 @@ import { healthArea } from "./health/area";
 import { keysArea } from "./keys/area";
 import type { Platform } from "./platform";
 import { projectsArea } from "./projects/area";
+import { schedulersArea } from "./schedulers/area";
 import type { Migration } from "./store/migrations";
 import { testingArea } from "./testing/area";
 import { variablesArea } from "./variables/area";
@@ -29,6 +30,7 @@ export const AREAS = [
   endUsersArea,
   databasesArea,
   functionsArea,
+  schedulersArea,
   testingArea,
 ] as const;
 

@@ -73,6 +73,8 @@ export interface Config {
   allowUnsandboxedFunctions: boolean;
   /** Lets tests move time forward through /_kiln/clock. */
   controllableClock: boolean;
+  /** Where the controllable clock starts (epoch ms), instead of the real time. */
+  clockStartMs?: number;
   /** Check every response against its declared schema (tests turn this on). */
   validateResponses: boolean;
 }
@@ -89,6 +91,7 @@ export interface StartOptions {
   smtpPort?: string | number;
   publicUrl?: string;
   controllableClock?: boolean;
+  clockStart?: string;
   postgresUrl?: string;
   pgPort?: string | number;
   functionRuntime?: string;
@@ -165,7 +168,8 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     credentialCacheMs: intEnv("KILN_CREDENTIAL_CACHE_MS", 2000),
     faults: parseFaults(env.KILN_FAULTS),
     validateResponses: env.KILN_VALIDATE_RESPONSES === "1",
-    controllableClock: Boolean(opts.controllableClock) || env.KILN_CONTROLLABLE_CLOCK === "1",
+    controllableClock: Boolean(opts.controllableClock) || env.KILN_CONTROLLABLE_CLOCK === "1" || Boolean(opts.clockStart ?? env.KILN_CLOCK_START),
+    clockStartMs: clockStartOf(opts.clockStart ?? env.KILN_CLOCK_START),
     postgresUrl: opts.postgresUrl ?? (env.KILN_POSTGRES_URL || undefined),
     pgPort: Number(opts.pgPort ?? env.KILN_PG_PORT ?? 7432),
     dbMaxOpen: intEnv("KILN_DB_MAX_OPEN", 10),
@@ -194,6 +198,14 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
 }
 
 /** Takes one injected failure of the given name, if any are left. */
+/** `--clock-start`: an RFC 3339 instant with an offset (or Z), years 1970-9999. */
+function clockStartOf(v: string | undefined): number | undefined {
+  if (!v) return undefined;
+  const ms = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/i.test(v) ? Date.parse(v) : NaN;
+  if (!Number.isFinite(ms) || ms < 0 || ms > Date.UTC(9999, 11, 31)) throw new Error(`--clock-start must be an RFC 3339 instant such as 2028-02-29T00:00:00Z (got '${v}')`);
+  return ms;
+}
+
 export function takeFault(config: Config, name: string): boolean {
   const left = config.faults[name] ?? 0;
   if (left <= 0) return false;

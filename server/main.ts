@@ -84,7 +84,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   if (!config.smtpUrl) preloadMailCatcher();
 
   // The shared infrastructure, then every area in order (server/areas.ts).
-  const clock = new PlatformClock((label, err) => log.error(`${label} failed`, err));
+  const clock = new PlatformClock((label, err) => log.error(`${label} failed`, err), config.clockStartMs);
   undo.push(() => clock.stop());
   const store = await openControlStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: SCHEMA });
   undo.push(() => store.close());

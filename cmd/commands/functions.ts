@@ -15,7 +15,7 @@ async function archiveOf(path: string): Promise<Uint8Array> {
   return Buffer.concat(chunks);
 }
 
-async function findFunction(c: Client, projectId: string, nameOrId: string) {
+export async function findFunction(c: Client, projectId: string, nameOrId: string) {
   const list = await c.request("GET", `/projects/${encodeURIComponent(projectId)}/functions?page=1&limit=100`);
   const fn = list.data.find((f: { id: string; name: string }) => f.name === nameOrId || f.id === nameOrId);
   if (!fn) throw new ApiError(404, { error: "function not found" });

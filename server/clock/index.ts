@@ -32,7 +32,13 @@ export class PlatformClock {
   private firing: Promise<void> = Promise.resolve();
   private stopped = false;
 
-  constructor(private readonly onError: (label: string, err: unknown) => void = () => {}) {}
+  constructor(
+    private readonly onError: (label: string, err: unknown) => void = () => {},
+    /** Where the clock starts (epoch ms); it then runs at the real rate from there. */
+    startMs?: number,
+  ) {
+    if (startMs !== undefined) this.offset = startMs - Date.now();
+  }
 
   now(): Date {
     return new Date(this.nowMs());

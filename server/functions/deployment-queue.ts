@@ -36,6 +36,8 @@ export interface DeploymentQueueDeps {
   /** Where dependency installs run: the build sandbox, never seeing these paths. */
   build: { hiddenPaths: string[]; sandbox: { want: SandboxChoice; allowUnsandboxed: boolean } };
   log: { error: (m: string, e?: unknown) => void };
+  /** Runs in the transaction that marks a function deleted: what hangs off it (schedulers) goes with it. */
+  onDeleted: (tx: Sql, functionId: string) => Promise<void>;
 }
 
 /**
@@ -243,6 +245,7 @@ export class DeploymentQueue {
       await lockFunction(tx, functionId);
       await tx.query(`update function_deployments set status = 'succeeded', finished_at = $2 where id = $1`, [deploymentId, at]);
       await tx.query(`update functions set status = 'deleted', updated_at = $2 where id = $1`, [functionId, at]);
+      await this.d.onDeleted(tx, functionId);
     });
     this.d.forget(functionId);
   }
@@ -261,6 +264,7 @@ export class DeploymentQueue {
         await lockFunction(tx, r.id);
         await tx.query(`update function_deployments set status = 'superseded', finished_at = $2 where function_id = $1 and status = 'queued'`, [r.id, at]);
         await tx.query(`update functions set status = 'deleted', pending_deployment_id = null, updated_at = $2 where id = $1`, [r.id, at]);
+        await this.d.onDeleted(tx, r.id);
       });
       this.d.forget(r.id);
     }

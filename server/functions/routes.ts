@@ -6,6 +6,7 @@ import { DEFAULT_LIMIT, paginated } from "../http/pagination";
 import { parseInput, reply, type AreaRouter } from "../http/route";
 import { projectIdParams } from "../projects/schemas";
 import { invokeUrl } from "./http-mode";
+import { deployedRegions } from "./regions";
 import { INVOKE_AUTH, invoke, mayInvoke, type InvokeDeps } from "./invoke";
 import {
   batchEntries,
@@ -37,8 +38,7 @@ function view(deps: InvokeDeps, fn: FunctionRecord) {
     http_auth_mode: fn.http_auth_mode,
     openapi_spec: fn.openapi_spec,
     invoke_url: invokeUrl(deps, fn),
-    // Every invocation runs in the first configured region (scheduler region choice comes with #12).
-    deployed_regions: fn.active_deployment_id ? [deps.config.regions[0]!] : [],
+    deployed_regions: deployedRegions(deps.config.regions, fn),
     runtime: fn.runtime,
     handler: fn.handler,
     ...(fn.pending_deployment_id ? { pending_deployment_id: fn.pending_deployment_id } : {}),

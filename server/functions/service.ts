@@ -1,6 +1,6 @@
 import { HttpError } from "../http/errors";
 import { newId } from "../ids";
-import type { ControlStore } from "../store/store";
+import type { ControlStore, Sql } from "../store/store";
 import type { SandboxChoice } from "../../runtime-sandbox/isolation";
 import type { FunctionBuildConfig, NormalizedSource } from "./archive";
 import { DeploymentQueue } from "./deployment-queue";
@@ -49,7 +49,20 @@ export class FunctionsService {
       retireWorkers: d.retireWorkers,
       build: d.build,
       log: d.log,
+      onDeleted: async (tx, functionId) => {
+        for (const hook of this.deletionHooks) await hook(tx, functionId);
+      },
     });
+  }
+
+  private readonly deletionHooks: Array<(tx: Sql, functionId: string) => Promise<void>> = [];
+
+  /**
+   * What other areas keep per function (schedulers) is removed in the same transaction that marks
+   * the function deleted, so a deleted function never leaves anything behind, even after a crash.
+   */
+  onDelete(hook: (tx: Sql, functionId: string) => Promise<void>): void {
+    this.deletionHooks.push(hook);
   }
 
   get(projectId: string, functionId: string): Promise<FunctionRecord> {

@@ -136,7 +136,7 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
     },
     stop() {
       return new Promise((ok) => {
-        if (proc.exitCode !== null) return ok(proc.exitCode);
+        if (proc.exitCode !== null || proc.signalCode !== null) return ok(proc.exitCode);
         proc.once("exit", (code) => ok(code));
         proc.kill("SIGTERM");
       });
