@@ -56,7 +56,7 @@ export class FunctionRecords {
    * Invocations read the function from memory for up to 2 s; every change made here drops the copy at
    * once, and the TTL bounds how long another Kiln instance's change takes to arrive.
    */
-  private readonly hot = new TtlCache<string, FunctionRecord>(() => 2000);
+  private readonly hot: TtlCache<string, FunctionRecord>;
   /** A deployment's build configuration never changes, so invocations read it from memory. */
   private readonly builds = new Map<string, FunctionBuildConfig>();
 
@@ -64,7 +64,9 @@ export class FunctionRecords {
     private readonly store: ControlStore,
     private readonly now: () => Date,
     private readonly maxFunctions: () => number,
-  ) {}
+  ) {
+    this.hot = new TtlCache<string, FunctionRecord>(() => 2000, () => now().getTime());
+  }
 
   async get(projectId: string, functionId: string): Promise<FunctionRecord> {
     const [r] = await this.store.query(`select * from functions where id = $1 and project_id = $2 and status <> 'deleted'`, [functionId, projectId]);

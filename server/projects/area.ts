@@ -13,7 +13,7 @@ export const projectsArea = defineArea({
   name: "projects",
   migrations: PROJECTS_MIGRATIONS,
   start: ({ store, config, clock, principals, log }: Pick<Platform, "store" | "config" | "clock" | "principals" | "log"> & { accounts: AccountsService }) => ({
-    projects: new ProjectsService(store, config, () => clock.now(), (id) => principals.evictProject(id), log),
+    projects: new ProjectsService(store, config, clock, (id) => principals.evictProject(id), log),
   }),
   routes: projectRoutes,
   resume: ({ projects }) => projects.resumeDeletions(),

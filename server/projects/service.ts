@@ -1,3 +1,4 @@
+import type { Clock } from "../clock";
 import type { Config } from "../config";
 import { takeFault } from "../config";
 import { plan as planOf } from "../accounts/plans";
@@ -54,13 +55,17 @@ export class ProjectsService {
   /** Projects being cleaned up in this process, so a second DELETE does not start a second run. */
   private readonly running = new Map<string, Promise<void>>();
 
+  private readonly now: () => Date;
+
   constructor(
     private readonly store: ControlStore,
     private readonly config: Config,
-    private readonly now: () => Date,
+    private readonly clock: Clock,
     private readonly onRevoked: (projectId: string) => void,
     private readonly log: { error: (m: string, e?: unknown) => void },
-  ) {}
+  ) {
+    this.now = () => clock.now();
+  }
 
   /** Areas register what they own; project deletion runs every cleanup in registration order. */
   registerCleanup(name: string, run: ProjectCleanup): void {
@@ -220,7 +225,8 @@ export class ProjectsService {
   private async cleanup(projectId: string): Promise<void> {
     try {
       if (takeFault(this.config, "project-cleanup")) throw new Error("injected fault: project-cleanup");
-      if (takeFault(this.config, "project-cleanup-delay")) await new Promise((r) => setTimeout(r, 1500));
+      // Holds the deletion in `deleting` until the platform clock has moved a minute on (tests move it).
+      if (takeFault(this.config, "project-cleanup-delay")) await this.clock.sleep(60_000);
       for (const c of this.cleanups) await c.run(projectId);
       await this.store.query(`update projects set status = 'deleted', updated_at = $2 where id = $1`, [projectId, this.now().toISOString()]);
     } catch (err) {

@@ -9,7 +9,7 @@ export const variablesArea = defineArea({
   name: "variables",
   migrations: VARIABLES_MIGRATIONS,
   start: ({ store, clock }: Pick<Platform, "store" | "clock"> & { projects: ProjectsService }) => ({
-    variables: new VariablesService(store, () => clock.now(), Number(process.env.KILN_VARIABLE_PROPAGATION_MS ?? 200)),
+    variables: new VariablesService(store, clock, Number(process.env.KILN_VARIABLE_PROPAGATION_MS ?? 200)),
   }),
   routes: variableRoutes,
   project: { cleanup: (projectId, { variables }) => variables.removeAll(projectId) },

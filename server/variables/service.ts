@@ -1,3 +1,4 @@
+import type { Clock, TimerHandle } from "../clock";
 import { conflictCode, notFound } from "../http/errors";
 import { newId } from "../ids";
 import { isoTime as iso, isUniqueViolation, type ControlStore, type Row } from "../store/store";
@@ -30,7 +31,7 @@ export interface VariablesSnapshot {
 interface CachedSnapshot extends VariablesSnapshot {
   /** `<count>:<sum of hashtext(current_sync_id)>`; every create, update and delete changes it. */
   readonly fingerprint: string;
-  /** When the store last confirmed the fingerprint (Date.now()). */
+  /** When the store last confirmed the fingerprint (platform clock, ms). */
   checkedAt: number;
   usedAt: number;
 }
@@ -52,11 +53,16 @@ export class VariablesService {
   /** Listeners that must see a new value (function workers); propagation waits for them. */
   private readonly listeners: ((projectId: string, name: string) => Promise<void>)[] = [];
 
+  private readonly now: () => Date;
+
   constructor(
     private readonly store: ControlStore,
-    private readonly now: () => Date,
+    /** The platform clock: snapshot freshness and the background checks run on it. */
+    private readonly clock: Clock,
     private readonly propagationMs: number,
-  ) {}
+  ) {
+    this.now = () => clock.now();
+  }
 
   onChange(fn: (projectId: string, name: string) => Promise<void>): void {
     this.listeners.push(fn);
@@ -159,7 +165,7 @@ export class VariablesService {
   /** Local writes per project: a load that started before one must not install what it read. */
   private readonly writes = new Map<string, number>();
   private nextRevision = 1;
-  private timer: ReturnType<typeof setInterval> | null = null;
+  private timer: TimerHandle | null = null;
   private refreshing = false;
   private get revalidates(): boolean {
     return this.store.kind !== "pglite";
@@ -175,7 +181,7 @@ export class VariablesService {
   cachedSnapshot(projectId: string): VariablesSnapshot | undefined {
     const s = this.snapshots.get(projectId);
     if (!s) return undefined;
-    const now = Date.now();
+    const now = this.clock.nowMs();
     if (this.revalidates && now - s.checkedAt >= FRESH_MS) return undefined;
     s.usedAt = now;
     return s;
@@ -192,7 +198,7 @@ export class VariablesService {
       this.loading.set(projectId, p);
     }
     const s = await p;
-    s.usedAt = Date.now();
+    s.usedAt = this.clock.nowMs();
     return s;
   }
 
@@ -208,7 +214,7 @@ export class VariablesService {
   /** A stale snapshot is kept when its fingerprint still matches (same revision: workers stay warm). */
   private async load(projectId: string): Promise<CachedSnapshot> {
     const writes = this.writes.get(projectId) ?? 0;
-    const started = Date.now();
+    const started = this.clock.nowMs();
     const old = this.snapshots.get(projectId);
     if (old) {
       const [fp] = await this.fingerprints([projectId]);
@@ -252,10 +258,21 @@ export class VariablesService {
     return projectIds.map((projectId) => ({ projectId, fingerprint: by.get(projectId) ?? "0:0" }));
   }
 
+  /**
+   * The background checks run on the platform clock while snapshots are held, and stop when none
+   * is left (so a test that moves the clock a day ahead does not pay for a day of checks).
+   */
   private startTimer(): void {
     if (this.timer) return;
-    this.timer = setInterval(() => void this.refresh(), FRESH_MS / 4);
-    this.timer.unref?.();
+    this.timer = this.clock.after(
+      FRESH_MS / 4,
+      async () => {
+        this.timer = null;
+        await this.refresh();
+        if (this.snapshots.size) this.startTimer();
+      },
+      "variables refresh",
+    );
   }
 
   /** Drops idle snapshots; in the production profile re-checks the recently invoked ones. */
@@ -263,7 +280,7 @@ export class VariablesService {
     if (this.refreshing) return;
     this.refreshing = true;
     try {
-      const now = Date.now();
+      const now = this.clock.nowMs();
       const due: string[] = [];
       for (const [id, s] of this.snapshots) {
         if (now - s.usedAt > IDLE_MS) this.snapshots.delete(id);
@@ -271,7 +288,7 @@ export class VariablesService {
       }
       if (!this.snapshots.size) this.stop();
       for (let i = 0; i < due.length; i += 200) {
-        const started = Date.now();
+        const started = this.clock.nowMs();
         const before = new Map(due.slice(i, i + 200).map((id) => [id, this.snapshots.get(id)]));
         for (const { projectId, fingerprint } of await this.fingerprints([...before.keys()])) {
           const s = this.snapshots.get(projectId);
@@ -294,7 +311,7 @@ export class VariablesService {
 
   /** Stops the background checks (they also stop by themselves when no snapshot is left). */
   stop(): void {
-    if (this.timer) clearInterval(this.timer);
+    this.timer?.cancel();
     this.timer = null;
   }
 

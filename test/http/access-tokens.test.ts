@@ -1,7 +1,7 @@
 // Project access tokens: every rule and error row of the spec, and the Authentication rules
 // for project tokens.
 import { describe, expect, test } from "vitest";
-import { createProject, createToken, useKiln, withKiln } from "../support/kiln";
+import { createProject, createToken, eventually, useKiln, withKiln } from "../support/kiln";
 
 describe("project access tokens", () => {
   // Time is Kiln's controllable clock: expiry is reached by moving it forward, never by waiting.
@@ -213,8 +213,8 @@ describe("project access tokens", () => {
 
 describe("tokens of a project being deleted", () => {
   test("token changes answer 409 project_deleting while the deletion runs; its tokens are already revoked", async () => {
-    // KILN_FAULTS=project-cleanup-delay:1 holds the first deletion in `deleting` for 1.5 s.
-    await withKiln({ env: { KILN_FAULTS: "project-cleanup-delay:1" } }, async (k) => {
+    // KILN_FAULTS=project-cleanup-delay:1 holds the first deletion in `deleting` until Kiln's clock moves a minute on.
+    await withKiln({ env: { KILN_FAULTS: "project-cleanup-delay:1" }, args: ["--controllable-clock"] }, async (k) => {
       const p = await createProject(k);
       const t = await createToken(k, p.id);
       expect((await k.api("DELETE", `/projects/${p.id}`)).body.status).toBe("deleting");
@@ -226,6 +226,9 @@ describe("tokens of a project being deleted", () => {
       expect(revoke.body).toEqual({ code: "project_deleting" });
       expect((await k.api("GET", `/projects/${p.id}/access-tokens/${t.id}`)).body.status).toBe("revoked");
       expect((await k.api("GET", `/projects/${p.id}`, { token: t.token })).status).toBe(401);
+      // Released by the clock, the deletion finishes.
+      expect((await k.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds: 61 } })).status).toBe(200);
+      await eventually(() => k.api("GET", `/projects/${p.id}`), (r) => r.status === 404 || r.body?.status === "deleted");
     });
   });
 });
