@@ -10,6 +10,7 @@ import { keysArea } from "./keys/area";
 import type { Platform } from "./platform";
 import { projectsArea } from "./projects/area";
 import { schedulersArea } from "./schedulers/area";
+import { storageArea } from "./storage/area";
 import type { Migration } from "./store/migrations";
 import { testingArea } from "./testing/area";
 import { variablesArea } from "./variables/area";
@@ -31,6 +32,7 @@ export const AREAS = [
   databasesArea,
   functionsArea,
   schedulersArea,
+  storageArea,
   testingArea,
 ] as const;
 

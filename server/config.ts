@@ -75,6 +75,8 @@ export interface Config {
   controllableClock: boolean;
   /** Where the controllable clock starts (epoch ms), instead of the real time. */
   clockStartMs?: number;
+  /** Object storage on an S3 endpoint instead of files under the data dir (production profile). */
+  s3?: { endPoint: string; bucket: string; accessKey: string; secretKey: string; region?: string; prefix?: string };
   /** Check every response against its declared schema (tests turn this on). */
   validateResponses: boolean;
 }
@@ -92,6 +94,8 @@ export interface StartOptions {
   publicUrl?: string;
   controllableClock?: boolean;
   clockStart?: string;
+  s3Endpoint?: string;
+  s3Bucket?: string;
   postgresUrl?: string;
   pgPort?: string | number;
   functionRuntime?: string;
@@ -170,6 +174,7 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     validateResponses: env.KILN_VALIDATE_RESPONSES === "1",
     controllableClock: Boolean(opts.controllableClock) || env.KILN_CONTROLLABLE_CLOCK === "1" || Boolean(opts.clockStart ?? env.KILN_CLOCK_START),
     clockStartMs: clockStartOf(opts.clockStart ?? env.KILN_CLOCK_START),
+    s3: s3Of(opts, env),
     postgresUrl: opts.postgresUrl ?? (env.KILN_POSTGRES_URL || undefined),
     pgPort: Number(opts.pgPort ?? env.KILN_PG_PORT ?? 7432),
     dbMaxOpen: intEnv("KILN_DB_MAX_OPEN", 10),
@@ -198,6 +203,17 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
 }
 
 /** Takes one injected failure of the given name, if any are left. */
+/** `--s3-endpoint` (KILN_S3_ENDPOINT) with its bucket and credentials from the environment. */
+function s3Of(opts: StartOptions, env: Record<string, string | undefined>): Config["s3"] {
+  const endPoint = opts.s3Endpoint ?? env.KILN_S3_ENDPOINT;
+  if (!endPoint) return undefined;
+  if (!/^https?:\/\/[^/]+\/?$/.test(endPoint)) throw new Error(`--s3-endpoint must be http(s)://host:port (got '${endPoint}')`);
+  const accessKey = env.KILN_S3_ACCESS_KEY ?? env.AWS_ACCESS_KEY_ID;
+  const secretKey = env.KILN_S3_SECRET_KEY ?? env.AWS_SECRET_ACCESS_KEY;
+  if (!accessKey || !secretKey) throw new Error("--s3-endpoint needs KILN_S3_ACCESS_KEY and KILN_S3_SECRET_KEY (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)");
+  return { endPoint, bucket: opts.s3Bucket ?? env.KILN_S3_BUCKET ?? "kiln", accessKey, secretKey, region: env.KILN_S3_REGION, prefix: env.KILN_S3_PREFIX };
+}
+
 /** `--clock-start`: an RFC 3339 instant with an offset (or Z), years 1970-9999. */
 function clockStartOf(v: string | undefined): number | undefined {
   if (!v) return undefined;

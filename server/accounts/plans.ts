@@ -14,7 +14,17 @@ export interface Plan {
   maxDatabases: number;
   databaseBackups: boolean;
   topQueries: boolean;
+  /**
+   * Object storage (the spec leaves the figures to each deployment; these are Kiln's defaults, and
+   * KILN_STORAGE_FILE_LIMIT_BYTES, KILN_STORAGE_QUOTA_BYTES and KILN_STORAGE_BANDWIDTH_BYTES set
+   * them for every plan): the largest file, a project's stored bytes, and bytes served a month.
+   */
+  storageFileLimitBytes: number;
+  storageQuotaBytes: number;
+  storageBandwidthBytes: number;
 }
+
+const GB = 1_000_000_000;
 
 export const PLANS: Record<PlanName, Plan> = {
   hobby: {
@@ -25,6 +35,9 @@ export const PLANS: Record<PlanName, Plan> = {
     maxDatabases: 1,
     databaseBackups: false,
     topQueries: false,
+    storageFileLimitBytes: 50_000_000,
+    storageQuotaBytes: 1 * GB,
+    storageBandwidthBytes: 5 * GB,
   },
   superagent: {
     name: "superagent",
@@ -34,6 +47,9 @@ export const PLANS: Record<PlanName, Plan> = {
     maxDatabases: 10_000,
     databaseBackups: true,
     topQueries: true,
+    storageFileLimitBytes: 50 * GB,
+    storageQuotaBytes: 100 * GB,
+    storageBandwidthBytes: 250 * GB,
   },
 };
 

@@ -29,12 +29,17 @@ function parametersOf(schema: z.ZodType | undefined, where: "path" | "query") {
   });
 }
 
+/** OpenAPI has no rest-of-path parameter: `{path+}` is written `{path}` (its description says slashes are allowed). */
+function openApiPath(path: string): string {
+  return path.replace(/\{(\w+)\+\}/g, "{$1}");
+}
+
 /** Builds the OpenAPI 3.0 document from the route definitions: nothing here is written by hand. */
 export function buildOpenApi(routes: RouteDef[]): JsonSchema {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const def of routes) {
     const op: Record<string, unknown> = {
-      operationId: `${def.method.toLowerCase()}${def.path.replace(/\{(\w+)\}/g, "By_$1").replace(/[^A-Za-z0-9]+(.)?/g, (_, c) => (c ? c.toUpperCase() : ""))}`,
+      operationId: `${def.method.toLowerCase()}${openApiPath(def.path).replace(/\{(\w+)\}/g, "By_$1").replace(/[^A-Za-z0-9]+(.)?/g, (_, c) => (c ? c.toUpperCase() : ""))}`,
       summary: def.summary,
       tags: [def.tag],
       parameters: [...parametersOf(def.params, "path"), ...parametersOf(def.query, "query")],
@@ -54,7 +59,7 @@ export function buildOpenApi(routes: RouteDef[]): JsonSchema {
       (op.responses as Record<string, unknown>)["413"] = { description: "request body over the route's limit", content: { "application/json": { schema: toSchema(errorBody, "output") } } };
     if (def.auth.kind !== "none") op.security = [{ bearerAuth: [] }];
     const methods = def.alsoHead ? [def.method, "HEAD"] : [def.method];
-    for (const m of methods) (paths[def.path] ??= {})[m.toLowerCase()] = m === "HEAD" ? { ...op, operationId: `${op.operationId}Head` } : op;
+    for (const m of methods) (paths[openApiPath(def.path)] ??= {})[m.toLowerCase()] = m === "HEAD" ? { ...op, operationId: `${op.operationId}Head` } : op;
   }
   return {
     openapi: "3.0.3",

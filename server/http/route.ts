@@ -6,7 +6,7 @@ import type { Config } from "../config";
 import type { Logger } from "../log";
 import { type BodyLimit, readJsonBody, resolveBodyLimit, type RouteBodyLimit } from "./body";
 import type { ResponseSpec } from "./common-schemas";
-import { badRequest, jsonResponse } from "./errors";
+import { badRequest, HttpError, jsonResponse } from "./errors";
 
 export type { ResponseSpec } from "./common-schemas";
 
@@ -37,6 +37,11 @@ export interface RouteDef<P = any, Q = any, B = any, R extends AuthRule = AuthRu
    * invocations, `deploy` for multipart uploads the handler reads with `readMultipartBody`.
    */
   bodyLimit?: RouteBodyLimit;
+  /**
+   * The message of the 400 for a path parameter that is not storable text (a NUL, a lone surrogate),
+   * where the spec words it (storage: `invalid or missing object path`).
+   */
+  invalidParam?: Record<string, string>;
   /** Extra methods served by the same handler (HEAD beside GET). */
   alsoHead?: boolean;
   handler: (ctx: RouteContext<P, Q, B, D> & AuthedBy<R>) => Promise<Reply> | Reply;
@@ -200,9 +205,18 @@ export class Router {
   bind(app: Elysia<any, any, any, any, any, any, any>, t: Transport, metaOf: (r: Request) => { ip: string; arrivedAt: number }): void {
     for (const def of this.routes) {
       this.bodyLimits.set(def, resolveBodyLimit(def.bodyLimit, t.config));
-      const elysiaPath = def.path.replace(/\{(\w+)\}/g, ":$1");
+      // `{name+}` takes the rest of the path, slashes included (Elysia's `*`), less a fixed suffix
+      // when one follows it in the definition (`/storage/{bucketName}/{path+}/visibility`).
+      const rest = /\{(\w+)\+\}(.*)$/.exec(def.path);
+      const elysiaPath = (rest ? def.path.slice(0, rest.index) + "*" : def.path).replace(/\{(\w+)\}/g, ":$1");
       const run = async ({ request, params }: { request: Request; params: Record<string, string> }) => {
         try {
+          if (rest) {
+            const { "*": tail = "", ...named } = params;
+            const suffix = rest[2]!;
+            if (suffix && (!tail.endsWith(suffix) || tail.length === suffix.length)) throw new HttpError(404, { error: `no route for ${request.method} ${new URL(request.url).pathname}` });
+            params = { ...named, [rest[1]!]: suffix ? tail.slice(0, -suffix.length) : tail };
+          }
           return await this.execute(def, t, request, params, metaOf(request));
         } catch (err) {
           return t.renderError(err, request);
@@ -215,7 +229,9 @@ export class Router {
 
   private async execute(def: RouteDef, t: Transport, request: Request, rawParams: Record<string, string>, meta: { ip: string; arrivedAt: number }) {
     const ip = meta.ip;
-    const params = parseWith(def.params, decodeParams(rawParams), "path");
+    const decoded = decodeParams(rawParams);
+    for (const [name, message] of Object.entries(def.invalidParam ?? {})) if (decoded[name] !== undefined && badTextAt(decoded[name]) !== null) throw badRequest(message);
+    const params = parseWith(def.params, decoded, "path");
     const url = request.url.includes("?") ? new URL(request.url) : null;
     if (url) refuseNulInQuery(url);
     const query = def.query ? parseWith(def.query, url ? queryObject(url) : {}, "query") : undefined;

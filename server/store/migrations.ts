@@ -83,10 +83,23 @@ async function adoptLegacyVersions(store: ControlStore): Promise<void> {
   });
 }
 
-/** Migrations hold plain DDL (no functions with bodies), so splitting on `;` is safe. */
-function splitStatements(sql: string): string[] {
-  return sql
-    .split(/;\s*(?:\n|$)/)
-    .map((s) => s.replace(/^\s*--.*$/gm, "").trim())
-    .filter(Boolean);
+/**
+ * Statements end with `;` at the end of a line; a dollar-quoted body (`$$ ... $$`, for SQL functions)
+ * is kept whole whatever it holds. Comment lines are dropped.
+ */
+export function splitStatements(sql: string): string[] {
+  const out: string[] = [];
+  let current = "";
+  let inBody = false;
+  for (const line of sql.split("\n")) {
+    if (!inBody && /^\s*--/.test(line)) continue;
+    current += `${line}\n`;
+    if ((line.match(/\$\$/g) ?? []).length % 2 === 1) inBody = !inBody;
+    if (!inBody && /;\s*$/.test(line)) {
+      out.push(current.trim().replace(/;$/, ""));
+      current = "";
+    }
+  }
+  if (current.trim()) out.push(current.trim().replace(/;$/, ""));
+  return out.filter(Boolean);
 }

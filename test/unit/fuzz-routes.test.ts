@@ -242,7 +242,7 @@ function credentialFor(def: RouteDef): fc.Arbitrary<string> {
 }
 
 function paramsFor(def: RouteDef): fc.Arbitrary<Record<string, string>> {
-  const names = [...def.path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
+  const names = [...def.path.matchAll(/\{(\w+)\+?\}/g)].map((m) => m[1]!);
   const shape: Record<string, fc.Arbitrary<string>> = {};
   names.forEach((name, i) => {
     // A DELETE never gets the real thing it would delete (the fuzzing needs it).
@@ -337,7 +337,7 @@ function encodeSegment(v: string, raw: boolean): string {
 }
 
 function urlOf(def: RouteDef, c: Case): string {
-  const path = def.path.replace(/\{(\w+)\}/g, (_, name: string) => encodeSegment(c.params[name] ?? "", c.rawParams));
+  const path = def.path.replace(/\{(\w+)\+?\}/g, (_, name: string) => encodeSegment(c.params[name] ?? "", c.rawParams));
   const qs = c.query.map(([key, v]) => `${encodeSegment(key, false)}=${encodeSegment(v, false)}`).join("&");
   return `${k.url}${path}${qs ? `?${qs}` : ""}`;
 }

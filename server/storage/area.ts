@@ -1,0 +1,62 @@
+import { join } from "node:path";
+import type { BlobStore } from "../backends/blobs/blob-store";
+import { defineArea } from "../area";
+import type { Platform } from "../platform";
+import type { ProjectsService } from "../projects/service";
+import { BucketsService } from "./buckets";
+import { StorageLimits, type StorageSettings } from "./limits";
+import { STORAGE_MIGRATIONS } from "./migrations";
+import { ObjectsService } from "./objects";
+import { PoliciesService } from "./policies";
+import { bucketRoutes, objectRoutes, policyRoutes } from "./routes";
+import { UploadsService } from "./uploads";
+
+type Needs = Pick<Platform, "store" | "config" | "clock" | "log"> & { projects: ProjectsService };
+
+const num = (v: string | undefined) => (v && /^\d+$/.test(v) ? Number(v) : undefined);
+
+/** The blob backend the configuration names: S3 (`--s3-endpoint`) or files under the data dir. */
+async function openBlobStore(config: Needs["config"]): Promise<BlobStore> {
+  if (config.s3) {
+    const { S3BlobStore } = await import("../backends/blobs/s3");
+    const s3 = new S3BlobStore(config.s3);
+    await s3.init();
+    return s3;
+  }
+  const { FilesystemBlobStore } = await import("../backends/blobs/filesystem");
+  const fs = new FilesystemBlobStore(join(config.dataDir, "blobs", "storage"));
+  await fs.sweep();
+  return fs;
+}
+
+/** Object storage: buckets, SQL policies, objects with ranges, resumable uploads (docs/storage.md). */
+export const storageArea = defineArea({
+  name: "storage",
+  migrations: STORAGE_MIGRATIONS,
+  start: async ({ store, config, clock, log }: Needs) => {
+    const blobs = await openBlobStore(config);
+    const settings: StorageSettings = {
+      fileLimitBytes: num(process.env.KILN_STORAGE_FILE_LIMIT_BYTES),
+      quotaBytes: num(process.env.KILN_STORAGE_QUOTA_BYTES),
+      bandwidthBytes: num(process.env.KILN_STORAGE_BANDWIDTH_BYTES),
+    };
+    const limits = new StorageLimits(store, clock, settings);
+    const storagePolicies = new PoliciesService(store, clock, log);
+    const storageObjects = new ObjectsService(store, clock, blobs, storagePolicies, limits);
+    const uploads = new UploadsService(store, clock, blobs, storageObjects, limits, log);
+    return { blobs, buckets: new BucketsService(store, clock, blobs), storagePolicies, storageObjects, uploads, storageJobs: { expiry: null as { cancel(): void } | null } };
+  },
+  routes: (r) => {
+    bucketRoutes(r);
+    policyRoutes(r);
+    objectRoutes(r);
+  },
+  project: { cleanup: (projectId, { buckets }) => buckets.removeAll(projectId) },
+  // Expired upload sessions go hourly, on the platform clock (a test moves it 7 days and sees them gone).
+  resume: async ({ uploads, clock, log, storageJobs }) => {
+    await uploads.removeExpired().catch((e) => log.error("removing expired upload sessions failed", e));
+    storageJobs.expiry = clock.every(3_600_000, () => uploads.removeExpired(), "storage upload expiry");
+  },
+  drain: async ({ storageJobs }) => storageJobs.expiry?.cancel(),
+  stop: ({ blobs }) => blobs.close(),
+});
