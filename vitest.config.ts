@@ -1,6 +1,6 @@
 import { defineConfig } from "vitest/config";
 
-// Five projects: fast unit tests; the black-box HTTP suite twice, once against the embedded control
+// Six projects: fast unit tests; the black-box HTTP suite twice, once against the embedded control
 // store (PGlite) and once against a real PostgreSQL server started for the run; and the functions
 // suites with every function in a container (--function-runtime docker), once on a Docker engine and
 // once on Podman's Docker-compatible API.
@@ -18,6 +18,18 @@ export default defineConfig({
           name: "postgres",
           env: { KILN_TEST_STORE: "postgres" },
           globalSetup: ["test/support/global-postgres.ts"],
+        },
+      },
+      // The storage suites again with objects on S3 (radosgw started for the run), on the PostgreSQL store:
+      // the production profile's storage.
+      {
+        test: {
+          ...blackBox,
+          include: ["test/http/storage*.test.ts"],
+          exclude: [],
+          name: "s3",
+          env: { KILN_TEST_STORE: "postgres", KILN_TEST_BLOBS: "s3" },
+          globalSetup: ["test/support/global-postgres.ts", "test/support/global-s3.ts"],
         },
       },
       ...(["docker", "podman"] as const).map((engine) => ({

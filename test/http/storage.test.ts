@@ -357,7 +357,7 @@ describe("resumable uploads", () => {
     return kk.api("POST", `/storage/${bucket}/${path}`, { token, body });
   }
   const put = (kk: TestKiln, token: string, bucket: string, path: string, id: string, n: number, bytes: Uint8Array) =>
-    fetch(`${kk.url}/storage/${bucket}/${path}`, { method: "PUT", headers: { authorization: `Bearer ${token}`, "x-upload-session": id, "x-part-number": String(n), "content-type": "application/octet-stream" }, body: bytes });
+    fetch(`${kk.url}/storage/${bucket}/${path}`, { method: "PUT", headers: { authorization: `Bearer ${token}`, "x-upload-session": id, "x-part-number": String(n), "content-type": "application/octet-stream" }, body: bytes as BodyInit });
 
   test("create (part size adjusted), parts in any order with a re-upload, status, complete into one object", async () => {
     const { service, bucket } = await setup();

@@ -13,6 +13,8 @@ export const KILN = join(ROOT, "cmd/kiln.ts");
 
 /** Which control store this vitest project tests: `embedded` (PGlite) or `postgres`. */
 export const STORE = (process.env.KILN_TEST_STORE ?? "embedded") as "embedded" | "postgres";
+/** Where storage objects live: files in the data dir, or the s3 project's S3 server. */
+export const BLOBS = (process.env.KILN_TEST_BLOBS ?? "filesystem") as "filesystem" | "s3";
 export const FUNCTION_RUNTIME = (process.env.KILN_TEST_FUNCTION_RUNTIME ?? "process") as "process" | "docker";
 
 export interface KilnOptions {
@@ -73,13 +75,16 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
   const production = databaseUrl ? ["--database-url", databaseUrl, "--postgres-url", inject("pgUrl")] : [];
   // The containers project runs every function in a container on the engine its global setup provides.
   const containers = FUNCTION_RUNTIME === "docker" ? ["--function-runtime", "docker", "--docker-host", inject("dockerHost")] : [];
-  const args = [KILN, "start", "--port", "0", "--pg-port", "0", "--data-dir", dataDir, ...production, ...containers, ...(opts.args ?? [])];
+  // The s3 project keeps storage objects on the S3 server its global setup provides, a bucket per Kiln.
+  const s3 = BLOBS === "s3" ? ["--s3-endpoint", inject("s3").endPoint, "--s3-bucket", `kiln-test-${randomBytes(6).toString("hex")}`] : [];
+  const args = [KILN, "start", "--port", "0", "--pg-port", "0", "--data-dir", dataDir, ...production, ...containers, ...s3, ...(opts.args ?? [])];
   const env: Record<string, string | undefined> = {
     ...process.env,
     KILN_VALIDATE_RESPONSES: "1",
     KILN_LOG: "quiet",
     KILN_ADMIN_TOKEN: adminToken,
     KILN_PLATFORM_TOKEN: token || undefined,
+    ...(BLOBS === "s3" ? { KILN_S3_ACCESS_KEY: inject("s3").accessKey, KILN_S3_SECRET_KEY: inject("s3").secretKey, KILN_S3_REGION: inject("s3").region } : {}),
     ...opts.env,
   };
   for (const k of Object.keys(env)) if (env[k] === undefined) delete env[k];

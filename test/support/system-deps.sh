@@ -8,6 +8,8 @@
 #   docker.io   the container runtime's engine ("containers" project)
 #   podman      the same on Podman ("containers-podman" project)
 #   ruby        Debian's Ruby exercises the Ruby bootstrap
+#   radosgw, ceph-mon, ceph-osd  Ceph's S3 gateway over a one-node cluster: the S3 server the blob-store
+#               tests start on loopback (test/support/s3-server.ts, docs/storage.md)
 set -euo pipefail
 need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
@@ -16,6 +18,7 @@ command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v podman >/dev/null 2>&1 || need+=(podman)
 command -v ruby >/dev/null 2>&1 || need+=(ruby)
+{ command -v radosgw && command -v ceph-mon && command -v ceph-osd; } >/dev/null 2>&1 || need+=(radosgw ceph-mon ceph-osd)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing what the tests need from Debian: ${need[*]}" >&2
