@@ -82,6 +82,30 @@ export class Client {
     }
   }
 
+  /**
+   * Any request with the caller's headers and body (a stream, a file slice): the response as it came,
+   * whatever its status (storage transfers stream both ways). `apiError` turns a failed one into an ApiError.
+   */
+  async send(method: string, path: string, init: { headers?: Record<string, string>; body?: BodyInit | null; signal?: AbortSignal } = {}): Promise<Response> {
+    const headers: Record<string, string> = { ...init.headers, "X-Service-CLI-Version": KILN_VERSION };
+    if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    try {
+      return await fetch(this.url + path, { method, headers, body: init.body ?? undefined, signal: init.signal, ...(init.body instanceof ReadableStream ? { duplex: "half" } : {}) } as RequestInit);
+    } catch (err) {
+      throw new Error(`cannot reach Kiln at ${this.url} (${(err as Error).message}); is \`kiln start\` running?`);
+    }
+  }
+
+  /** The ApiError for a response that is not ok (its JSON body's `error` as the message). */
+  static async apiError(res: Response): Promise<ApiError> {
+    const text = await res.text().catch(() => "");
+    let parsed: unknown = text;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {}
+    return new ApiError(res.status, parsed);
+  }
+
   /** A multipart request (function deploys). */
   async requestForm<T = any>(method: string, path: string, form: FormData): Promise<T> {
     const headers: Record<string, string> = { "X-Service-CLI-Version": KILN_VERSION };
@@ -96,8 +120,9 @@ export class Client {
     return parsed as T;
   }
 
-  async request<T = any>(method: string, path: string, body?: unknown): Promise<T> {
-    const headers: Record<string, string> = { "X-Service-CLI-Version": KILN_VERSION };
+  /** A JSON request; `extra` headers are added to the CLI's own (the lock routes' X-Service-* ids). */
+  async request<T = any>(method: string, path: string, body?: unknown, extra?: Record<string, string>): Promise<T> {
+    const headers: Record<string, string> = { ...extra, "X-Service-CLI-Version": KILN_VERSION };
     if (this.token) headers.Authorization = `Bearer ${this.token}`;
     if (body !== undefined) headers["Content-Type"] = "application/json";
     let res: Response;

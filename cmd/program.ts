@@ -11,6 +11,7 @@ import { emulatorsCommand } from "./commands/emulators";
 import { functionsCommand } from "./commands/functions";
 import { clockCommand } from "./commands/clock";
 import { schedulersCommand } from "./commands/schedulers";
+import { locksCommand } from "./commands/locks";
 import { internalCommand } from "./internal";
 import { startCommand } from "./start";
 
@@ -32,6 +33,7 @@ export function buildProgram(): Command {
   functionsCommand(program);
   schedulersCommand(program);
   clockCommand(program);
+  locksCommand(program);
   authCommand(program);
   mailCommand(program);
   emulatorsCommand(program);

@@ -7,6 +7,7 @@ import { endUsersArea } from "./end-users/area";
 import { functionsArea } from "./functions/area";
 import { healthArea } from "./health/area";
 import { keysArea } from "./keys/area";
+import { locksArea } from "./locks/area";
 import type { Platform } from "./platform";
 import { projectsArea } from "./projects/area";
 import { schedulersArea } from "./schedulers/area";
@@ -33,6 +34,7 @@ export const AREAS = [
   functionsArea,
   schedulersArea,
   storageArea,
+  locksArea,
   testingArea,
 ] as const;
 
