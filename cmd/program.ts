@@ -12,6 +12,7 @@ import { functionsCommand } from "./commands/functions";
 import { clockCommand } from "./commands/clock";
 import { schedulersCommand } from "./commands/schedulers";
 import { locksCommand } from "./commands/locks";
+import { storageCommand } from "./commands/storage";
 import { internalCommand } from "./internal";
 import { startCommand } from "./start";
 
@@ -34,6 +35,7 @@ export function buildProgram(): Command {
   schedulersCommand(program);
   clockCommand(program);
   locksCommand(program);
+  storageCommand(program);
   authCommand(program);
   mailCommand(program);
   emulatorsCommand(program);

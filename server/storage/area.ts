@@ -44,7 +44,14 @@ export const storageArea = defineArea({
     const storagePolicies = new PoliciesService(store, clock, log);
     const storageObjects = new ObjectsService(store, clock, blobs, storagePolicies, limits);
     const uploads = new UploadsService(store, clock, blobs, storageObjects, limits, log);
-    return { blobs, buckets: new BucketsService(store, clock, blobs), storagePolicies, storageObjects, uploads, storageJobs: { expiry: null as { cancel(): void } | null } };
+    return {
+      blobs,
+      buckets: new BucketsService(store, clock, blobs),
+      storagePolicies,
+      storageObjects,
+      uploads,
+      storageJobs: { expiry: null as { cancel(): void } | null, analyze: null as ReturnType<typeof setInterval> | null },
+    };
   },
   routes: (r) => {
     bucketRoutes(r);
@@ -53,10 +60,25 @@ export const storageArea = defineArea({
   },
   project: { cleanup: (projectId, { buckets }) => buckets.removeAll(projectId) },
   // Expired upload sessions go hourly, on the platform clock (a test moves it 7 days and sees them gone).
-  resume: async ({ uploads, clock, log, storageJobs }) => {
+  resume: async ({ uploads, clock, log, storageJobs, store, storageObjects }) => {
     await uploads.removeExpired().catch((e) => log.error("removing expired upload sessions failed", e));
     storageJobs.expiry = clock.every(3_600_000, () => uploads.removeExpired(), "storage upload expiry");
+    // PGlite has no autovacuum, so nothing gathers statistics: without them the planner sorts a
+    // whole bucket for a listing's first page (66 ms at 20k objects, 0.13 ms after ANALYZE). The
+    // embedded store analyzes the objects table after every 500 writes (a PostgreSQL server's
+    // autovacuum does this itself). Wall time: this keeps a measurement fresh, it is no rule.
+    if (store.kind === "pglite") {
+      storageJobs.analyze = setInterval(() => {
+        if (storageObjects.writesSinceAnalyze < 500) return;
+        storageObjects.writesSinceAnalyze = 0;
+        void store.query("analyze storage_objects").catch((e) => log.error("analyzing storage_objects failed", e));
+      }, 5000);
+      storageJobs.analyze.unref?.();
+    }
   },
-  drain: async ({ storageJobs }) => storageJobs.expiry?.cancel(),
+  drain: async ({ storageJobs }) => {
+    storageJobs.expiry?.cancel();
+    if (storageJobs.analyze) clearInterval(storageJobs.analyze);
+  },
   stop: ({ blobs }) => blobs.close(),
 });

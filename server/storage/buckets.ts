@@ -100,13 +100,19 @@ export class BucketsService {
   /** The bucket, its objects (rows, then bytes), policies and upload sessions. */
   async delete(projectId: string, name: string): Promise<void> {
     const b = await this.byName(projectId, name);
-    await this.store.query(`delete from storage_buckets where id = $1`, [b.id]);
+    await this.store.transaction(async (tx) => {
+      // The bucket's objects leave the project's running total with it (their rows go by cascade).
+      const [{ bytes }] = (await tx.query(`select coalesce(sum(size), 0)::text as bytes from storage_objects where bucket_id = $1`, [b.id])) as [{ bytes: string }];
+      await tx.query(`delete from storage_buckets where id = $1`, [b.id]);
+      await tx.query(`update storage_project_usage set bytes = bytes - $2 where project_id = $1`, [projectId, Number(bytes)]);
+    });
     await this.blobs.deletePrefix(`${projectId}/${b.id}/`);
   }
 
   async removeAll(projectId: string): Promise<void> {
     await this.store.query(`delete from storage_buckets where project_id = $1`, [projectId]);
     await this.store.query(`delete from storage_bandwidth where project_id = $1`, [projectId]);
+    await this.store.query(`delete from storage_project_usage where project_id = $1`, [projectId]);
     await this.blobs.deletePrefix(`${projectId}/`);
   }
 }

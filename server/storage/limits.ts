@@ -2,7 +2,7 @@ import { plan as planOf } from "../accounts/plans";
 import type { Clock } from "../clock";
 import type { PlanName } from "../config";
 import { HttpError } from "../http/errors";
-import type { ControlStore } from "../store/store";
+import type { ControlStore, Sql } from "../store/store";
 import type { BucketRow } from "./buckets";
 
 /** Decimal units, as storage is billed: 50000000 -> "50 MB". */
@@ -39,6 +39,14 @@ export function monthOf(ms: number): string {
  * The size limits an upload meets (bucket `file_size_limit`, the plan's file limit, the project's
  * storage quota) and the month's download allowance.
  */
+/** Adds `delta` bytes to a project's running total, in the transaction that changed its objects. */
+export function addUsage(tx: Sql, projectId: string, delta: number): Promise<unknown> {
+  return tx.query(
+    `insert into storage_project_usage (project_id, bytes) values ($1, $2) on conflict (project_id) do update set bytes = storage_project_usage.bytes + excluded.bytes`,
+    [projectId, delta],
+  );
+}
+
 export class StorageLimits {
   constructor(
     private readonly store: ControlStore,
@@ -52,7 +60,7 @@ export class StorageLimits {
   }
 
   async usedBytes(projectId: string): Promise<number> {
-    const [r] = await this.store.query<{ used: string }>(`select coalesce(sum(size), 0)::text as used from storage_objects where project_id = $1`, [projectId]);
+    const [r] = await this.store.query<{ used: string }>(`select bytes::text as used from storage_project_usage where project_id = $1`, [projectId]);
     return Number(r?.used ?? 0);
   }
 

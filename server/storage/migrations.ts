@@ -88,4 +88,15 @@ export const STORAGE_MIGRATIONS: Migration[] = [
       create or replace function storage.extension(name text) returns text language sql immutable as $$ select coalesce(substring(storage.filename(name) from '\\.([^./]*)$'), '') $$;
     `,
   },
+  {
+    // What a project stores, kept as a running total so the quota check is one row, not a sum over every object.
+    id: "storage/002-project-usage",
+    sql: `
+      create table storage_project_usage (
+        project_id text primary key,
+        bytes bigint not null
+      );
+      insert into storage_project_usage (project_id, bytes) select project_id, sum(size) from storage_objects group by project_id;
+    `,
+  },
 ];

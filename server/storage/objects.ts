@@ -6,7 +6,7 @@ import { badRequest, conflict, forbidden, HttpError, notFound } from "../http/er
 import { newId } from "../ids";
 import { isoTime, isUniqueViolation, type ControlStore, type Row } from "../store/store";
 import { mimeAllowed, type BucketRow } from "./buckets";
-import type { StorageLimits } from "./limits";
+import { addUsage, type StorageLimits } from "./limits";
 import { DENIED, type PoliciesService, type PolicyCaller, type PolicyCandidate, type PolicyOperation } from "./policies";
 
 /** Who acts on objects: a service key (no policies), an end user, or the anon key (role anon). */
@@ -106,6 +106,9 @@ export function parseRange(header: string | null, size: number): RangeRequest {
  * holds, except that public objects download with only the anon key.
  */
 export class ObjectsService {
+  /** Rows written since the table's statistics were last gathered (see the storage area's analyze job). */
+  writesSinceAnalyze = 0;
+
   constructor(
     private readonly store: ControlStore,
     private readonly clock: Clock,
@@ -241,25 +244,29 @@ export class ObjectsService {
   ): Promise<ObjectRow> {
     let row: ObjectRow;
     try {
-      if (existing) {
-        const [r] = await this.store.query<ObjectRow>(
-          `update storage_objects set size = $2, mime_type = $3, etag = $4, metadata = $5::text::jsonb, blob_key = $6, updated_at = $7 where id = $1 returning *`,
-          [existing.id, o.size, o.mime_type, o.etag, JSON.stringify(o.metadata), o.blob_key, at],
-        );
-        if (!r) throw conflict(`object '${o.name}' changed during the upload; try again`);
-        row = r;
-      } else {
-        const [r] = await this.store.query<ObjectRow>(
+      row = await this.store.transaction(async (tx) => {
+        if (existing) {
+          const [r] = await tx.query<ObjectRow>(
+            `update storage_objects set size = $2, mime_type = $3, etag = $4, metadata = $5::text::jsonb, blob_key = $6, updated_at = $7 where id = $1 and blob_key = $8 returning *`,
+            [existing.id, o.size, o.mime_type, o.etag, JSON.stringify(o.metadata), o.blob_key, at, existing.blob_key],
+          );
+          if (!r) throw conflict(`object '${o.name}' changed during the upload; try again`);
+          await addUsage(tx, bucket.project_id, o.size - Number(existing.size));
+          return r;
+        }
+        const [r] = await tx.query<ObjectRow>(
           `insert into storage_objects (id, project_id, bucket_id, name, owner_id, size, mime_type, etag, is_public, metadata, blob_key, created_at, updated_at)
            values ($1, $2, $3, $4, $5, $6, $7, $8, false, $9::text::jsonb, $10, $11, $11) returning *`,
           [o.id, bucket.project_id, bucket.id, o.name, o.owner_id, o.size, o.mime_type, o.etag, JSON.stringify(o.metadata), o.blob_key, at],
         );
-        row = r!;
-      }
+        await addUsage(tx, bucket.project_id, o.size);
+        return r!;
+      });
     } catch (err) {
       if (isUniqueViolation(err)) throw conflict(`object '${o.name}' already exists`);
       throw err;
     }
+    this.writesSinceAnalyze++;
     if (existing && existing.blob_key !== o.blob_key) await this.blobs.delete(existing.blob_key).catch(() => {});
     return row;
   }
@@ -296,7 +303,13 @@ export class ObjectsService {
   async delete(caller: StorageCaller, bucket: BucketRow, path: string): Promise<void> {
     const o = await this.get(bucket, path);
     await this.authorize(caller, "DELETE", candidateOf(o));
-    await this.store.query(`delete from storage_objects where id = $1`, [o.id]);
+    const gone = await this.store.transaction(async (tx) => {
+      const rows = await tx.query(`delete from storage_objects where id = $1 returning id`, [o.id]);
+      if (rows.length) await addUsage(tx, o.project_id, -Number(o.size));
+      return rows.length > 0;
+    });
+    if (!gone) throw notFound("object not found");
+    this.writesSinceAnalyze++;
     await this.blobs.delete(o.blob_key);
   }
 

@@ -323,8 +323,14 @@ describe("limits", () => {
       r = await upload(limited, service, open.name, "b", randomBytes(4000));
       expect(r.status).toBe(413);
       expect(r.body.error).toBe("storage limit exceeded (used: 4.5 KB, limit: 8 KB)");
+      // Deleting frees the quota; replacing counts the difference.
+      expect((await limited.api("DELETE", `/storage/${open.name}/a`, { token: service })).status).toBe(200);
+      expect((await upload(limited, service, open.name, "b", randomBytes(4000))).status).toBe(201);
+      expect((await upload(limited, service, open.name, "b", randomBytes(4900), { upsert: true })).status).toBe(201);
+      expect((await upload(limited, service, open.name, "c", randomBytes(3200))).status).toBe(413);
+      expect((await upload(limited, service, open.name, "c", randomBytes(3000))).status).toBe(201);
       // Nothing refused was kept.
-      expect((await limited.api("GET", `/projects/${(await limited.api("GET", "/projects")).body.data[0].id}/storage/stats`)).body.object_count).toBe(1);
+      expect((await limited.api("GET", `/projects/${(await limited.api("GET", "/projects")).body.data[0].id}/storage/stats`)).body).toMatchObject({ object_count: 2, total_size: 7900 });
     } finally {
       await limited.stop();
     }
