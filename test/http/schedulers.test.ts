@@ -18,6 +18,16 @@ async function setup(kk: TestKiln = k) {
   expect(fn.status).toBe("active");
   return { p, fn, base: `/projects/${p.id}/functions/${fn.id}/schedulers` };
 }
+/**
+ * Kiln's clock also runs at the real rate, so a real minute boundary could pass between a test's
+ * set-up and its advance and fire a tick of its own: each clock-driven test starts 20 s into a minute.
+ */
+async function alignToMinute(kk: TestKiln): Promise<number> {
+  const now = Date.parse((await kk.api("GET", "/_kiln/clock", { token: null })).body.now);
+  const target = Math.floor(now / 60_000) * 60_000 + 60_000 + 20_000;
+  expect((await kk.api("POST", "/_kiln/clock/set", { token: null, body: { now: new Date(target).toISOString() } })).status).toBe(200);
+  return target;
+}
 const advance = async (kk: TestKiln, seconds: number) => expect((await kk.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds } })).status).toBe(200);
 const runsOf = async (kk: TestKiln, base: string, id: string) => (await kk.api("GET", `${base}/${id}/runs?limit=100`)).body.data as any[];
 const everyMinute = (extra: Record<string, unknown> = {}) => ({ name: "every-minute", schedule: { kind: "cron", cron_expression: "* * * * *" }, payload: { hello: "world" }, ...extra });
@@ -115,6 +125,7 @@ describe("scheduler records", () => {
 describe("ticks on the platform clock", () => {
   test("an every-minute scheduler fires 3 times in 3 advanced minutes, with the payload plus __service_schedule", async () => {
     const { fn, base } = await setup();
+    await alignToMinute(k);
     const s = (await k.api("POST", base, { body: everyMinute({ payload: { echo: true, hello: "world" } }) })).body;
     await advance(k, 180);
     const runs = await runsOf(k, base, s.id);
@@ -138,6 +149,7 @@ describe("ticks on the platform clock", () => {
 
   test("a run that succeeds is recorded with its duration; a disabled scheduler does not fire; enabled again it counts from now", async () => {
     const { base } = await setup();
+    await alignToMinute(k);
     const s = (await k.api("POST", base, { body: everyMinute() })).body;
     await advance(k, 60);
     const [run] = await runsOf(k, base, s.id);
@@ -147,6 +159,7 @@ describe("ticks on the platform clock", () => {
     await k.api("PATCH", `${base}/${s.id}`, { body: { enabled: false } });
     await advance(k, 300);
     expect(await runsOf(k, base, s.id)).toHaveLength(1);
+    await alignToMinute(k);
     const again = (await k.api("PATCH", `${base}/${s.id}`, { body: { enabled: true } })).body;
     const now = Date.parse((await k.api("GET", "/_kiln/clock", { token: null })).body.now);
     expect(Date.parse(again.next_run_at) - now).toBeLessThanOrEqual(60_000);
@@ -172,6 +185,7 @@ describe("kiln schedulers and kiln clock", () => {
   const { json, run } = useCli(k, { passToken: true });
   test("create, list, get, update, runs after kiln clock advance, delete", async () => {
     const { p } = await setup();
+    await alignToMinute(k);
     const created = json("schedulers", "create", "nightly", "--project", p.id, "--function", "ticked", "--cron", "*/2 * * * *", "--payload", '{"a":1}');
     expect(created).toMatchObject({ name: "nightly", schedule: { cron_expression: "*/2 * * * *" }, payload: { a: 1 }, enabled: true });
     expect(json("schedulers", "list", "--project", p.id).data.map((s: any) => s.id)).toEqual([created.id]);
@@ -228,6 +242,9 @@ describe.skipIf(STORE !== "postgres")("several instances on one PostgreSQL", () 
     const b = await startKiln({ dataDir: undefined, databaseUrl: a.databaseUrl, args: ["--controllable-clock"], env: { ...env, KILN_PLATFORM_TOKEN: a.token } });
     try {
       const { base } = await setup(a);
+      // Both clocks at the same instant, 20 s into a minute.
+      const t = await alignToMinute(a);
+      expect((await b.api("POST", "/_kiln/clock/set", { token: null, body: { now: new Date(t + 50).toISOString() } })).status).toBe(200);
       const s = (await a.api("POST", base, { body: everyMinute() })).body;
       // b learns of the scheduler by polling the shared store (wall time: that is how instances meet).
       await new Promise((r) => setTimeout(r, 500));

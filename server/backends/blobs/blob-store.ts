@@ -46,3 +46,18 @@ export class BlobTooLarge extends Error {
     super(`more than ${limit} bytes`);
   }
 }
+
+let receivedSinceGc = 0;
+
+/**
+ * Counts bytes a backend received from a request: every 8 MB (over all uploads at once) Bun's
+ * collector is given a hint. Received chunks are garbage once written, but on Kiln's large heap the
+ * collector lets them pile up (measured: a 300 MB upload grew RSS 86 MB without, 11 MB with).
+ */
+export function noteBytesReceived(n: number): void {
+  receivedSinceGc += n;
+  if (receivedSinceGc >= 8 * 1024 * 1024) {
+    receivedSinceGc = 0;
+    Bun.gc(false);
+  }
+}

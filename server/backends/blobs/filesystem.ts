@@ -4,9 +4,7 @@ import { copyFile, open, readdir, rename, rm, stat } from "node:fs/promises";
 import { dirname, join, sep } from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { BlobTooLarge, type BlobStore } from "./blob-store";
-
-let receivedSinceGc = 0;
+import { BlobTooLarge, noteBytesReceived, type BlobStore } from "./blob-store";
 
 /** Kiln's keys are its own ([A-Za-z0-9/_.-], no `..`): anything else is a programming error. */
 function checkKey(key: string): void {
@@ -82,13 +80,7 @@ export class FilesystemBlobStore implements BlobStore {
         async function* (source: AsyncIterable<Buffer>) {
           for await (const chunk of source) {
             size += chunk.length;
-            receivedSinceGc += chunk.length;
-            // The request's chunks are garbage once written; a hint (counted over every upload at
-            // once) keeps the heap from growing with the bodies.
-            if (receivedSinceGc >= 8 * 1024 * 1024) {
-              receivedSinceGc = 0;
-              Bun.gc(false);
-            }
+            noteBytesReceived(chunk.length);
             if (size > max) throw new BlobTooLarge(max);
             md5.update(chunk);
             yield chunk;

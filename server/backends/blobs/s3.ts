@@ -4,7 +4,7 @@ import { Agent as HttpsAgent } from "node:https";
 import { Readable } from "node:stream";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { Client, CopyDestinationOptions, CopySourceOptions } from "minio";
-import { BlobTooLarge, type BlobStore } from "./blob-store";
+import { BlobTooLarge, type BlobStore, noteBytesReceived } from "./blob-store";
 
 export interface S3BlobStoreOptions {
   /** `http(s)://host:port` of the S3 endpoint. */
@@ -156,6 +156,7 @@ export class S3BlobStore implements BlobStore {
         size += chunk.length;
         if (size > max) throw new BlobTooLarge(max);
         md5.update(chunk);
+        noteBytesReceived(chunk.length);
         return chunk;
       }
     };
