@@ -8,9 +8,9 @@ export const ROOT = resolve(import.meta.dirname, "..");
 export const BUN = join(ROOT, "node_modules/.bin/bun");
 export const TOKEN = "pk-benchbenchbenchbenchbench";
 
-/** `kiln start` on free ports in `dataDir`, resolved once it prints its listening line. */
-export async function startKiln(dataDir: string): Promise<{ url: string; proc: ChildProcess }> {
-  const proc = spawn(BUN, [join(ROOT, "cmd/kiln.ts"), "start", "--port", "0", "--pg-port", "0", "--data-dir", dataDir], {
+/** `kiln start` on free ports in `dataDir` (and `args`), resolved once it prints its listening line. */
+export async function startKiln(dataDir: string, args: string[] = []): Promise<{ url: string; proc: ChildProcess }> {
+  const proc = spawn(BUN, [join(ROOT, "cmd/kiln.ts"), "start", "--port", "0", "--pg-port", "0", "--data-dir", dataDir, ...args], {
     cwd: ROOT,
     env: { ...process.env, KILN_PLATFORM_TOKEN: TOKEN, KILN_LOG: "quiet" },
     stdio: ["ignore", "pipe", "inherit"],

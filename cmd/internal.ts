@@ -7,11 +7,12 @@ export function internalCommand(program: Command): void {
   const internal = program.command("internal", { hidden: true });
   internal
     .command("prepare-template")
-    .description("make the embedded templates (control store, databases) now (npm ci runs this) so the first `kiln start` is fast")
+    .description("make the embedded templates (control store, databases, log store) now (npm ci runs this) so the first `kiln start` is fast")
     .action(async () => {
       const t0 = performance.now();
       const { DATABASE_TEMPLATE } = await import("../server/backends/databases/embedded");
-      for (const spec of [controlTemplate(SCHEMA), DATABASE_TEMPLATE]) {
+      const { logDbTemplate } = await import("../server/logs/log-db-template");
+      for (const spec of [controlTemplate(SCHEMA), DATABASE_TEMPLATE, logDbTemplate()]) {
         const dir = await ensureTemplate(spec);
         console.log(`kiln: ${spec.kind} template ready at ${dir} (${Math.round(performance.now() - t0)} ms)`);
       }

@@ -29,6 +29,8 @@ export interface Area<Name extends string, Needs extends object, Provides extend
   };
   /** Once every area has started, before Kiln listens: resume interrupted work, start timers. */
   resume?(deps: Needs & Provides): Promise<void>;
+  /** Stopping begins, before in-flight requests are awaited: end responses that never finish by themselves (live tails). */
+  closing?(deps: Needs & Provides): void;
   /** Stopping, in reverse order: finish in-flight work (no new requests arrive by then). */
   drain?(deps: Needs & Provides): Promise<void>;
   /** Stopping, in reverse order after every drain: release engines, files, sockets. */

@@ -2,11 +2,14 @@ import { accessTokensArea } from "./access-tokens/area";
 import { accountsArea } from "./accounts/area";
 import type { CheckOrder } from "./area";
 import { databasesArea } from "./databases/area";
+import { deploymentsArea } from "./deployments/area";
 import { mailArea } from "./emulators/area";
 import { endUsersArea } from "./end-users/area";
 import { functionsArea } from "./functions/area";
 import { healthArea } from "./health/area";
 import { keysArea } from "./keys/area";
+import { logsArea } from "./logs/area";
+import { metricsArea } from "./metrics/area";
 import { locksArea } from "./locks/area";
 import type { Platform } from "./platform";
 import { projectsArea } from "./projects/area";
@@ -31,8 +34,11 @@ export const AREAS = [
   mailArea,
   endUsersArea,
   databasesArea,
+  logsArea,
+  metricsArea,
   functionsArea,
   schedulersArea,
+  deploymentsArea,
   storageArea,
   locksArea,
   testingArea,

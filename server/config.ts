@@ -77,6 +77,10 @@ export interface Config {
   clockStartMs?: number;
   /** Object storage on an S3 endpoint instead of files under the data dir (production profile). */
   s3?: { endPoint: string; bucket: string; accessKey: string; secretKey: string; region?: string; prefix?: string };
+  /** Log lines older than this many days are deleted by the log store's cleanup (platform clock). */
+  logRetentionDays: number;
+  /** Per-minute metrics are kept this many days (the longest metrics window is 7). */
+  metricsRetentionDays: number;
   /** Check every response against its declared schema (tests turn this on). */
   validateResponses: boolean;
 }
@@ -184,6 +188,8 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     maxInvokeBodyBytes: positiveIntEnv("KILN_MAX_INVOKE_BODY_BYTES", 6_291_456),
     maxJsonDepth: boundedIntEnv("KILN_MAX_JSON_DEPTH", 128, 1, 1000),
     maxFunctions: intEnv("KILN_FUNCTION_LIMIT", 10_000),
+    logRetentionDays: positiveIntEnv("KILN_LOG_RETENTION_DAYS", 7),
+    metricsRetentionDays: boundedIntEnv("KILN_METRICS_RETENTION_DAYS", 8, 8, 3650),
     functionRuntime,
     dockerHost: opts.dockerHost ?? (env.KILN_DOCKER_HOST || undefined),
     functionImage: opts.functionImage ?? (env.KILN_FUNCTION_IMAGE || "kiln-runtime:base"),

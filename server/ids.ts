@@ -52,6 +52,11 @@ export function newTimeOrderedId(): string {
   return Date.now().toString(36).padStart(9, "0") + idChars(11);
 }
 
+/** An id of the same shape that starts with `prefix` (letters and digits) and ends in random characters. */
+export function newIdWithPrefix(prefix: string): string {
+  return prefix + idChars(20 - prefix.length);
+}
+
 export type SecretKind = "pk" | "pt" | "sk" | "ak";
 
 /** A credential secret: `<kind>-` followed by 40 random base62 characters (~238 bits). */

@@ -136,6 +136,8 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   let stopping: Promise<void> | null = null;
   const stop = () =>
     (stopping ??= (async () => {
+      // Streams that never end by themselves (live log tails) end first: in-flight requests finish.
+      for (const area of started) area.closing?.(services);
       await server.stop(false); // stop accepting; in-flight requests finish
       // What boot took, released in reverse: areas, the store, the clock, the data-dir lock.
       for (const u of undo.splice(0).reverse()) await Promise.resolve().then(u).catch((e) => log.error("stopping failed", e));

@@ -91,6 +91,15 @@ export class Guard {
       throw forbidden(principal.kind === "project_token" ? MSG.accountScoped : MSG.platformOnly);
     }
 
+    if (rule.kind === "management") {
+      if (principal.kind === "platform") return { principal, project: null };
+      if (principal.kind === "project_token") {
+        this.d.tokenUsage.record(principal.tokenId);
+        return { principal, project: null };
+      }
+      throw forbidden(MSG.management);
+    }
+
     if (rule.kind === "anon") {
       if (principal.kind === "anon_key" || principal.kind === "service_key") return { principal, project: null };
       throw forbidden(MSG.anonOnly);

@@ -46,6 +46,11 @@ export type AuthRule =
   | { kind: "admin" }
   /** Account-scoped: platform tokens only. */
   | { kind: "account" }
+  /**
+   * Across the caller's projects without one in the path (GET /deployments): a platform token
+   * (every project of its account) or a project access token (its own project only).
+   */
+  | { kind: "management" }
   /** Application credential of a project: an anon key (or a service key, which can do anything an anon key can). */
   | { kind: "anon" }
   /** An end user's access token. */
@@ -85,6 +90,8 @@ export type AuthedBy<R extends AuthRule> = R extends { kind: "none" }
     ? { principal: AdminPrincipal; project: null }
     : R extends { kind: "account" }
       ? { principal: PlatformPrincipal; project: null }
+      : R extends { kind: "management" }
+        ? { principal: ManagementPrincipal; project: null }
       : R extends { kind: "anon" }
         ? { principal: AnonKeyPrincipal | ServiceKeyPrincipal; project: null }
         : R extends { kind: "user" }

@@ -6,14 +6,16 @@ import type { Config } from "../config";
 import type { Logger } from "../log";
 import type { Platform } from "../platform";
 import type { ProjectsService } from "../projects/service";
+import type { LogsService } from "../logs/service";
+import type { MetricsService } from "../metrics/service";
 import type { VariablesService } from "../variables/service";
 import { matchFunctionHost, serveFunctionHost } from "./http-mode";
-import { FunctionLogs } from "./invoke";
+import { moveLegacyLogs } from "./legacy-logs";
 import { FUNCTIONS_MIGRATIONS } from "./migrations";
 import { functionRoutes } from "./routes";
 import { FunctionsService } from "./service";
 
-type Needs = Pick<Platform, "store" | "config" | "clock" | "log" | "address"> & { projects: ProjectsService; variables: VariablesService };
+type Needs = Pick<Platform, "store" | "config" | "clock" | "log" | "address"> & { projects: ProjectsService; variables: VariablesService; logs: LogsService; metrics: MetricsService };
 
 /**
  * Standard functions: deploys and builds, and invocations on warm sandboxed workers (local
@@ -23,7 +25,7 @@ type Needs = Pick<Platform, "store" | "config" | "clock" | "log" | "address"> & 
 export const functionsArea = defineArea({
   name: "functions",
   migrations: FUNCTIONS_MIGRATIONS,
-  start: async ({ store, config, clock, log }: Needs) => {
+  start: async ({ store, config, clock, log, logs }: Needs) => {
     // The container engine, when asked for, is checked now: a wrong socket should fail the start.
     const containers = config.functionRuntime === "docker" ? await connectContainerEngine(config, log) : null;
     const sandbox = { want: config.functionSandbox, allowUnsandboxed: config.allowUnsandboxedFunctions };
@@ -50,6 +52,11 @@ export const functionsArea = defineArea({
       // Pool keys are `<function>:<deployment>:<region>`; no pool yet means no worker ever ran.
       retireWorkers: async (functionId, keep) => void (pool && (await (await pool).retire(`${functionId}:`, keep ? `${functionId}:${keep}:` : undefined))),
       log,
+      buildLogs: {
+        line: (ref, level, text) => logs.ingest.build(ref, config.regions[0]!, level, text),
+        flush: () => logs.ingest.flush(),
+        summaries: (ids) => logs.buildSummaries(ids),
+      },
     });
     const functionRuntime = {
       containers,
@@ -59,7 +66,7 @@ export const functionsArea = defineArea({
         await containers?.settle();
       },
     };
-    return { functions, functionPool, functionLogs: new FunctionLogs(store, log), functionRuntime };
+    return { functions, functionPool, functionRuntime };
   },
   routes: functionRoutes,
   hostRouter: (deps, guard) => (request, m) => {
@@ -67,7 +74,10 @@ export const functionsArea = defineArea({
     return target ? serveFunctionHost(deps, guard, request, m.ip, m.arrivedAt, target) : null;
   },
   project: { cleanup: (projectId, { functions }) => functions.removeAll(projectId) },
-  resume: async ({ functions, functionRuntime, log }) => {
+  resume: async ({ functions, functionRuntime, log, store, logs, config }) => {
+    // Logs kept by earlier versions in this area's tables move to the log store (builds first).
+    const moved = await moveLegacyLogs(store, logs, config.regions[0]!);
+    void moved.runtime.catch((e) => log.error("moving earlier invocation logs failed", e));
     await functions.resume();
     // Say at start how function code is isolated (the probes take a few ms, after listening).
     if (!functionRuntime.containers) {
@@ -80,9 +90,8 @@ export const functionsArea = defineArea({
     }
   },
   drain: ({ functions }) => functions.drain(),
-  stop: async ({ functionRuntime, functionLogs }) => {
+  stop: async ({ functionRuntime }) => {
     await functionRuntime.close();
-    await functionLogs.stop();
   },
 });
 

@@ -2,16 +2,27 @@ import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { runInstaller, type BuildLog, type BuildOptions } from "../../runtime-sandbox/build-runner";
 import { isMissing, resolveRuntime } from "../../runtime-sandbox/runtimes";
-import { storableText, type ControlStore } from "../store/store";
 import { extractSource, RESERVED_PATH, runtimeFamily, type FunctionBuildConfig } from "./archive";
 
 // Loaded with the first build (the deployment queue imports it then), with tar and the runtime resolver.
 
 export type StoredBuildConfig = FunctionBuildConfig & { reserved_path?: boolean };
 
+/**
+ * Where a deployment's build lines go: the logs area's ingest (buffered, then written with the
+ * rest), and what the deployment history reads back of them.
+ */
+export interface BuildLogs {
+  line(ref: { id: string; name: string; project_id: string; deploymentId: string }, level: "info" | "error", text: string): void;
+  /** Every line so far is stored (a build's end, before its status changes). */
+  flush(): Promise<void>;
+  summaries(deploymentIds: readonly string[]): Promise<Map<string, { lines: number; first_at: string | null; last_at: string | null }>>;
+}
+
 export interface DeploymentBuild {
-  store: ControlStore;
-  now: () => Date;
+  logs: BuildLogs;
+  /** The function built, as its build lines name it. */
+  fn: { id: string; name: string; project_id: string };
   deploymentId: string;
   /** The deployment's code folder: emptied, filled from the source, removed again on failure. */
   root: string;
@@ -23,18 +34,10 @@ export interface DeploymentBuild {
   interrupted: string;
 }
 
-/** Every line of a deployment's build, as `function_build_logs` rows numbered from 0. */
-function buildLog(store: ControlStore, now: () => Date, deploymentId: string): BuildLog {
-  let seq = 0;
-  return async (level, line) => {
-    await store.query(`insert into function_build_logs (deployment_id, seq, at, level, line) values ($1, $2, $3, $4, $5)`, [
-      deploymentId,
-      seq++,
-      now().toISOString(),
-      level,
-      storableText(line.slice(0, 4000)),
-    ]);
-  };
+/** Every line of a deployment's build, into the log store (stream `build`, with the deployment's id). */
+function buildLog(b: DeploymentBuild): BuildLog {
+  const ref = { ...b.fn, deploymentId: b.deploymentId };
+  return async (level, line) => b.logs.line(ref, level, line.slice(0, 4000));
 }
 
 /**
@@ -43,7 +46,7 @@ function buildLog(store: ControlStore, now: () => Date, deploymentId: string): B
  * when the folder is ready to serve. Records no status: that is the deployment queue's.
  */
 export async function buildDeployment(b: DeploymentBuild): Promise<string | null> {
-  const log = buildLog(b.store, b.now, b.deploymentId);
+  const log = buildLog(b);
   let error: string | null = null;
   try {
     rmSync(b.root, { recursive: true, force: true });
@@ -57,10 +60,10 @@ export async function buildDeployment(b: DeploymentBuild): Promise<string | null
   if (error) {
     await log("error", error).catch(() => {});
     rmSync(b.root, { recursive: true, force: true });
-    return error;
-  }
-  await log("info", "build succeeded");
-  return null;
+  } else await log("info", "build succeeded");
+  // The deployment's status changes only once its whole build log can be read.
+  await b.logs.flush().catch(() => {});
+  return error;
 }
 
 /**

@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { newId } from "../ids";
 import { isoTimeOrNull as iso, type ControlStore, type Row, type Sql } from "../store/store";
 import type { SandboxChoice } from "../../runtime-sandbox/isolation";
-import type { StoredBuildConfig } from "./builds";
+import type { BuildLogs, StoredBuildConfig } from "./builds";
 import { toRecord, type FunctionRecord } from "./records";
 import type { SourceBlobs } from "./source-blobs";
 
@@ -38,6 +38,8 @@ export interface DeploymentQueueDeps {
   log: { error: (m: string, e?: unknown) => void };
   /** Runs in the transaction that marks a function deleted: what hangs off it (schedulers) goes with it. */
   onDeleted: (tx: Sql, functionId: string) => Promise<void>;
+  /** Build lines go to the log store; the history reads their counts from there. */
+  buildLogs: BuildLogs;
 }
 
 /**
@@ -106,13 +108,8 @@ export class DeploymentQueue {
 
   /** Deployment history, newest first, with build-log counts and times. */
   async history(functionId: string) {
-    const rows = await this.d.store.query(
-      `select d.*, (select count(*)::int from function_build_logs l where l.deployment_id = d.id) as lines,
-              (select min(at) from function_build_logs l where l.deployment_id = d.id) as first_at,
-              (select max(at) from function_build_logs l where l.deployment_id = d.id) as last_at
-         from function_deployments d where d.function_id = $1 order by d.created_at desc, d.id desc`,
-      [functionId],
-    );
+    const rows = await this.d.store.query(`select d.* from function_deployments d where d.function_id = $1 order by d.created_at desc, d.id desc`, [functionId]);
+    const logs = await this.d.buildLogs.summaries(rows.filter((r) => r.kind === "deploy").map((r) => r.id as string));
     return rows.map((r) => ({
       id: r.id as string,
       function_id: r.function_id as string,
@@ -123,7 +120,7 @@ export class DeploymentQueue {
       source_sha256: r.source_sha256 ?? null,
       batch_id: r.batch_id ?? null,
       error: r.error ?? null,
-      build_log: { lines: r.lines as number, first_at: iso(r.first_at), last_at: iso(r.last_at) },
+      build_log: logs.get(r.id as string) ?? { lines: 0, first_at: null, last_at: null },
       created_at: iso(r.created_at)!,
       started_at: iso(r.started_at),
       finished_at: iso(r.finished_at),
@@ -183,12 +180,13 @@ export class DeploymentQueue {
 
   private async runBuild(functionId: string, dep: Row): Promise<void> {
     const root = this.deploymentRoot(functionId, dep.id);
+    const [fn] = await this.d.store.query<{ name: string }>(`select name from functions where id = $1`, [functionId]);
     // The archive and build code (tar, the runtime resolver) load with the first build.
     const error = await import("./builds").then(
       ({ buildDeployment }) =>
         buildDeployment({
-          store: this.d.store,
-          now: this.d.now,
+          logs: this.d.buildLogs,
+          fn: { id: functionId, name: fn?.name ?? functionId, project_id: dep.project_id as string },
           deploymentId: dep.id,
           root,
           build: dep.build as StoredBuildConfig,

@@ -4,10 +4,10 @@ import type { Config } from "../config";
 import type { Logger } from "../log";
 import type { ListeningAddress } from "../platform";
 import { forbidden, HttpError } from "../http/errors";
-import { newId, newTimeOrderedId } from "../ids";
+import { newId } from "../ids";
 import type { FunctionError, FunctionVersion, LogLine, WorkerPool } from "../../runtime-sandbox/worker-pool";
-import { FlushLoop } from "../store/flush-loop";
-import { storableText } from "../store/store";
+import type { LogIngest } from "../logs/ingest";
+import type { MetricsService } from "../metrics/service";
 import type { FunctionBuildConfig } from "./archive";
 import type { VariablesService, VariablesSnapshot } from "../variables/service";
 import type { FunctionsService } from "./service";
@@ -22,7 +22,10 @@ export interface InvokeDeps {
   functions: FunctionsService;
   /** The sandboxed worker pool, made on first use. */
   functionPool(): Promise<WorkerPool>;
-  functionLogs: FunctionLogs;
+  /** Where invocation lines go (the logs area's ingest: buffered, never a store write per call). */
+  logs: { ingest: LogIngest };
+  /** Where finished invocations are counted (in memory, per minute). */
+  metrics: Pick<MetricsService, "record">;
 }
 
 /** Headers only the platform sets; a function's own copies are dropped, as are hop-by-hop ones. */
@@ -178,57 +181,19 @@ export async function invoke(
       logs = [...logs, { level: "error", message: String((e.body as { error?: string }).error), timestamp: new Date().toISOString() }];
       throw e;
     }
+    status = 500;
     throw err;
   } finally {
     const ms = performance.now() - started;
+    // Counted at finish, with the whole time Kiln spent on the request (from its arrival).
+    deps.metrics.record(fn.project_id, "function", region, status, performance.now() - arrivedAt);
     try {
-      deps.functionLogs.record(fn, region, invocationId, [...logs, { level: status >= 500 ? "error" : "info", message: `invocation ${invocationId} finished with status ${status} in ${ms.toFixed(1)} ms`, timestamp: new Date().toISOString() }]);
+      deps.logs.ingest.invocation(fn, deploymentId, region, invocationId, [
+        ...logs,
+        { level: status >= 500 ? "error" : "info", message: `invocation ${invocationId} finished with status ${status} in ${ms.toFixed(1)} ms`, timestamp: new Date().toISOString() },
+      ]);
     } catch (e) {
       deps.log.error("recording function logs failed", e);
     }
-  }
-}
-
-const LOG_COLUMNS = ["id", "project_id", "function_id", "deployment_id", "invocation_id", "region", "level", "body", "at"] as const;
-
-/**
- * Function log lines (level, invocation, region, time), for log search. Buffered in memory and
- * written every second so logging never adds a store write to an invocation; reads flush first.
- * Rows go in with COPY under time-ordered ids (the primary key grows at its end): in the embedded
- * store this write runs on Kiln's own thread and is the largest server-side cost of a warm invocation.
- */
-export class FunctionLogs {
-  private pending: Array<Array<string | null>> = [];
-  private readonly loop: FlushLoop;
-
-  constructor(
-    private readonly store: import("../store/store").ControlStore,
-    log: { error: (m: string, e?: unknown) => void },
-  ) {
-    this.loop = new FlushLoop(() => this.write(), (e) => log.error("function log flush failed", e));
-    this.loop.start(1000);
-  }
-
-  record(fn: FunctionRecord, region: string, invocationId: string, lines: LogLine[]): void {
-    for (const l of lines) this.pending.push([newTimeOrderedId(), fn.project_id, fn.id, fn.active_deployment_id, invocationId, region, l.level, storableText(l.message.slice(0, 16_000)), l.timestamp]);
-  }
-
-  private async write(): Promise<void> {
-    // The embedded engine holds Kiln's thread while it writes: 500 rows (a few ms) at a time, with
-    // requests served in between, so a busy second's logs never stall the server for long.
-    for (let first = true; this.pending.length > 0; first = false) {
-      if (!first) await new Promise((r) => setImmediate(r));
-      const batch = this.pending.splice(0, 500);
-      try {
-        await this.store.copyRows("function_logs", LOG_COLUMNS, batch);
-      } catch (err) {
-        this.pending.unshift(...batch);
-        throw err;
-      }
-    }
-  }
-
-  stop(): Promise<void> {
-    return this.loop.stop();
   }
 }

@@ -3,6 +3,7 @@ import { newId } from "../ids";
 import type { ControlStore, Sql } from "../store/store";
 import type { SandboxChoice } from "../../runtime-sandbox/isolation";
 import type { FunctionBuildConfig, NormalizedSource } from "./archive";
+import type { BuildLogs } from "./builds";
 import { DeploymentQueue } from "./deployment-queue";
 import { FunctionRecords, type DeployFields, type FunctionRecord, type SettingsPatch } from "./records";
 import { SourceBlobs } from "./source-blobs";
@@ -24,6 +25,8 @@ export interface FunctionsDeps {
   /** Why no build can run here (no sandbox and none allowed): deploys are then a 503 naming the fix. */
   sandboxProblem: () => string | null;
   log: { error: (m: string, e?: unknown) => void };
+  /** Where build lines go and what the deployment history reads of them (the logs area). */
+  buildLogs: BuildLogs;
 }
 
 /**
@@ -49,6 +52,7 @@ export class FunctionsService {
       retireWorkers: d.retireWorkers,
       build: d.build,
       log: d.log,
+      buildLogs: d.buildLogs,
       onDeleted: async (tx, functionId) => {
         for (const hook of this.deletionHooks) await hook(tx, functionId);
       },

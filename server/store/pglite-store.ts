@@ -1,4 +1,4 @@
-import { PGlite } from "@electric-sql/pglite";
+import { PGlite, type Extensions } from "@electric-sql/pglite";
 import { compiledPglite } from "./pglite-wasm";
 import { copyText, type ControlStore, type Row, type Sql } from "./store";
 
@@ -9,7 +9,10 @@ import { copyText, type ControlStore, type Row, type Sql } from "./store";
  */
 export const PGLITE_CONF = ["shared_buffers=2MB", "work_mem=2MB", "maintenance_work_mem=8MB"];
 
-export async function openPglite(dataDir: string, extra: { initDbStartParams?: string[]; postgresqlconf?: string[] } = {}): Promise<PGlite> {
+/** PGlite extensions by name (`{ pg_trgm }` from `@electric-sql/pglite/contrib/pg_trgm`). */
+export type PgliteExtensions = Extensions;
+
+export async function openPglite(dataDir: string, extra: { initDbStartParams?: string[]; postgresqlconf?: string[]; extensions?: PgliteExtensions } = {}): Promise<PGlite> {
   const db = new PGlite(dataDir, { postgresqlconf: PGLITE_CONF, pgliteWasmModule: await compiledPglite(), ...extra });
   await db.waitReady;
   return db;

@@ -5,7 +5,7 @@ import { homedir } from "node:os";
 import { join } from "node:path";
 import { createRequire } from "node:module";
 import { migrate, migrationsFingerprint, type Migration } from "./migrations";
-import { openPglite, PgliteStore } from "./pglite-store";
+import { openPglite, PgliteStore, type PgliteExtensions } from "./pglite-store";
 
 /**
  * A fresh PGlite runs initdb for seconds. Instead, Kiln makes one closed, prepared data dir per
@@ -26,6 +26,8 @@ export interface TemplateSpec {
   prepare: (store: PgliteStore) => Promise<void>;
   /** Databases the copies never need (a control store never creates databases; user ones might). */
   drop: string[];
+  /** PGlite extensions `prepare` needs loaded (the log store's pg_trgm); copies must load them too. */
+  extensions?: PgliteExtensions;
 }
 
 const TEMPLATE_FORMAT = 4;
@@ -41,7 +43,7 @@ export async function ensureTemplate(spec: TemplateSpec): Promise<string> {
   mkdirSync(join(dir, ".."), { recursive: true });
   const tmp = `${dir}.tmp-${process.pid}-${Date.now()}`;
   // 1 MB WAL segments instead of 16 MB keep every copy of the template small.
-  const db = await openPglite(tmp, { initDbStartParams: ["--wal-segsize=1"] });
+  const db = await openPglite(tmp, { initDbStartParams: ["--wal-segsize=1"], ...(spec.extensions ? { extensions: spec.extensions } : {}) });
   const store = new PgliteStore(db);
   await spec.prepare(store);
   await slim(store, tmp, spec.drop);

@@ -69,6 +69,7 @@ function kiln(dir: string, store: ControlStore, maxFunctions = 100) {
     build: { hiddenPaths: [dir], sandbox: { want: "auto", allowUnsandboxed: true } },
     sandboxProblem: () => null,
     log: { error: () => gaveUp() },
+    buildLogs: { line: () => {}, flush: async () => {}, summaries: async () => new Map() },
   });
   return { functions, failed };
 }

@@ -285,6 +285,34 @@ function queryBodyText(operation: string): fc.Arbitrary<string> {
   return fc.record(pick, { requiredKeys: required[operation]! }).map((b) => JSON.stringify(b));
 }
 
+/** Log search bodies: a valid resource, with hostile queries (grammar operators among them), cursors, bounds and limits. */
+function logSearchBodyText(): fc.Arbitrary<string> {
+  const q = fc.oneof(
+    { weight: 3, arbitrary: fc.array(fc.constantFrom("(", ")", '"', "\\", "-", ":", " ", "OR", "AND", "NOT", "level:", "body:", "invocation.id:", "x", "%", "_", "'", ";", "\u0000", "😀"), { maxLength: 30 }).map((xs) => xs.join("")) },
+    { weight: 2, arbitrary: hostileString(300) },
+    { weight: 1, arbitrary: fc.constantFrom("(".repeat(5000), "a ".repeat(3000), "level:(error OR warn) -timeout", "\"unclosed") },
+  );
+  const bound = fc.oneof({ weight: 3, arbitrary: fc.constantFrom("2030-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z") }, { weight: 1, arbitrary: hostileString(40) });
+  // Mostly absent or valid, so most requests get as far as the query itself.
+  const rarely = <T>(a: fc.Arbitrary<T>) => fc.option(a, { nil: undefined, freq: 4 });
+  return fc
+    .record({
+      resource: fc.record({ type: fc.constantFrom("function", "frontend"), ids: rarely(fc.array(hostileString(40), { maxLength: 3 })), deployments: rarely(fc.record({ ids: fc.array(hostileString(40), { maxLength: 3 }) })) }),
+      q,
+      limit: rarely(fc.oneof(fc.integer({ min: 1, max: 1000 }), hostileNumber)),
+      cursor: rarely(fc.oneof(hostileString(100), fc.constant(Buffer.from(JSON.stringify({ v: 1, t: "2030-01-01T00:00:00.000Z", i: "a", f: "x" })).toString("base64url")))),
+      start_time: rarely(bound),
+      end_time: rarely(bound),
+    })
+    .map((b) => JSON.stringify(b));
+}
+
+/** Metrics bodies: a valid window, with hostile queries. */
+function metricsBodyText(): fc.Arbitrary<string> {
+  const query = fc.record({ id: hostileString(40), metric: fc.oneof(fc.constantFrom("request_count", "server_error_count", "availability", "p95_latency"), hostileString(20)), group_by: fc.oneof(fc.constantFrom("region", "resource_type"), hostileString(20)) }, { requiredKeys: ["id", "metric"] });
+  return fc.record({ time_range: fc.record({ window: fc.oneof(fc.constantFrom("30m", "1h", "24h", "7d"), hostileString(10)) }), queries: fc.array(query, { minLength: 1, maxLength: 11 }) }).map((b) => JSON.stringify(b));
+}
+
 function bodyFor(def: RouteDef): fc.Arbitrary<Body> {
   const json = (text: fc.Arbitrary<string>): fc.Arbitrary<Body> =>
     fc.tuple(text, fc.constantFrom("application/json", "application/json", "text/plain", "application/x-www-form-urlencoded", "")).map(([t, contentType]) => ({ kind: "text", text: t, contentType }));
@@ -315,6 +343,9 @@ function bodyFor(def: RouteDef): fc.Arbitrary<Body> {
   const operation = /^\/databases\/\{databaseName\}\/query\/(\w+)$/.exec(def.path)?.[1];
   if (operation) for (let i = 0; i < 6; i++) texts.push(queryBodyText(operation));
   if (def.path === "/functions/{functionId}/invoke") texts.push(valueText(plausible).map((v) => `{"payload":${v}}`));
+  // Log search and metrics bodies shaped like the real thing, so hostile queries reach the grammar and the SQL.
+  if (def.path === "/projects/{projectId}/logs/search") for (let i = 0; i < 16; i++) texts.push(logSearchBodyText());
+  if (def.path === "/projects/{projectId}/metrics/query") for (let i = 0; i < 12; i++) texts.push(metricsBodyText());
   return json(fc.oneof(...texts));
 }
 
@@ -377,7 +408,11 @@ async function send(def: RouteDef, c: Case): Promise<void> {
   try {
     const res = await fetch(url, requestInit(def, c));
     status = res.status;
-    text = await res.text();
+    // A live stream (the log tail) answered: its status is the answer; the stream never ends.
+    if (res.ok && res.headers.get("content-type")?.startsWith("text/event-stream")) {
+      await res.body?.cancel();
+      text = "";
+    } else text = await res.text();
     const seen = (statuses[`${def.method} ${def.path}`] ??= {});
     seen[status] = (seen[status] ?? 0) + 1;
     if (process.env.KILN_FUZZ_STATS === "2" && status >= 400 && seen[status] <= 3) console.log(def.method, def.path, status, text.slice(0, 200));

@@ -1,0 +1,32 @@
+import { defineArea } from "../area";
+import type { Platform } from "../platform";
+import { logRoutes } from "./routes";
+import { LogsService } from "./service";
+
+type Needs = Pick<Platform, "store" | "config" | "clock" | "log">;
+
+/**
+ * Logs: the log store (embedded: its own PGlite on its own thread; production: the control
+ * PostgreSQL), the ingest every area writes lines through, search, live tail and retention.
+ * Listed before functions, which write their invocation and build lines through `logs.ingest`.
+ */
+export const logsArea = defineArea({
+  name: "logs",
+  start: ({ store, config, clock, log }: Needs) => {
+    const logs = new LogsService({
+      control: store,
+      clock,
+      log,
+      dataDir: config.dataDir,
+      retentionDays: () => config.logRetentionDays,
+    });
+    return { logs };
+  },
+  routes: logRoutes,
+  project: { cleanup: (projectId, { logs }) => logs.removeProject(projectId) },
+  resume: async ({ logs }) => {
+    logs.startRetention();
+  },
+  closing: ({ logs }) => logs.tail.endAll(),
+  stop: ({ logs }) => logs.stop(),
+});

@@ -1,0 +1,60 @@
+/// <reference lib="webworker" />
+// The body of the embedded log store's thread: one PGlite database (with pg_trgm) driven by
+// messages from `LogDbThread`. Searches, COPYs and index upkeep run here, off Kiln's main thread.
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { PGlite } from "@electric-sql/pglite";
+import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm";
+import { migrate } from "../store/migrations";
+import { PGLITE_CONF, PgliteStore } from "../store/pglite-store";
+import { createFromTemplate } from "../store/template";
+import type { LogDbReply, LogDbRequest } from "./log-db";
+import { logDbTemplate } from "./log-db-template";
+import { LOG_SCHEMA, TEXT_INDEX_SQL } from "./migrations";
+
+declare const self: Worker;
+
+let db: PGlite | null = null;
+
+function reply(r: LogDbReply): void {
+  self.postMessage(r);
+}
+
+async function handle(m: LogDbRequest): Promise<void> {
+  try {
+    switch (m.op) {
+      case "open": {
+        // A new data dir is a copy of the template; the template is made here once per machine,
+        // so even its initdb never holds Kiln's main thread.
+        if (!existsSync(join(m.dataDir, "PG_VERSION"))) await createFromTemplate(logDbTemplate(), m.dataDir);
+        db = new PGlite(m.dataDir, { pgliteWasmModule: m.module, postgresqlconf: PGLITE_CONF, extensions: { pg_trgm } } as ConstructorParameters<typeof PGlite>[0]);
+        await db.waitReady;
+        const store = new PgliteStore(db);
+        await migrate(store, LOG_SCHEMA);
+        for (const stmt of TEXT_INDEX_SQL) await store.query(stmt);
+        return reply({ id: m.id, ok: true });
+      }
+      case "query": {
+        const r = await db!.query(m.sql, m.params);
+        return reply({ id: m.id, ok: true, rows: r.rows as Record<string, unknown>[] });
+      }
+      case "copy": {
+        await db!.query(`copy ${m.table} (${m.columns.join(", ")}) from '/dev/blob'`, [], { blob: new Blob([m.text]) });
+        return reply({ id: m.id, ok: true });
+      }
+      case "close": {
+        if (db && !db.closed) await db.close();
+        return reply({ id: m.id, ok: true });
+      }
+    }
+  } catch (err) {
+    const e = err as { message?: string; code?: string };
+    reply({ id: m.id, ok: false, message: e?.message ?? String(err), code: typeof e?.code === "string" ? e.code : undefined });
+  }
+}
+
+// One call at a time, in order: PGlite has one session.
+let chain: Promise<void> = Promise.resolve();
+self.onmessage = (e: MessageEvent<LogDbRequest>) => {
+  chain = chain.then(() => handle(e.data));
+};

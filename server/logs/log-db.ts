@@ -1,0 +1,152 @@
+import { compiledPglite } from "../store/pglite-wasm";
+import { copyText, type ControlStore, type Row, type Sql } from "../store/store";
+
+export type LogDbRequest =
+  | { id: number; op: "open"; dataDir: string; module: WebAssembly.Module }
+  | { id: number; op: "query"; sql: string; params: unknown[] }
+  | { id: number; op: "copy"; table: string; columns: readonly string[]; text: string }
+  | { id: number; op: "close" };
+
+export type LogDbReply = { id: number; ok: true; rows?: Record<string, unknown>[] } | { id: number; ok: false; message: string; code?: string };
+
+type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
+
+const WORKER_URL = new URL("./log-db-worker.ts", import.meta.url).href;
+
+/** An error of the log database, with PostgreSQL's SQLSTATE like the other stores' errors. */
+export class LogDbError extends Error {
+  constructor(
+    message: string,
+    readonly code?: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * The embedded log store's database: a PGlite of its own (`<data-dir>/logs`) on its own thread, so
+ * that writing lines (COPY plus the trigram index: tens of microseconds a line) and searching (up
+ * to a scan of every line for a term the index cannot narrow) never hold Kiln's main thread, which
+ * serves every request. It speaks the control store's interface, so the log store's SQL is one
+ * text for both profiles. Opened at first use: a Kiln that never logs never starts it.
+ */
+export class LogDbThread implements ControlStore {
+  readonly kind = "pglite" as const;
+  private worker: Worker | null = null;
+  private opening: Promise<void> | null = null;
+  private readonly pending = new Map<number, { resolve: (r: LogDbReply & { ok: true }) => void; reject: (e: Error) => void }>();
+  private nextId = 1;
+  private closed = false;
+  /** A transaction in progress holds the (single) session; other calls wait behind it. */
+  private held: Promise<void> = Promise.resolve();
+
+  constructor(private readonly dataDir: string) {}
+
+  /** Opens the thread (again, after a failure: PostgreSQL recovers the data dir as after a crash). */
+  private open(): Promise<void> {
+    this.opening ??= (async () => {
+      if (this.closed) throw new LogDbError("the log store is closed");
+      const module = await compiledPglite();
+      const w = new Worker(WORKER_URL);
+      this.worker = w;
+      w.onmessage = (e: MessageEvent<LogDbReply>) => {
+        const p = this.pending.get(e.data.id);
+        if (!p) return;
+        this.pending.delete(e.data.id);
+        if (e.data.ok) p.resolve(e.data);
+        else p.reject(new LogDbError(e.data.message, e.data.code));
+      };
+      w.onerror = (e) => this.lost(w, new LogDbError(`the log store's thread failed: ${e.message}`));
+      try {
+        await this.send({ op: "open", dataDir: this.dataDir, module });
+      } catch (err) {
+        this.lost(w, err as Error);
+        throw err;
+      }
+    })();
+    return this.opening;
+  }
+
+  /** A thread that failed is ended; the next call opens a new one. */
+  private lost(w: Worker, err: Error): void {
+    if (this.worker !== w) return;
+    w.terminate();
+    this.worker = null;
+    this.opening = null;
+    this.failAll(err);
+  }
+
+  private send(req: DistributiveOmit<LogDbRequest, "id">): Promise<LogDbReply & { ok: true }> {
+    const w = this.worker;
+    if (!w) return Promise.reject(new LogDbError("the log store is not open"));
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      w.postMessage({ ...req, id } as LogDbRequest);
+    });
+  }
+
+  private failAll(err: Error): void {
+    const all = [...this.pending.values()];
+    this.pending.clear();
+    for (const p of all) p.reject(err);
+  }
+
+  private async call(req: DistributiveOmit<LogDbRequest, "id">): Promise<LogDbReply & { ok: true }> {
+    await this.open();
+    await this.held;
+    return this.send(req);
+  }
+
+  async query<T extends Row = Row>(text: string, params: unknown[] = []): Promise<T[]> {
+    const r = await this.call({ op: "query", sql: text, params: params.map((p) => (p === undefined ? null : p)) });
+    return (r.rows ?? []) as T[];
+  }
+
+  async copyRows(table: string, columns: readonly string[], rows: ReadonlyArray<ReadonlyArray<string | null>>): Promise<void> {
+    if (!rows.length) return;
+    await this.call({ op: "copy", table, columns, text: copyText(rows) });
+  }
+
+  /** BEGIN … COMMIT on the thread's one session; every other call waits until it ends. */
+  async transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T> {
+    await this.open();
+    let release = () => {};
+    const previous = this.held;
+    this.held = new Promise<void>((r) => (release = r));
+    await previous;
+    const tx: Sql = {
+      query: async <R extends Row>(text: string, params: unknown[] = []) =>
+        ((await this.send({ op: "query", sql: text, params: params.map((p) => (p === undefined ? null : p)) })).rows ?? []) as R[],
+    };
+    try {
+      await tx.query("begin");
+      const out = await fn(tx);
+      await tx.query("commit");
+      return out;
+    } catch (err) {
+      await tx.query("rollback").catch(() => {});
+      throw err;
+    } finally {
+      release();
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    const w = this.worker;
+    if (!w) return;
+    try {
+      await this.opening;
+      await this.held;
+      await this.send({ op: "close" });
+    } catch {
+      // a database that cannot close cleanly is recovered by PostgreSQL at the next open
+    } finally {
+      w.terminate();
+      this.worker = null;
+      this.failAll(new LogDbError("the log store is closed"));
+    }
+  }
+}

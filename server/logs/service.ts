@@ -1,0 +1,241 @@
+import { createHash } from "node:crypto";
+import { join } from "node:path";
+import type { Clock, TimerHandle } from "../clock";
+import { badRequest, tooManyRequests } from "../http/errors";
+import type { Logger } from "../log";
+import type { ControlStore } from "../store/store";
+import { entryView, type LogEntryView } from "./entries";
+import { LogIngest } from "./ingest";
+import { LogDbThread } from "./log-db";
+import { parseQuery, QueryError, toPredicate, type QueryNode } from "./query";
+import { LINE_COLUMNS, SqlLogStore, type BuildLogSummary, type LineQuery, type ResourceType, type StoredLine } from "./store";
+import { TailHub, tailStream } from "./tail";
+
+export const DEFAULT_SEARCH_LIMIT = 100;
+export const MAX_SEARCH_LIMIT = 1000;
+/** Live tails one project may hold open at once (429 beyond). */
+export const MAX_TAILS_PER_PROJECT = 20;
+const HOUR_MS = 3_600_000;
+const DAY_MS = 86_400_000;
+
+/** What a search or a tail filters on (the search body's fields, the tail's query parameters). */
+export interface LogFilter {
+  resourceType: ResourceType;
+  resourceIds?: string[];
+  deploymentIds?: string[];
+  q?: string;
+  startTime?: string;
+  endTime?: string;
+}
+
+export interface SearchResult {
+  data: LogEntryView[];
+  limit: number;
+  has_more: boolean;
+  next_cursor?: string;
+}
+
+interface Cursor {
+  at: string;
+  id: string;
+  /** The search it continues: a cursor is refused with other filters. */
+  f: string;
+}
+
+function fingerprint(f: LogFilter): string {
+  const key = JSON.stringify([f.resourceType, [...(f.resourceIds ?? [])].sort(), [...(f.deploymentIds ?? [])].sort(), f.q ?? "", f.startTime ?? "", f.endTime ?? ""]);
+  return createHash("sha256").update(key).digest("base64url").slice(0, 16);
+}
+
+function encodeCursor(c: Cursor): string {
+  return Buffer.from(JSON.stringify({ v: 1, t: c.at, i: c.id, f: c.f })).toString("base64url");
+}
+
+const CURSOR_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+
+function decodeCursor(token: string): Cursor {
+  try {
+    const o = JSON.parse(Buffer.from(token, "base64url").toString("utf8"));
+    if (o?.v === 1 && typeof o.t === "string" && CURSOR_TIME.test(o.t) && Number.isFinite(Date.parse(o.t)) && typeof o.i === "string" && /^[a-z0-9]{1,40}$/.test(o.i) && typeof o.f === "string")
+      return { at: o.t, id: o.i, f: o.f };
+  } catch {
+    // fall through
+  }
+  throw badRequest("invalid request: body field 'cursor': pass back a next_cursor the API returned");
+}
+
+function parseQ(q: string | undefined, where: string): QueryNode | null {
+  try {
+    return parseQuery(q ?? "");
+  } catch (e) {
+    if (e instanceof QueryError) throw badRequest(`invalid request: ${where} 'q': ${e.message}`);
+    throw e;
+  }
+}
+
+function timeBounds(f: LogFilter, where: string): { startMs?: number; endMs?: number } {
+  const startMs = f.startTime === undefined ? undefined : Date.parse(f.startTime);
+  const endMs = f.endTime === undefined ? undefined : Date.parse(f.endTime);
+  if (startMs !== undefined && endMs !== undefined && startMs > endMs) throw badRequest(`invalid request: ${where} 'start_time' is after 'end_time'`);
+  return { startMs, endMs };
+}
+
+/**
+ * Log search, live tail and the log store's upkeep (retention, lines of a deleted project, the
+ * move of logs kept by earlier versions). The store is opened at first use.
+ */
+export class LogsService {
+  readonly tail = new TailHub();
+  readonly ingest: LogIngest;
+  private opening: Promise<SqlLogStore> | null = null;
+  private retention: TimerHandle | null = null;
+
+  constructor(
+    private readonly d: {
+      control: ControlStore;
+      clock: Clock;
+      log: Logger;
+      dataDir: string;
+      retentionDays: () => number;
+    },
+  ) {
+    this.ingest = new LogIngest({ store: () => this.store(), clock: d.clock, tail: this.tail, log: d.log });
+  }
+
+  /** The embedded profile's own database on its own thread; the production profile's control database. */
+  store(): Promise<SqlLogStore> {
+    if (this.opening) return this.opening;
+    const opening = (async () => {
+      const warn = (m: string) => this.d.log.warn(m);
+      if (this.d.control.kind === "postgres") {
+        const s = new SqlLogStore(this.d.control, { owned: false, warn });
+        await s.prepare();
+        return s;
+      }
+      return new SqlLogStore(new LogDbThread(join(this.d.dataDir, "logs")), { owned: true, warn });
+    })();
+    this.opening = opening;
+    // A store that could not be prepared is tried again at the next use.
+    opening.catch(() => {
+      if (this.opening === opening) this.opening = null;
+    });
+    return opening;
+  }
+
+  private lineQuery(projectId: string, f: LogFilter, where: string): Omit<LineQuery, "limit"> {
+    return {
+      projectId,
+      resourceType: f.resourceType,
+      resourceIds: f.resourceIds,
+      deploymentIds: f.deploymentIds,
+      where: parseQ(f.q, where),
+      ...timeBounds(f, where),
+    };
+  }
+
+  async search(projectId: string, f: LogFilter & { limit?: number; cursor?: string }): Promise<SearchResult> {
+    const base = this.lineQuery(projectId, f, "body field");
+    const limit = f.limit ?? DEFAULT_SEARCH_LIMIT;
+    const print = fingerprint(f);
+    let before: LineQuery["before"];
+    if (f.cursor !== undefined) {
+      const c = decodeCursor(f.cursor);
+      if (c.f !== print) throw badRequest("invalid request: body field 'cursor': it belongs to a search with other filters; send the same resource, q, start_time and end_time");
+      before = { at: c.at, id: c.id };
+    }
+    // Everything recorded before the search is in the store first: read-your-writes.
+    await this.ingest.flush();
+    const store = await this.store();
+    const rows = await store.search({ ...base, before, limit: limit + 1 });
+    const page = rows.slice(0, limit);
+    const out: SearchResult = { data: page.map(entryView), limit, has_more: rows.length > limit };
+    const last = page[page.length - 1];
+    if (out.has_more && last) out.next_cursor = encodeCursor({ at: new Date(last.at).toISOString(), id: last.id, f: print });
+    return out;
+  }
+
+  /** A live tail of the project's lines matching the filter (SSE); see `tailStream`. */
+  tailStream(projectId: string, f: LogFilter & { backlog: number }, signal: AbortSignal): ReadableStream<Uint8Array> {
+    const base = this.lineQuery(projectId, f, "query field");
+    if (this.tail.count(projectId) >= MAX_TAILS_PER_PROJECT) throw tooManyRequests(`at most ${MAX_TAILS_PER_PROJECT} live tails per project are open at once`, 5);
+    const match = base.where ? toPredicate(base.where) : () => true;
+    const ids = base.resourceIds?.length ? new Set(base.resourceIds) : null;
+    const deployments = base.deploymentIds?.length ? new Set(base.deploymentIds) : null;
+    const stream = deployments ? "build" : "runtime";
+    const accept = (l: StoredLine) =>
+      l.resource_type === base.resourceType &&
+      l.stream === stream &&
+      (!ids || ids.has(l.resource_id)) &&
+      (!deployments || (l.deployment_id !== null && deployments.has(l.deployment_id))) &&
+      (base.startMs === undefined || l.at >= base.startMs) &&
+      (base.endMs === undefined || l.at <= base.endMs) &&
+      match(l);
+    const backlog = async () => {
+      if (!f.backlog) return [];
+      await this.ingest.flush();
+      return (await this.store()).search({ ...base, limit: f.backlog });
+    };
+    return tailStream(this.tail, { projectId, accept, backlog, signal });
+  }
+
+  /** Line counts and times of deployments' builds (the deployment history's `build_log`). */
+  async buildSummaries(deploymentIds: readonly string[]): Promise<Map<string, BuildLogSummary>> {
+    if (!deploymentIds.length) return new Map();
+    return (await this.store()).buildSummaries(deploymentIds);
+  }
+
+  async removeProject(projectId: string): Promise<void> {
+    await this.ingest.flush();
+    await (await this.store()).removeProject(projectId);
+  }
+
+  /**
+   * Retention on the platform clock: every hour, lines older than KILN_LOG_RETENTION_DAYS go. The
+   * sweep opens the store only when it is open already or has lines to keep in check.
+   */
+  startRetention(): void {
+    this.retention = this.d.clock.every(HOUR_MS, () => this.sweep(), "log retention");
+  }
+
+  async sweep(): Promise<number> {
+    if (!this.opening) return 0;
+    const store = await this.opening;
+    const cutoff = this.d.clock.nowMs() - this.d.retentionDays() * DAY_MS;
+    return store.removeOlderThan(cutoff);
+  }
+
+  /** How far a move of lines from elsewhere (`source`) has come; null before it started. */
+  async importPosition(source: string): Promise<string | null> {
+    const db = (await this.store()).database;
+    const [r] = await db.query<{ position: string }>(`select position from log_imports where source = $1`, [source]);
+    return r?.position ?? null;
+  }
+
+  /**
+   * Lines moved in from elsewhere (logs kept by earlier versions), written with the position they
+   * reach in one transaction of the log store: a move cut short resumes where it stopped.
+   */
+  async importBatch(source: string, lines: readonly StoredLine[], position: string): Promise<void> {
+    const db = (await this.store()).database;
+    const json = JSON.stringify(lines.map((l) => ({ ...l, at: new Date(l.at).toISOString() })));
+    const cols = LINE_COLUMNS.join(", ");
+    await db.transaction(async (tx) => {
+      // Idempotent (a line already there, by its keyset, is skipped): two instances moving the same
+      // rows at once, or a move repeated after a crash, never duplicate a line.
+      await tx.query(
+        `insert into log_lines (${cols}) select ${cols} from jsonb_to_recordset($1::text::jsonb) as x(id text, project_id text, resource_type text, resource_id text,
+           resource_name text, stream text, deployment_id text, invocation_id text, region text, level text, structured boolean, body text, at timestamptz)
+         where not exists (select 1 from log_lines l where l.project_id = x.project_id and l.at = x.at and l.id = x.id)`,
+        [json],
+      );
+      await tx.query(`insert into log_imports (source, position) values ($1, $2) on conflict (source) do update set position = excluded.position`, [source, position]);
+    });
+  }
+
+  async stop(): Promise<void> {
+    this.retention?.cancel();
+    this.tail.endAll();
+    await this.ingest.stop();
+    if (this.opening) await (await this.opening).close();
+  }
+}

@@ -1,0 +1,488 @@
+// Log search, live tail and the log store (spec "Log entry and log search result", "Log search"):
+// fields, the query grammar, cursors, time bounds, auth, build logs, retention on the platform clock,
+// and logs kept by earlier versions.
+import { PGlite } from "@electric-sql/pglite";
+import { spawn } from "node:child_process";
+import { join } from "node:path";
+import postgres from "postgres";
+import { describe, expect, test } from "vitest";
+import { deploy, settled, tgz } from "../support/functions";
+import { BUN, createProject, createToken, eventually, KILN, removeDir, ROOT, startKiln, STORE, useCli, useKiln, type TestKiln } from "../support/kiln";
+
+// `lines`: what to print, each {out: "log"|"error"|"warn"|"raw", text}; "raw" writes to stdout as is.
+const CODE = {
+  "index.js": `exports.handler = async (e) => {
+  for (const l of (e && e.lines) || []) {
+    if (l.out === "error") console.error(l.text);
+    else if (l.out === "warn") console.warn(l.text);
+    else if (l.out === "raw") process.stdout.write(l.text + "\\n");
+    else console.log(l.text);
+  }
+  if (e && e.fail) throw new Error("handler failed on purpose");
+  return "ok";
+};`,
+};
+
+const k = useKiln({ args: ["--controllable-clock"] });
+
+async function setup(kk: TestKiln = k, name = "talker") {
+  const p = await createProject(kk);
+  const key = (await kk.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "k" } })).body.key as string;
+  const fn = await settled(kk, p.id, (await deploy(kk, p.id, { name, runtime: "nodejs22.x" }, tgz(CODE))).body.id);
+  expect(fn.status).toBe("active");
+  const invoke = async (payload: unknown) => {
+    const r = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload } });
+    return r.headers.get("x-service-invocation-id")!;
+  };
+  const search = (body: Record<string, unknown>, token?: string) => kk.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function" }, ...body }, token });
+  return { p, fn, key, invoke, search };
+}
+
+const bodies = (r: { body: { data: Array<{ body: unknown }> } }) => r.body.data.map((e) => (typeof e.body === "string" ? e.body : JSON.stringify(e.body)));
+const advance = async (kk: TestKiln, seconds: number) => expect((await kk.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds } })).status).toBe(200);
+
+describe("log search", () => {
+  test("entries carry id, timestamp, level, body (text, or the object of a JSON line), resource {type, id, name}, region; newest first", async () => {
+    const { fn, invoke, search } = await setup();
+    const inv = await invoke({
+      lines: [
+        { out: "log", text: "plain info line" },
+        { out: "error", text: "went to stderr" },
+        { out: "warn", text: "a warning" },
+        { out: "raw", text: JSON.stringify({ level: "error", message: "card declined", order: 7 }) },
+        { out: "raw", text: JSON.stringify({ severity: "WARNING", msg: "slow", ms: 900 }) },
+        { out: "raw", text: JSON.stringify({ level: 50, msg: "pino error" }) },
+        { out: "raw", text: "{not json" },
+        { out: "raw", text: JSON.stringify({ just: "data" }) },
+      ],
+    });
+    const r = await search({ q: `invocation.id:${inv}` });
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({ limit: 100, has_more: false });
+    expect(r.body.next_cursor).toBeUndefined();
+    const byBody = new Map<string, any>(r.body.data.map((e: any) => [typeof e.body === "string" ? e.body : e.body.message ?? e.body.msg ?? JSON.stringify(e.body), e]));
+    const e = (b: string) => byBody.get(b) as any;
+    expect(e("plain info line")).toMatchObject({ level: "info", region: "local", resource: { type: "function", id: fn.id, name: "talker" }, invocation_id: inv });
+    expect(e("went to stderr").level).toBe("error");
+    expect(e("a warning").level).toBe("warn");
+    expect(e("card declined")).toMatchObject({ level: "error", body: { level: "error", message: "card declined", order: 7 } });
+    expect(e("slow")).toMatchObject({ level: "warn", body: { severity: "WARNING", msg: "slow", ms: 900 } });
+    expect(e("pino error")).toMatchObject({ level: "error", body: { level: 50 } });
+    // Not a structured line: broken JSON, and an object with neither level nor message.
+    expect(e("{not json")).toMatchObject({ level: "info", body: "{not json" });
+    expect(e('{"just":"data"}')).toMatchObject({ level: "info", body: '{"just":"data"}' });
+    // The platform's own line about the invocation.
+    expect([...byBody.keys()].some((b) => /^invocation .* finished with status 200/.test(b))).toBe(true);
+    for (const x of r.body.data) {
+      expect(x.id).toMatch(/^[a-z0-9]{20}$/);
+      expect(new Date(x.timestamp).toISOString()).toBe(x.timestamp);
+    }
+    // Newest first: (timestamp, id) descending.
+    const keys = r.body.data.map((x: any) => `${x.timestamp} ${x.id}`);
+    expect(keys).toEqual([...keys].sort().reverse());
+    // Ids are stable: the same search gives the same entries.
+    expect((await search({ q: `invocation.id:${inv}` })).body.data).toEqual(r.body.data);
+  });
+
+  test("q: free text, quoted phrases, body:, invocation.id:, level: with OR groups, region:, negation", async () => {
+    const { invoke, search } = await setup();
+    const a = await invoke({ lines: [{ out: "log", text: "payment accepted for order 1" }, { out: "error", text: "Payment FAILED: card declined" }] });
+    const b = await invoke({ lines: [{ out: "warn", text: "retrying payment (attempt 2)" }, { out: "log", text: "shipping label printed" }, { out: "log", text: "50% done_ok" }] });
+    const q = async (query: string) => bodies(await search({ q: query })).filter((x) => !x.startsWith("invocation ")).sort();
+    expect(await q("payment")).toEqual(["Payment FAILED: card declined", "payment accepted for order 1", "retrying payment (attempt 2)"]);
+    expect(await q("payment -declined")).toEqual(["payment accepted for order 1", "retrying payment (attempt 2)"]);
+    expect(await q('"card declined"')).toEqual(["Payment FAILED: card declined"]);
+    expect(await q('body:"order 1"')).toEqual(["payment accepted for order 1"]);
+    expect(await q("level:error")).toEqual(["Payment FAILED: card declined"]);
+    expect(await q("level:(error OR warn)")).toEqual(["Payment FAILED: card declined", "retrying payment (attempt 2)"]);
+    expect(await q("level:warning")).toEqual(["retrying payment (attempt 2)"]);
+    expect(await q(`invocation.id:${b} -level:warn`)).toEqual(["50% done_ok", "shipping label printed"]);
+    expect(await q(`invocation.id:${a} OR shipping`)).toEqual(["Payment FAILED: card declined", "payment accepted for order 1", "shipping label printed"]);
+    expect(await q("NOT region:local")).toEqual([]);
+    expect((await q("region:local")).length).toBe(5);
+    // LIKE wildcards are literal characters.
+    expect(await q("50%")).toEqual(["50% done_ok"]);
+    expect(await q("0%_d")).toEqual([]);
+    expect(await q("resource.name:talker label")).toEqual(["shipping label printed"]);
+    expect(await q("resource.name:other")).toEqual([]);
+  });
+
+  test("a syntax error is a 400 naming its position; bad filters are 400s; hostile queries never 500", async () => {
+    const { search } = await setup();
+    const bad = async (body: Record<string, unknown>, message: RegExp) => {
+      const r = await search(body);
+      expect(r.status, r.text).toBe(400);
+      expect(r.body.error).toMatch(message);
+    };
+    await bad({ q: "level:(error OR warn" }, /body field 'q': invalid query at position 7: unclosed '\('/);
+    await bad({ q: 'payment "card' }, /position 9: unclosed '"'/);
+    await bad({ q: "levle:error" }, /position 1: unknown field 'levle'/);
+    await bad({ q: "a OR" }, /position 5: expected a term after 'OR'/);
+    await bad({ q: "(".repeat(40) + "a" + ")".repeat(40) }, /nests deeper than/);
+    await bad({ q: "x".repeat(5000) }, /longer than 4096/);
+    await bad({ limit: 0 }, /limit/);
+    await bad({ limit: 1001 }, /limit.*at most 1000/);
+    await bad({ cursor: "not-a-cursor" }, /cursor/);
+    await bad({ start_time: "2030-01-02T00:00:00Z", end_time: "2030-01-01T00:00:00Z" }, /start_time.*after.*end_time/);
+    await bad({ start_time: "yesterday" }, /start_time/);
+    expect((await k.api("POST", `/projects/${(await createProject(k)).id}/logs/search`, { body: { resource: { type: "database" } } })).status).toBe(400);
+    expect((await k.api("POST", `/projects/${(await createProject(k)).id}/logs/search`, { body: {} })).status).toBe(400);
+    for (const q of ["'; drop table log_lines; --", "😀 ÄÖ 日本", "%_\\", "$1", "body:\\", ")(", '"', "-", "NOT NOT NOT x"]) expect((await search({ q })).status).toBeLessThan(500);
+    // Text PostgreSQL cannot hold is refused like in every other body (a NUL is searched as U+FFFD, as it is stored).
+    await bad({ q: "a\u0000b" }, /body field 'q': must not contain a NUL/);
+    await bad({ q: "x\uD800" }, /body field 'q'/);
+  });
+
+  test("limit defaults to 100 (max 1000); cursors page on (timestamp, id) and stay stable while lines are added", async () => {
+    const { invoke, search } = await setup();
+    const lines = Array.from({ length: 250 }, (_, i) => ({ out: "log", text: `line ${String(i).padStart(3, "0")}` }));
+    const inv = await invoke({ lines });
+    const first = await search({ q: `invocation.id:${inv}` });
+    expect(first.body.data).toHaveLength(100);
+    expect(first.body.has_more).toBe(true);
+    expect(typeof first.body.next_cursor).toBe("string");
+    expect((await search({ q: `invocation.id:${inv}`, limit: 1000 })).body.data).toHaveLength(251);
+    // Page through 60 at a time while another invocation adds matching lines (newer ones).
+    const seen: string[] = [];
+    let cursor: string | undefined;
+    let pages = 0;
+    for (;;) {
+      const r = await search({ q: `invocation.id:${inv} OR "concurrent line"`, limit: 60, cursor });
+      expect(r.status, r.text).toBe(200);
+      seen.push(...r.body.data.map((e: any) => e.id));
+      pages++;
+      await invoke({ lines: [{ out: "log", text: "concurrent line" }] });
+      if (!r.body.has_more) break;
+      cursor = r.body.next_cursor;
+    }
+    expect(pages).toBe(5);
+    expect(new Set(seen).size).toBe(seen.length);
+    const all = (await search({ q: `invocation.id:${inv}`, limit: 1000 })).body.data.map((e: any) => e.id);
+    expect(seen.filter((id) => all.includes(id))).toEqual(all);
+    // A cursor belongs to its search: with other filters it is refused.
+    const r = await search({ q: "payment", cursor: first.body.next_cursor });
+    expect(r.status).toBe(400);
+    expect(r.body.error).toMatch(/cursor.*other filters/);
+  });
+
+  test("start_time and end_time are inclusive bounds on the platform clock", async () => {
+    const { invoke, search } = await setup();
+    const early = await invoke({ lines: [{ out: "log", text: "early" }] });
+    await advance(k, 3600);
+    const late = await invoke({ lines: [{ out: "log", text: "late" }] });
+    const all = (await search({ q: `invocation.id:${early} OR invocation.id:${late}` })).body.data;
+    const earlyAt = all.find((e: any) => e.body === "early").timestamp;
+    const lateAt = all.find((e: any) => e.body === "late").timestamp;
+    // The line's time is the platform clock's: an hour apart.
+    expect(Date.parse(lateAt) - Date.parse(earlyAt)).toBeGreaterThanOrEqual(3_600_000);
+    expect(bodies(await search({ q: "early OR late", start_time: lateAt }))).toEqual(["late"]);
+    expect(bodies(await search({ q: "early OR late", end_time: earlyAt }))).toEqual(["early"]);
+    expect(bodies(await search({ q: "early OR late", start_time: earlyAt, end_time: earlyAt }))).toEqual(["early"]);
+    expect(bodies(await search({ q: "early OR late", start_time: new Date(Date.parse(earlyAt) + 1).toISOString(), end_time: new Date(Date.parse(lateAt) - 1).toISOString() }))).toEqual([]);
+  });
+
+  test("auth: the owner's platform token or any project token (read_only too); keys, end users, other projects and accounts refused", async () => {
+    const { p, invoke, search, key } = await setup();
+    await invoke({ lines: [{ out: "log", text: "secret-ish" }] });
+    const ro = await createToken(k, p.id, { scope: "read_only" });
+    expect(bodies(await search({ q: "secret-ish" }, ro.token))).toEqual(["secret-ish"]);
+    const other = await createProject(k);
+    const otherToken = await createToken(k, other.id);
+    expect((await search({}, otherToken.token)).status).toBe(403);
+    expect((await search({}, key)).status).toBe(403);
+    const anon = (await k.api("GET", `/projects/${p.id}/anon-keys`)).body.data[0].key;
+    expect((await search({}, anon)).status).toBe(403);
+    expect((await search({}, null as unknown as string)).status).toBe(401);
+    const acct = await k.api("POST", "/admin/accounts", { token: k.adminToken, body: { plan: "superagent" } });
+    expect((await search({}, acct.body.platform_token)).status).toBe(404);
+    // An end user of the project (signed up with its anon key) cannot read its logs.
+    const signup = await k.api("POST", "/auth/signup", { token: anon, body: { email: `u${Date.now()}@example.com`, password: "correct horse battery" } });
+    expect(signup.status).toBe(201);
+    expect((await search({}, signup.body.access_token)).status).toBe(403);
+  });
+
+  test("build logs: resource.deployments.ids (with resource.ids holding the function) gives that deployment's build lines", async () => {
+    const { p, fn, search } = await setup();
+    const deps = (await k.api("GET", `/projects/${p.id}/functions/${fn.id}/deployments`)).body.data;
+    const dep = deps[0];
+    expect(dep.build_log.lines).toBeGreaterThan(0);
+    const r = await search({ resource: { type: "function", ids: [fn.id], deployments: { ids: [dep.id] } } });
+    expect(r.status).toBe(200);
+    expect(r.body.data.length).toBe(dep.build_log.lines);
+    expect(bodies(r)).toContain("build succeeded");
+    for (const e of r.body.data) expect(e).toMatchObject({ resource: { type: "function", id: fn.id, name: "talker" }, deployment_id: dep.id, invocation_id: null });
+    expect(r.body.data[r.body.data.length - 1].timestamp).toBe(dep.build_log.first_at);
+    expect(r.body.data[0].timestamp).toBe(dep.build_log.last_at);
+    expect(bodies(await search({ resource: { type: "function", ids: [fn.id], deployments: { ids: [dep.id] } }, q: "succeeded" }))).toEqual(["build succeeded"]);
+    // Runtime searches do not mix build lines in; another function's id finds nothing.
+    expect(bodies(await search({ q: "build succeeded" }))).toEqual([]);
+    expect((await search({ resource: { type: "function", ids: ["nope"], deployments: { ids: [dep.id] } } })).body.data).toEqual([]);
+  });
+
+  test("resource.type frontend is accepted and empty (no frontends yet); resource.ids narrows to those functions", async () => {
+    const { p, fn, invoke, search } = await setup();
+    await invoke({ lines: [{ out: "log", text: "from the first" }] });
+    const key = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "k2" } })).body.key;
+    const second = await settled(k, p.id, (await deploy(k, p.id, { name: "second", runtime: "nodejs22.x" }, tgz(CODE))).body.id);
+    await k.api("POST", `/functions/${second.id}/invoke`, { token: key, body: { payload: { lines: [{ out: "log", text: "from the second" }] } } });
+    expect((await search({ resource: { type: "frontend" } })).body).toEqual({ data: [], limit: 100, has_more: false });
+    expect(bodies(await search({ resource: { type: "function", ids: [fn.id] }, q: "from" }))).toEqual(["from the first"]);
+    expect(bodies(await search({ resource: { type: "function", ids: [second.id] }, q: "from" }))).toEqual(["from the second"]);
+    expect(bodies(await search({ q: "from" })).sort()).toEqual(["from the first", "from the second"]);
+  });
+});
+
+/** An SSE reader over fetch: events as they arrive. */
+async function openTail(kk: TestKiln, projectId: string, query: Record<string, string>, token?: string) {
+  const ctl = new AbortController();
+  const res = await fetch(`${kk.url}/projects/${projectId}/logs/tail?${new URLSearchParams(query)}`, { headers: { authorization: `Bearer ${token ?? kk.token}` }, signal: ctl.signal });
+  const events: Array<{ event: string; data: any; id?: string; at: number }> = [];
+  let buffer = "";
+  const waiters: Array<() => void> = [];
+  const pump = (async () => {
+    if (!res.ok) return;
+    const reader = res.body!.getReader();
+    const dec = new TextDecoder();
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += dec.decode(value, { stream: true });
+        let i: number;
+        while ((i = buffer.indexOf("\n\n")) >= 0) {
+          const block = buffer.slice(0, i);
+          buffer = buffer.slice(i + 2);
+          const f: Record<string, string> = {};
+          for (const line of block.split("\n")) {
+            if (line.startsWith(":")) continue;
+            const c = line.indexOf(":");
+            f[line.slice(0, c)] = line.slice(c + 2);
+          }
+          if (f.event) events.push({ event: f.event, data: JSON.parse(f.data!), id: f.id, at: performance.now() });
+          for (const w of waiters.splice(0)) w();
+        }
+      }
+    } catch {
+      // aborted
+    }
+  })();
+  const until = async (ok: () => boolean, ms = 5000) => {
+    const end = performance.now() + ms;
+    while (!ok()) {
+      if (performance.now() > end) throw new Error(`tail: condition not met; events: ${JSON.stringify(events.map((e) => e.data?.body ?? e.data))}`);
+      await new Promise<void>((r) => {
+        waiters.push(r);
+        setTimeout(r, 50);
+      });
+    }
+  };
+  return { res, events, until, close: async () => (ctl.abort(), await pump) };
+}
+
+describe("live tail", () => {
+  test("matching lines arrive as SSE `log` events as they are recorded, well before the store's 1 s flush; others never", async () => {
+    const { p, fn, invoke } = await setup();
+    const tail = await openTail(k, p.id, { q: "level:error OR keep", ids: fn.id });
+    expect(tail.res.status).toBe(200);
+    expect(tail.res.headers.get("content-type")).toMatch(/^text\/event-stream/);
+    const t0 = performance.now();
+    const inv = await invoke({ lines: [{ out: "log", text: "keep me" }, { out: "log", text: "drop me" }, { out: "error", text: "an error" }] });
+    const answered = performance.now();
+    await tail.until(() => tail.events.filter((e) => e.event === "log").length >= 2);
+    const logs = tail.events.filter((e) => e.event === "log");
+    expect(logs.map((e) => e.data.body)).toEqual(["keep me", "an error"]);
+    for (const e of logs) {
+      expect(e.data).toMatchObject({ resource: { type: "function", id: fn.id, name: "talker" }, invocation_id: inv, region: "local" });
+      expect(e.id).toBe(e.data.id);
+      // Lines are published when recorded (before the invocation answers), not after a flush.
+      expect(e.at - answered).toBeLessThan(500);
+    }
+    expect(answered - t0).toBeGreaterThan(0);
+    // The same entries as search returns for them.
+    const found = await k.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function" }, q: `invocation.id:${inv} (level:error OR keep)` } });
+    expect(found.body.data.map((e: any) => e.id).sort()).toEqual(logs.map((e) => e.id).sort());
+    await tail.close();
+  });
+
+  test("backlog=N sends the newest N stored matching lines first (oldest first), then live ones, none twice", async () => {
+    const { p, invoke } = await setup();
+    await invoke({ lines: ["one", "two", "three"].map((text) => ({ out: "log", text: `b-${text}` })) });
+    const tail = await openTail(k, p.id, { q: "b-", backlog: "2" });
+    await tail.until(() => tail.events.length >= 2);
+    await invoke({ lines: [{ out: "log", text: "b-four" }] });
+    await tail.until(() => tail.events.length >= 3);
+    expect(tail.events.map((e) => e.data.body)).toEqual(["b-two", "b-three", "b-four"]);
+    await tail.close();
+  });
+
+  test("the tail takes the search's filters as query parameters: errors are 400s with positions; auth as search", async () => {
+    const { p, key } = await setup();
+    const bad = await k.api("GET", `/projects/${p.id}/logs/tail?q=${encodeURIComponent("level:(error")}`);
+    expect(bad.status).toBe(400);
+    expect(bad.body.error).toMatch(/query field 'q': invalid query at position 7: unclosed '\('/);
+    expect((await k.api("GET", `/projects/${p.id}/logs/tail?type=database`)).status).toBe(400);
+    expect((await k.api("GET", `/projects/${p.id}/logs/tail?backlog=5000`)).status).toBe(400);
+    expect((await k.api("GET", `/projects/${p.id}/logs/tail`, { token: key })).status).toBe(403);
+    const ro = await createToken(k, p.id, { scope: "read_only" });
+    const t = await openTail(k, p.id, {}, ro.token);
+    expect(t.res.status).toBe(200);
+    // At most 20 open tails per project; a closed one frees its place.
+    const more = [];
+    for (let i = 0; i < 19; i++) more.push(await openTail(k, p.id, {}));
+    expect(more.every((x) => x.res.status === 200)).toBe(true);
+    const refused = await k.api("GET", `/projects/${p.id}/logs/tail`);
+    expect(refused.status).toBe(429);
+    expect(refused.body.error).toMatch(/at most 20 live tails/);
+    await t.close();
+    const again = await eventually(() => openTail(k, p.id, {}), (x) => x.res.status === 200);
+    for (const x of [again, ...more]) await x.close();
+  });
+});
+
+describe("live tail and stopping", () => {
+  test("an open tail does not hold up a graceful stop: the stream ends and Kiln exits 0", async () => {
+    const kk = await startKiln();
+    try {
+      const p = await createProject(kk);
+      const tail = await openTail(kk, p.id, {});
+      expect(tail.res.status).toBe(200);
+      const t0 = performance.now();
+      expect(await kk.stop()).toBe(0);
+      expect(performance.now() - t0).toBeLessThan(10_000);
+      await tail.close();
+    } finally {
+      await kk.stop();
+      removeDir(kk.dataDir);
+    }
+  });
+});
+
+describe("the log store", () => {
+  test("retention: lines older than KILN_LOG_RETENTION_DAYS are deleted by an hourly cleanup on the platform clock", async () => {
+    const kk = await startKiln({ args: ["--controllable-clock"], env: { KILN_LOG_RETENTION_DAYS: "1" } });
+    try {
+      const { invoke, search } = await setup(kk);
+      await invoke({ lines: [{ out: "log", text: "old line" }] });
+      await advance(kk, 20 * 3600);
+      await invoke({ lines: [{ out: "log", text: "new line" }] });
+      expect(bodies(await search({ q: "line" })).sort()).toEqual(["new line", "old line"]);
+      // 23 h after the first line: still within the day.
+      await advance(kk, 3 * 3600);
+      expect(bodies(await search({ q: "line" })).sort()).toEqual(["new line", "old line"]);
+      // Past 24 h (and the next hourly sweep): the old line is gone, the new one stays.
+      await advance(kk, 2 * 3600);
+      expect(bodies(await search({ q: "line" }))).toEqual(["new line"]);
+      await advance(kk, 20 * 3600);
+      expect(bodies(await search({ q: "line" }))).toEqual([]);
+    } finally {
+      await kk.stop();
+      removeDir(kk.dataDir);
+    }
+  });
+
+  test("lines survive a restart; logs kept by the previous version (function_logs, function_build_logs) are moved in and stay searchable", async () => {
+    const kk = await startKiln();
+    const { p, fn, invoke, search } = await setup(kk, "legacy");
+    const inv = await invoke({ lines: [{ out: "log", text: "before the restart" }] });
+    const dep = (await kk.api("GET", `/projects/${p.id}/functions/${fn.id}/deployments`)).body.data[0];
+    const builds = (await search({ resource: { type: "function", ids: [fn.id], deployments: { ids: [dep.id] } } })).body.data.length;
+    expect(await kk.stop()).toBe(0);
+    // What the previous version wrote: rows in the control store's function_logs / function_build_logs.
+    const at = new Date(Date.now() - 60_000).toISOString();
+    const rows = [
+      ["0legacyline000000001", "an old invocation line", "info"],
+      ["0legacyline000000002", JSON.stringify({ level: "error", message: "an old structured line" }), "info"],
+    ];
+    if (STORE === "embedded") {
+      const db = new PGlite(join(kk.dataDir, "control"));
+      for (const [id, body, level] of rows)
+        await db.query(`insert into function_logs (id, project_id, function_id, deployment_id, invocation_id, region, level, body, at) values ($1, $2, $3, $4, 'oldinv', 'local', $5, $6, $7)`, [
+          id,
+          p.id,
+          fn.id,
+          dep.id,
+          level,
+          body,
+          at,
+        ]);
+      await db.query(`insert into function_build_logs (deployment_id, seq, at, level, line) values ($1, 0, $2, 'info', 'an old build line'), ($1, 1, $2, 'error', 'an old build error')`, [dep.id, at]);
+      await db.close();
+    } else {
+      const sql = postgres(kk.databaseUrl!, { max: 1, onnotice: () => {} });
+      for (const [id, body, level] of rows)
+        await sql`insert into function_logs (id, project_id, function_id, deployment_id, invocation_id, region, level, body, at) values (${id!}, ${p.id}, ${fn.id}, ${dep.id}, 'oldinv', 'local', ${level!}, ${body!}, ${at})`;
+      await sql`insert into function_build_logs (deployment_id, seq, at, level, line) values (${dep.id}, 0, ${at}, 'info', 'an old build line'), (${dep.id}, 1, ${at}, 'error', 'an old build error')`;
+      await sql.end();
+    }
+    const again = await startKiln({ dataDir: kk.dataDir, databaseUrl: kk.databaseUrl });
+    try {
+      const find = (body: Record<string, unknown>) => again.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function" }, ...body } });
+      expect(bodies(await find({ q: `invocation.id:${inv} restart` }))).toEqual(["before the restart"]);
+      // Build lines are moved before Kiln listens; invocation lines in the background.
+      const history = (await again.api("GET", `/projects/${p.id}/functions/${fn.id}/deployments`)).body.data[0];
+      expect(history.build_log.lines).toBe(builds + 2);
+      const b = await find({ resource: { type: "function", ids: [fn.id], deployments: { ids: [dep.id] } }, q: "old build" });
+      expect(b.body.data.map((e: any) => [e.body, e.level])).toEqual([
+        ["an old build error", "error"],
+        ["an old build line", "info"],
+      ]);
+      const old = await eventually(
+        () => find({ q: "invocation.id:oldinv" }),
+        (r) => r.body.data.length === 2,
+      );
+      expect(old.body.data.map((e: any) => [e.id, e.level, e.body])).toEqual([
+        ["0legacyline000000002", "error", { level: "error", message: "an old structured line" }],
+        ["0legacyline000000001", "info", "an old invocation line"],
+      ]);
+      expect(old.body.data[0]).toMatchObject({ resource: { type: "function", id: fn.id, name: "legacy" }, region: "local", deployment_id: dep.id });
+      // Moved, not copied: a third start finds them once.
+      expect(await again.stop()).toBe(0);
+      const third = await startKiln({ dataDir: kk.dataDir, databaseUrl: kk.databaseUrl });
+      try {
+        const r = await third.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function" }, q: "old" } });
+        expect(r.body.data.length).toBe(2);
+        const hist = (await third.api("GET", `/projects/${p.id}/functions/${fn.id}/deployments`)).body.data[0];
+        expect(hist.build_log.lines).toBe(builds + 2);
+      } finally {
+        await third.stop();
+      }
+    } finally {
+      await again.stop();
+      removeDir(kk.dataDir);
+    }
+  });
+});
+
+describe("kiln logs", () => {
+  const cli = useCli(k, { passToken: true });
+
+  test("prints matching lines oldest first; --follow prints stored lines, then new ones as they come", async () => {
+    const { p, invoke } = await setup(k, "clilogs");
+    await invoke({ lines: [{ out: "log", text: "cli first" }, { out: "error", text: "cli second" }, { out: "raw", text: JSON.stringify({ level: "warn", message: "cli third" }) }] });
+    const r = cli.run("logs", "--project", p.id, "--function", "clilogs", "-q", "cli");
+    expect(r.code, r.err).toBe(0);
+    const lines = r.out.trim().split("\n");
+    expect(lines).toHaveLength(3);
+    expect(lines[0]).toMatch(/^\S+Z {2}info {3}clilogs {2}cli first$/);
+    expect(lines[1]).toMatch(/error {2}clilogs {2}cli second$/);
+    expect(lines[2]).toMatch(/warn {3}clilogs {2}\{"level":"warn","message":"cli third"\}$/);
+    expect(cli.json("logs", "--project", p.id, "-q", "level:error cli").data.map((e: any) => e.body)).toEqual(["cli second"]);
+    const bad = cli.run("logs", "--project", p.id, "-q", "(cli");
+    expect(bad.code).not.toBe(0);
+    expect(bad.err).toMatch(/400 .*position 1: unclosed '\('/);
+
+    const child = spawn(BUN, [KILN, "--url", k.url, "--token", k.token, "logs", "--project", p.id, "--follow", "--limit", "1", "-q", "cli"], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    child.stdout!.on("data", (d) => (out += d));
+    try {
+      await eventually(async () => out, (o) => o.includes("cli third"), 15_000);
+      await invoke({ lines: [{ out: "log", text: "cli live one" }] });
+      await eventually(async () => out, (o) => o.includes("cli live one"), 15_000);
+      expect(out).not.toContain("cli first");
+    } finally {
+      const exited = new Promise((r) => child.once("exit", r));
+      child.kill("SIGINT");
+      expect(await exited).toBe(0);
+    }
+  });
+});
