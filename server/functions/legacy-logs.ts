@@ -7,12 +7,13 @@ import type { ControlStore } from "../store/store";
 const BATCH = 5000;
 
 /**
- * A moved build line's id: its time, then characters of a hash of (deployment, seq), so moving the
- * same row twice gives the same id (the log store skips lines it has).
+ * A moved build line's id: its time, its seq (so lines of one instant keep their order), then
+ * characters of a hash of the deployment, so moving the same row twice gives the same id (the log
+ * store skips lines it has).
  */
 function buildLineId(atMs: number, deploymentId: string, seq: number): string {
-  const h = BigInt(`0x${createHash("sha256").update(`${deploymentId}:${seq}`).digest("hex").slice(0, 16)}`).toString(36).padStart(11, "0").slice(-11);
-  return Math.max(0, atMs).toString(36).padStart(9, "0").slice(-9) + h;
+  const h = BigInt(`0x${createHash("sha256").update(deploymentId).digest("hex").slice(0, 16)}`).toString(36).padStart(5, "0").slice(-5);
+  return Math.max(0, atMs).toString(36).padStart(9, "0").slice(-9) + Math.max(0, seq).toString(36).padStart(6, "0").slice(-6) + h;
 }
 
 /**
