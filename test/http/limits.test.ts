@@ -78,7 +78,8 @@ function post(
     });
     req.on("error", (err) => {
       // Writing into a connection the server closed after answering is expected; no answer is not.
-      if (!answered) setTimeout(() => !answered && (clearTimeout(timer), reject(err)), 500);
+      // (A loaded machine can take a while to deliver the answer after the write failed.)
+      if (!answered) setTimeout(() => !answered && (clearTimeout(timer), reject(err)), 5000);
     });
     (async () => {
       if (o.prefix) {
