@@ -1,6 +1,7 @@
 import { spawnSync } from "node:child_process";
 import type { Command } from "commander";
 import { output, printObject, printTable } from "../output";
+import { parseDuration } from "./clock";
 import { act, csv, requireProject } from "./shared";
 
 /** `col=op:value`, e.g. `qty=gte:5`, `tag=is:null`, `name=in:a,b`. Numbers and null/true/false are typed. */
@@ -104,9 +105,12 @@ export function databasesCommand(program: Command): void {
         process.exitCode = res.status ?? 1;
       }),
     );
+  branchCommands(db, base);
+  backupCommands(db, base);
   db.command("query <name> <operation>")
     .description("run the query API: select|insert|update|delete")
     .option("--key <key>", "service key (sk-...) or end-user access token (or KILN_SERVICE_KEY)")
+    .option("--branch <branch>", "run it on this branch of the database (service key or end-user token)")
     .requiredOption("--table <table>")
     .option("--select <columns>", "columns, comma-separated")
     .option("--filter <column=op:value...>", "filters (AND), e.g. qty=gte:5 name=ilike:a%")
@@ -115,7 +119,7 @@ export function databasesCommand(program: Command): void {
     .option("--offset <n>")
     .option("--values <json>", "insert/update values as a JSON object")
     .action(
-      act(async (c, g, name: string, operation: string, o: { key?: string; table: string; select?: string; filter?: string[]; order?: string[]; limit?: string; offset?: string; values?: string }) => {
+      act(async (c, g, name: string, operation: string, o: { key?: string; branch?: string; table: string; select?: string; filter?: string[]; order?: string[]; limit?: string; offset?: string; values?: string }) => {
         const key = o.key ?? process.env.KILN_SERVICE_KEY;
         if (!key) throw new Error("the query API needs --key <service key or end-user token> (or KILN_SERVICE_KEY); platform tokens are not accepted");
         const body: Record<string, unknown> = { table: o.table };
@@ -136,12 +140,213 @@ export function databasesCommand(program: Command): void {
           }
         }
         const { Client } = await import("../client");
-        const r = await new Client(c.url, key).request("POST", `/databases/${encodeURIComponent(name)}/query/${encodeURIComponent(operation)}`, body);
+        const on = o.branch ? `${encodeURIComponent(name)}/branches/${encodeURIComponent(o.branch)}` : encodeURIComponent(name);
+        const r = await new Client(c.url, key).request("POST", `/databases/${on}/query/${encodeURIComponent(operation)}`, body);
         output(g.json, r, () => {
           const cols = r.data.length ? Object.keys(r.data[0]) : [];
           printTable(r.data, cols);
           console.log(`(${r.count} row${r.count === 1 ? "" : "s"})`);
         });
+      }),
+    );
+}
+
+/** A lifetime in seconds from `3600`, `1h`, `7d`, `1w`. */
+function ttlOf(v: string): number {
+  const s = parseDuration(v);
+  if (!Number.isInteger(s)) throw new Error(`--ttl must be a whole number of seconds, got ${s}`);
+  return s;
+}
+
+/** Polls a branch until it is no longer provisioning. */
+async function waitBranch(c: { request(m: string, p: string, b?: unknown): Promise<any> }, path: string, r: any): Promise<any> {
+  for (let i = 0; i < 3000 && r.status === "provisioning"; i++) {
+    await new Promise((res) => setTimeout(res, 100));
+    r = await c.request("GET", path);
+  }
+  return r;
+}
+
+function branchCommands(db: Command, base: (o: { project?: string }) => string): void {
+  const branch = db.command("branch").description("branches: copies of a database with their own connection string and a lifetime");
+  const path = (o: { project?: string }, database: string, name?: string) =>
+    `${base(o)}/${encodeURIComponent(database)}/branches${name ? `/${encodeURIComponent(name)}` : ""}`;
+  branch
+    .command("create <database> <name>")
+    .description("fork the database as it is now (it keeps serving meanwhile)")
+    .requiredOption("--project <id>")
+    .option("--ttl <duration>", "lifetime: 3600 to 2592000 seconds, or 1h to 30d (default 7d)")
+    .option("--wait", "wait until the branch is active")
+    .action(
+      act(async (c, g, database: string, name: string, o: { project: string; ttl?: string; wait?: boolean }) => {
+        let r = await c.request("POST", path(o, database), { name, ...(o.ttl ? { ttl_seconds: ttlOf(o.ttl) } : {}) });
+        if (o.wait) r = await waitBranch(c, path(o, database, name), r);
+        output(g.json, r, () => printObject(r));
+      }),
+    );
+  branch
+    .command("list <database>")
+    .requiredOption("--project <id>")
+    .action(
+      act(async (c, g, database: string, o: { project: string }) => {
+        const r = await c.request("GET", path(o, database));
+        output(g.json, r, () => printTable(r.data, ["name", "status", "storage_bytes", "expires_at", "created_at"]));
+      }),
+    );
+  branch
+    .command("get <database> <name>")
+    .description("the branch, with its connection string while active")
+    .requiredOption("--project <id>")
+    .action(
+      act(async (c, g, database: string, name: string, o: { project: string }) => {
+        const r = await c.request("GET", path(o, database, name));
+        output(g.json, r, () => printObject(r));
+      }),
+    );
+  branch
+    .command("reset <database> <name>")
+    .description("discard the branch's writes and fork it again from the database as it is now")
+    .requiredOption("--project <id>")
+    .option("--wait", "wait until the branch is active again")
+    .action(
+      act(async (c, g, database: string, name: string, o: { project: string; wait?: boolean }) => {
+        let r = await c.request("POST", `${path(o, database, name)}/reset`);
+        if (o.wait) r = await waitBranch(c, path(o, database, name), r);
+        output(g.json, r, () => printObject(r));
+      }),
+    );
+  branch
+    .command("extend <database> <name>")
+    .description("replace the branch's lifetime, counted from now (later resets use it too)")
+    .requiredOption("--project <id>")
+    .requiredOption("--ttl <duration>", "3600 to 2592000 seconds, or 1h to 30d")
+    .action(
+      act(async (c, g, database: string, name: string, o: { project: string; ttl: string }) => {
+        const r = await c.request("PATCH", path(o, database, name), { ttl_seconds: ttlOf(o.ttl) });
+        output(g.json, r, () => printObject(r));
+      }),
+    );
+  branch
+    .command("reset-password <database> <name>")
+    .requiredOption("--project <id>")
+    .action(
+      act(async (c, g, database: string, name: string, o: { project: string }) => {
+        const r = await c.request("POST", `${path(o, database, name)}/reset-password`);
+        output(g.json, r, () => printObject(r));
+      }),
+    );
+  branch
+    .command("delete <database> <name>")
+    .requiredOption("--project <id>")
+    .action(
+      act(async (c, g, database: string, name: string, o: { project: string }) => {
+        const r = await c.request("DELETE", path(o, database, name));
+        output(g.json, r, () => console.log(r.message));
+      }),
+    );
+}
+
+/** Polls a restore until it has ended. */
+async function waitRestore(c: { request(m: string, p: string, b?: unknown): Promise<any> }, path: string, r: any): Promise<any> {
+  for (let i = 0; i < 36_000 && (r.status === "pending" || r.status === "running"); i++) {
+    await new Promise((res) => setTimeout(res, 100));
+    r = await c.request("GET", path);
+  }
+  return r;
+}
+
+/** `--day` for weekly entries: 1-7 or a weekday's name. */
+const WEEKDAYS = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
+function dayOf(v: string): number {
+  const i = WEEKDAYS.indexOf(v.slice(0, 3).toLowerCase());
+  return i >= 0 ? i + 1 : Number(v);
+}
+
+function backupCommands(db: Command, base: (o: { project?: string }) => string): void {
+  const backup = db.command("backup").description("backups of a database (SUPERAGENT): manual, and scheduled by the backup schedule");
+  const path = (o: { project?: string }, database: string, rest = "") => `${base(o)}/${encodeURIComponent(database)}${rest}`;
+  backup
+    .command("create <database> <name>")
+    .description("take a backup now (names: lowercase letters, digits, _ and -; 'service-' is reserved)")
+    .requiredOption("--project <id>")
+    .action(
+      act(async (c, g, database: string, name: string, o: { project: string }) => {
+        const r = await c.request("POST", path(o, database, "/backups"), { name });
+        output(g.json, r, () => printObject(r));
+      }),
+    );
+  backup
+    .command("list <database>")
+    .description("backups, newest first, and the point-in-time restore window")
+    .requiredOption("--project <id>")
+    .action(
+      act(async (c, g, database: string, o: { project: string }) => {
+        const r = await c.request("GET", path(o, database, "/backups"));
+        output(g.json, r, () => {
+          printTable(r.data, ["name", "source", "size_bytes", "created_at", "expires_at"]);
+          if (r.restore_window) console.log(`restore window: ${r.restore_window.earliest_restore_at} to ${r.restore_window.latest_restore_at}`);
+        });
+      }),
+    );
+  backup
+    .command("delete <database> <name>")
+    .requiredOption("--project <id>")
+    .action(
+      act(async (c, g, database: string, name: string, o: { project: string }) => {
+        const r = await c.request("DELETE", path(o, database, `/backups/${encodeURIComponent(name)}`));
+        output(g.json, r, () => console.log(r.message));
+      }),
+    );
+  backup
+    .command("schedule <database>")
+    .description("show the backup schedule; with --entry (repeatable) or --clear, replace it")
+    .requiredOption("--project <id>")
+    .option(
+      "--entry <spec...>",
+      "frequency@hour[:day][/retention]: daily@3, weekly@0:sun/7d, monthly@23:28 (hours UTC; retention defaults to the plan's)",
+    )
+    .option("--clear", "no automated backups")
+    .action(
+      act(async (c, g, database: string, o: { project: string; entry?: string[]; clear?: boolean }) => {
+        let r;
+        if (o.entry || o.clear) {
+          const entries = (o.entry ?? []).map((spec) => {
+            const m = /^(daily|weekly|monthly)@(\d{1,2})(?::([a-z0-9]+))?(?:\/(.+))?$/i.exec(spec);
+            if (!m) throw new Error(`--entry takes frequency@hour[:day][/retention] (e.g. weekly@3:mon/14d), got '${spec}'`);
+            return {
+              frequency: m[1]!.toLowerCase(),
+              hour: Number(m[2]),
+              ...(m[3] ? { day: dayOf(m[3]) } : {}),
+              ...(m[4] ? { retention_seconds: ttlOf(m[4]) } : {}),
+            };
+          });
+          r = await c.request("PUT", path(o, database, "/backup-schedule"), { entries });
+        } else r = await c.request("GET", path(o, database, "/backup-schedule"));
+        output(g.json, r, () => (r.entries.length ? printTable(r.entries, ["frequency", "hour", "day", "retention_seconds", "next_run_at"]) : console.log("No automated backups.")));
+      }),
+    );
+  db.command("restore <database>")
+    .description("restore the database in place (destructive: what was written after the backup or instant is gone); its connection string stays")
+    .requiredOption("--project <id>")
+    .option("--backup <name>", "from this backup")
+    .option("--to <instant>", "to this RFC 3339 instant, inside the restore window")
+    .option("--no-wait", "return once the restore is accepted")
+    .action(
+      act(async (c, g, database: string, o: { project: string; backup?: string; to?: string; wait: boolean }) => {
+        if (!o.backup === !o.to) throw new Error("give exactly one of --backup <name> or --to <instant>");
+        let r = await c.request("POST", path(o, database, "/restores"), o.backup ? { backup_name: o.backup } : { restore_to: o.to });
+        if (o.wait) r = await waitRestore(c, path(o, database, `/restores/${encodeURIComponent(r.id)}`), r);
+        output(g.json, r, () => printObject(r));
+        if (o.wait && r.status !== "completed") process.exitCode = 1;
+      }),
+    );
+  db.command("restores <database>")
+    .description("restore history, newest first")
+    .requiredOption("--project <id>")
+    .action(
+      act(async (c, g, database: string, o: { project: string }) => {
+        const r = await c.request("GET", path(o, database, "/restores"));
+        output(g.json, r, () => printTable(r.data, ["id", "kind", "status", "backup_name", "restore_to", "completed_at", "error"]));
       }),
     );
 }

@@ -9,8 +9,14 @@ import type { Platform } from "../platform";
 import type { ProjectsService } from "../projects/service";
 import { DatabaseActivity } from "./activity";
 import { DATABASES_MIGRATIONS } from "./migrations";
+import { backupRoutes } from "./backup-routes";
+import { BackupsService } from "./backups";
+import { branchRoutes } from "./branch-routes";
+import { RestoresService } from "./restores";
+import { BranchesService } from "./branches";
 import { databaseRoutes } from "./routes";
 import { DatabasesService } from "./service";
+import { DueTimers } from "./timers";
 import { DatabaseWireRouter } from "./wire-router";
 
 type Needs = Pick<Platform, "store" | "config" | "clock" | "log"> & { projects: ProjectsService; accounts: AccountsService };
@@ -35,38 +41,72 @@ export const databasesArea = defineArea({
         memoryBudgetMb: config.dbMemoryBudgetMb,
         idleCloseMs: config.dbIdleCloseMs,
         idleInTransactionTimeoutMs: config.dbIdleInTransactionTimeoutMs,
+        clockOffset: () => clock.offsetMs(),
       });
     }
     const activity = new DatabaseActivity(store, now, log);
     const wireAddress = { host: config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host, port: 0 };
-    const databases = new DatabasesService(store, engine, now, activity, () => wireAddress, log, (name) => takeFault(config, name));
+    const fault = (name: string) => takeFault(config, name);
+    const databases = new DatabasesService(store, engine, now, activity, () => wireAddress, log, fault, (ms) => clock.sleep(ms));
+    const branches = new BranchesService(store, engine, clock, databases, log, fault);
+    const backups = new BackupsService(store, engine, clock, join(config.dataDir, "database-backups"), log);
+    const restores = new RestoresService(store, engine, clock, backups, log, fault);
+    restores.onDatabaseChange = (id) => databases.forget(id);
+    databases.onDelete.push((id) => branches.removeForDatabase(id), (id) => backups.removeForDatabase(id));
+    const databaseTimers = new DueTimers(
+      clock,
+      [branches.expiry, backups.scheduled, backups.retention, restores.attempts],
+      (label, e) => log.error(`${label} failed`, e),
+      // One instance (embedded store) knows every change itself; several must look for each other's.
+      store.kind === "postgres" ? Number(process.env.KILN_DATABASE_TIMER_POLL_MS ?? 1000) : null,
+      config.controllableClock,
+    );
+    branches.onExpiryChange = () => void databaseTimers.rearm(branches.expiry.label).catch((e) => log.error("branch expiry", e));
+    backups.onChange = restores.onChange = () => void databaseTimers.rearmAll();
     try {
       const databaseWire = await startWireListener({
         host: config.host,
         port: config.pgPort,
-        router: new DatabaseWireRouter(databases, store),
+        router: new DatabaseWireRouter(databases, branches, store),
         onError: (e) => log.error("database wire listener", e),
       });
       wireAddress.port = databaseWire.port;
       // Storage is sampled on wall time: it measures the disk, it applies no rule of the platform's.
-      const sampler = setInterval(() => void databases.sampleStorage().catch((e) => log.error("database storage sampling failed", e)), 60_000);
+      const sampler = setInterval(
+        () =>
+          void (async () => {
+            await branches.sample();
+            await restores.pruneWal();
+            await databases.sampleStorage(async (id) => (await branches.divergenceTotal(id)) + (await backups.totalBytes(id)));
+          })().catch((e) => log.error("database storage sampling failed", e)),
+        60_000,
+      );
       sampler.unref?.();
-      return { databases, databaseWire, databaseSampler: sampler };
+      return { databases, branches, backups, restores, databaseTimers, databaseWire, databaseSampler: sampler };
     } catch (err) {
       await engine.close().catch(() => {});
       throw err;
     }
   },
-  routes: databaseRoutes,
+  routes: (r) => {
+    databaseRoutes(r);
+    branchRoutes(r);
+    backupRoutes(r);
+  },
   project: { cleanup: (projectId, { databases }) => databases.removeAll(projectId) },
-  resume: async ({ databases }) => {
+  resume: async ({ databases, branches, restores, databaseTimers }) => {
     await databases.resumeProvisioning();
+    await branches.resume();
+    await restores.resume();
+    await databaseTimers.start();
     databases.activity.start();
   },
-  drain: async ({ databases, databaseWire, databaseSampler }) => {
+  drain: async ({ databases, branches, databaseTimers, databaseWire, databaseSampler }) => {
     clearInterval(databaseSampler);
+    await databaseTimers.stop();
     await databaseWire.close().catch(() => {});
     await databases.drain();
+    await branches.drain();
   },
   stop: async ({ databases, databaseWire, log }) => {
     await databaseWire.close().catch(() => {});

@@ -44,4 +44,78 @@ export const DATABASES_MIGRATIONS: Migration[] = [
       );
     `,
   },
+  {
+    id: "databases/002-branches",
+    sql: `
+      create table database_branches (
+        id text primary key,
+        database_id text not null references databases(id),
+        project_id text not null,
+        name text not null,
+        status text not null,
+        client_password text not null,
+        ttl_seconds integer not null,
+        expires_at timestamptz not null,
+        storage_bytes bigint,
+        storage_sampled_at timestamptz,
+        failure text,
+        generation integer not null default 0,
+        created_at timestamptz not null,
+        updated_at timestamptz not null
+      );
+      create unique index database_branches_name_held on database_branches (database_id, name) where status <> 'deleted';
+      create index database_branches_by_database on database_branches (database_id, created_at);
+      create index database_branches_expiry on database_branches (expires_at) where status in ('provisioning', 'active', 'failed');
+      create table database_branch_fingerprints (
+        branch_id text primary key,
+        fingerprint text not null
+      );
+    `,
+  },
+  {
+    id: "databases/003-backups-and-restores",
+    sql: `
+      create table database_backups (
+        id text primary key,
+        database_id text not null references databases(id),
+        name text not null,
+        source text not null,
+        status text not null,
+        size_bytes bigint,
+        expires_at timestamptz,
+        created_at timestamptz not null
+      );
+      create unique index database_backups_name_held on database_backups (database_id, name) where status <> 'deleted';
+      create index database_backups_by_database on database_backups (database_id, created_at);
+      create index database_backups_expiry on database_backups (expires_at) where status = 'ready';
+      create table database_backup_schedule (
+        database_id text not null references databases(id),
+        position integer not null,
+        frequency text not null,
+        hour integer not null,
+        day integer,
+        retention_seconds integer not null,
+        next_run_at timestamptz not null,
+        primary key (database_id, position)
+      );
+      create table database_restores (
+        id text primary key,
+        database_id text not null references databases(id),
+        project_id text not null,
+        kind text not null,
+        status text not null,
+        backup_id text,
+        backup_name text,
+        restore_to timestamptz,
+        attempts integer not null default 0,
+        next_attempt_at timestamptz,
+        error text,
+        completed_at timestamptz,
+        created_at timestamptz not null,
+        updated_at timestamptz not null
+      );
+      create index database_restores_by_database on database_restores (database_id, created_at);
+      create index database_restores_due on database_restores (next_attempt_at) where status = 'pending';
+    `,
+  },
 ];

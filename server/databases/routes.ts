@@ -1,16 +1,10 @@
 import * as z from "zod";
-import type { AuthRule } from "../auth/principal";
-import type { AccountsService } from "../accounts/service";
-import type { Guard } from "../auth/guard";
-import type { Clock } from "../clock";
-import type { Logger } from "../log";
 import { EARLIEST_TIMESTAMP_MS, errorSchema, timestampInput } from "../http/common-schemas";
-import { forbidden, HttpError, jsonResponse } from "../http/errors";
+import { forbidden, HttpError } from "../http/errors";
 import { reply, type AreaRouter } from "../http/route";
 import { projectIdParams } from "../projects/schemas";
 import { plan as planOf } from "../accounts/plans";
-import { DatabaseQueryError, type AccessMode } from "../backends/databases/engine";
-import { queryBodies, type QueryOperation } from "./query-builder";
+import { queryBodies } from "./query-builder";
 import {
   createDatabaseBody,
   createdDatabaseSchema,
@@ -28,22 +22,14 @@ import {
   topQuerySchema,
   versionsSchema,
 } from "./schemas";
-import { DEFAULT_PG_VERSION, PG_VERSIONS, REGIONS, type DatabasesService } from "./service";
+import { DEFAULT_PG_VERSION, PG_VERSIONS, REGIONS } from "./service";
+import { runQuery, type DatabaseRouteDeps } from "./query-runner";
 
 const tag = "Databases";
 const errors = { 400: errorSchema, 401: errorSchema, 403: errorSchema, 404: errorSchema, 409: errorSchema };
 /** Databases carry connection strings: read-only project tokens may not read them. */
 const credentialRead = { kind: "project", access: "credential" } as const;
 const write = { kind: "project", access: "write" } as const;
-
-
-/** What the database routes use. */
-export interface DatabaseRouteDeps {
-  databases: DatabasesService;
-  accounts: AccountsService;
-  clock: Clock;
-  log: Logger;
-}
 
 export function databaseRoutes(r: AreaRouter<DatabaseRouteDeps>): void {
   r.add({
@@ -155,7 +141,9 @@ export function databaseRoutes(r: AreaRouter<DatabaseRouteDeps>): void {
       const to = query.to ? new Date(query.to) : deps.clock.now();
       const from = query.from ? new Date(query.from) : new Date(Math.max(EARLIEST_TIMESTAMP_MS, to.getTime() - 86_400_000));
       if (from > to) throw new HttpError(400, { error: "from must not be after to" });
-      return reply.ok(await deps.databases.stats(d, from, to, query.granularity ?? "hourly"));
+      const branches = await deps.branches.statsOf(d);
+      const backupBytes = await deps.backups.totalBytes(d.id);
+      return reply.ok(await deps.databases.stats(d, from, to, query.granularity ?? "hourly", { branches, backupBytes }));
     },
   });
 
@@ -207,60 +195,10 @@ export function databaseRoutes(r: AreaRouter<DatabaseRouteDeps>): void {
         409: errorSchema,
         500: errorSchema,
       },
-      handler: ({ deps, guard, request, ip, arrivedAt, params, body }) => runQuery(deps, guard, request, ip, arrivedAt, params.databaseName, operation, body),
+      handler: ({ deps, guard, request, ip, arrivedAt, params, body }) =>
+        runQuery(deps, guard, request, ip, arrivedAt, params.databaseName, (access, started) =>
+          deps.databases.query(access.projectId, params.databaseName, access.mode, operation, body, started),
+        ),
     });
-  }
-}
-
-/**
- * The query API's credentials: the application-credential rule, with the full service role for
- * service keys. Applied inside the handler (the route is `none`) because the spec puts the timing
- * headers on every query answer, refusals included.
- */
-const QUERY_AUTH = {
-  kind: "application",
-  fullServiceRole: true,
-  unauthenticated: "Authentication required for database queries",
-  refused: "database queries need an end-user access token, an anon key or a service key; platform and project tokens are not accepted",
-} as const satisfies AuthRule;
-
-/** Who the statement runs as, for the caller's credential. */
-async function accessOf(guard: Guard, request: Request, ip: string): Promise<{ projectId: string; mode: AccessMode }> {
-  const { principal: p } = await guard.authorize(QUERY_AUTH, request, {}, ip);
-  if (p.kind === "service_key") return { projectId: p.projectId, mode: { kind: "admin" } };
-  if (p.kind === "user") return { projectId: p.projectId, mode: { kind: "user", userId: p.userId, email: p.email } };
-  return { projectId: p.projectId, mode: { kind: "anonymous" } };
-}
-
-async function runQuery(deps: DatabaseRouteDeps, guard: Guard, request: Request, ip: string, arrivedAt: number, databaseName: string, operation: QueryOperation, body: unknown) {
-  const handlerStart = performance.now();
-  let queryStart = handlerStart;
-  let computeMs = 0;
-  const timing = () => ({
-    "X-Service-Proxy-Ms": String(Math.round(queryStart - arrivedAt)),
-    "X-Service-Proxy-Handler-Ms": String(Math.round(queryStart - handlerStart)),
-    "X-Service-Compute-Ms": String(Math.round(computeMs)),
-  });
-  try {
-    const { projectId, mode } = await accessOf(guard, request, ip);
-    let result;
-    try {
-      result = await deps.databases.query(projectId, databaseName, mode, operation, body, () => (queryStart = performance.now()));
-    } catch (err) {
-      if (err instanceof HttpError) throw err; // unknown database, bad body: raised before the query ran
-      computeMs = performance.now() - queryStart;
-      // 42501: a privilege the role lacks, or a row-level security check (403, like a storage policy denial).
-      if (err instanceof DatabaseQueryError) throw new HttpError(err.code === "42501" ? 403 : 400, { error: err.message });
-      const requestId = crypto.randomUUID();
-      deps.log.error(`query on database ${databaseName} failed (request ${requestId})`, err);
-      throw new HttpError(500, { error: "Query failed" }, { "X-Request-Id": requestId });
-    }
-    computeMs = result.computeMs;
-    const text = JSON.stringify({ data: result.rows, count: result.rows.length });
-    deps.databases.activity.recordUsage(result.databaseId, { transfer: text.length });
-    return new Response(text, { status: 200, headers: { "Content-Type": "application/json; charset=utf-8", ...timing() } });
-  } catch (err) {
-    if (err instanceof HttpError) return jsonResponse(err.status, err.body, { ...err.headers, ...timing() });
-    throw err;
   }
 }

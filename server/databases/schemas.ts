@@ -1,13 +1,16 @@
 import * as z from "zod";
-import { timestamp } from "../http/common-schemas";
+import { timestamp, timestampInput } from "../http/common-schemas";
 import { PG_VERSIONS, REGIONS } from "./service";
+import { BRANCH_NAME, BRANCH_TTL } from "./branches";
+import { BACKUP_NAME, SCHEDULE_ENTRIES_MAX } from "./backups";
+import { RESTORE_HISTORY } from "./restores";
 
 export const databaseParams = z.object({ projectId: z.string().min(1), databaseName: z.string().min(1) });
 
 export const databaseSchema = z.object({
   id: z.string(),
   database_name: z.string(),
-  status: z.enum(["provisioning", "active", "failed", "deleting"]),
+  status: z.enum(["provisioning", "active", "restoring", "failed", "deleting"]),
   connection_string: z
     .string()
     .optional()
@@ -102,3 +105,109 @@ export const queryParams = z.object({
   operation: z.enum(["select", "insert", "update", "delete"]),
 });
 export const queryResultSchema = z.object({ data: z.array(z.record(z.string(), z.unknown())), count: z.number().int() });
+
+// ---- branches -------------------------------------------------------------------------------------
+
+export const branchParams = databaseParams.extend({ branchName: z.string().min(1) });
+
+export const branchSchema = z.object({
+  id: z.string(),
+  database_id: z.string(),
+  project_id: z.string(),
+  name: z.string(),
+  status: z.enum(["provisioning", "active", "failed", "deleting"]),
+  connection_string: z
+    .string()
+    .optional()
+    .describe("single get only, while active: the branch's own role service_client_<branch id> and password; application_name as for the parent"),
+  ttl_seconds: z.number().int(),
+  expires_at: timestamp,
+  storage_bytes: z.number().int().describe("pages the branch holds that differ from its parent at the fork (its divergence), in bytes"),
+  created_at: timestamp,
+  updated_at: timestamp,
+});
+export const branchListSchema = z.object({ data: z.array(branchSchema) });
+
+const ttlSeconds = z
+  .number()
+  .int("must be a whole number of seconds")
+  .min(BRANCH_TTL.min, `must be ${BRANCH_TTL.min} to ${BRANCH_TTL.max} seconds`)
+  .max(BRANCH_TTL.max, `must be ${BRANCH_TTL.min} to ${BRANCH_TTL.max} seconds`);
+
+export const createBranchBody = z.object({
+  name: z.string().regex(BRANCH_NAME, "must be 1 to 64 lowercase letters, digits and underscores"),
+  ttl_seconds: ttlSeconds.optional().describe(`lifetime, ${BRANCH_TTL.min} to ${BRANCH_TTL.max} seconds; default ${BRANCH_TTL.default} (seven days)`),
+});
+export const extendBranchBody = z.object({
+  ttl_seconds: ttlSeconds.describe("the new lifetime, counted from now; later resets use it too"),
+});
+export const branchDeletingSchema = z.object({ status: z.literal("deleting"), message: z.string() });
+
+export const branchQueryParams = z.object({ databaseName: z.string().min(1), branchName: z.string().min(1) });
+
+// ---- backups, schedule, restores ----------------------------------------------------------------
+
+export const backupParams = databaseParams.extend({ backupName: z.string().min(1) });
+export const restoreParams = databaseParams.extend({ restoreId: z.string().min(1) });
+
+export const backupSchema = z.object({
+  name: z.string(),
+  source: z.enum(["manual", "scheduled"]),
+  size_bytes: z.number().int().optional().describe("bytes the backup takes on disk"),
+  expires_at: timestamp.nullable().describe("when a scheduled backup's retention ends; null for manual backups (kept until deleted)"),
+  created_at: timestamp,
+});
+export const restoreWindowSchema = z.object({ earliest_restore_at: timestamp, latest_restore_at: timestamp });
+export const backupListSchema = z.object({
+  data: z.array(backupSchema).describe("newest first"),
+  restore_window: restoreWindowSchema.optional().describe("the instants restore_to may name; absent where point-in-time restore is not available"),
+});
+export const createBackupBody = z.object({
+  name: z.string().regex(BACKUP_NAME, "must be 1 to 63 lowercase letters, digits, underscores and hyphens"),
+});
+export const backupDeletedSchema = z.object({ status: z.literal("deleted"), message: z.string() });
+
+export const scheduleEntryInput = z
+  .object({
+    frequency: z.enum(["daily", "weekly", "monthly"]),
+    hour: z.number().int("must be a whole hour").min(0, "must be 0 to 23 (UTC)").max(23, "must be 0 to 23 (UTC)"),
+    day: z.number().int("must be a whole number").optional().describe("weekly: 1-7 (Monday to Sunday); monthly: 1-28; ignored for daily"),
+    retention_seconds: z.number().int("must be a whole number of seconds").positive("must be positive").optional().describe("defaults to the plan's retention and is clamped to it"),
+  })
+  .superRefine((e, ctx) => {
+    if (e.frequency === "weekly" && (e.day === undefined || e.day < 1 || e.day > 7))
+      ctx.addIssue({ code: "custom", path: ["day"], message: "weekly entries need day 1-7 (Monday to Sunday)" });
+    if (e.frequency === "monthly" && (e.day === undefined || e.day < 1 || e.day > 28))
+      ctx.addIssue({ code: "custom", path: ["day"], message: "monthly entries need day 1-28" });
+  });
+export const putScheduleBody = z.object({ entries: z.array(scheduleEntryInput).max(SCHEDULE_ENTRIES_MAX, `at most ${SCHEDULE_ENTRIES_MAX} entries`) });
+export const scheduleSchema = z.object({
+  entries: z.array(
+    z.object({
+      frequency: z.enum(["daily", "weekly", "monthly"]),
+      hour: z.number().int(),
+      day: z.number().int().optional(),
+      retention_seconds: z.number().int().describe("as applied: the plan's retention when none was given, clamped to it"),
+      next_run_at: timestamp.describe("when this entry takes its next backup"),
+    }),
+  ),
+});
+
+export const restoreSchema = z.object({
+  id: z.string(),
+  database_id: z.string(),
+  project_id: z.string(),
+  kind: z.enum(["snapshot", "point_in_time"]),
+  status: z.enum(["pending", "running", "completed", "failed", "exhausted"]),
+  backup_name: z.string().nullable().optional(),
+  restore_to: timestamp.nullable().optional(),
+  completed_at: timestamp.nullable(),
+  error: z.string().nullable().describe("why the most recent attempt failed"),
+  created_at: timestamp,
+  updated_at: timestamp,
+});
+export const restoreListSchema = z.object({ data: z.array(restoreSchema).describe(`newest first, at most ${RESTORE_HISTORY}`) });
+export const createRestoreBody = z.object({
+  backup_name: z.string().min(1).optional(),
+  restore_to: timestampInput.optional(),
+});

@@ -37,7 +37,7 @@ export interface DatabaseRecord {
   name: string;
   region: string;
   pg_version: number;
-  status: "provisioning" | "active" | "failed" | "deleting" | "deleted";
+  status: "provisioning" | "active" | "restoring" | "failed" | "deleting" | "deleted";
   client_password: string;
   storage_bytes: number | null;
   created_at: string;
@@ -61,6 +61,11 @@ function toRecord(r: Row): DatabaseRecord {
 
 export function roleName(id: string): string {
   return `service_client_${id}`;
+}
+
+/** Role name as recorded in top queries. */
+export function roleOf(id: string, mode: AccessMode): string {
+  return mode.kind === "admin" ? roleName(id) : mode.kind === "user" ? "authenticated" : "anonymous";
 }
 
 function newPassword(): string {
@@ -90,13 +95,26 @@ export class DatabasesService {
     private readonly log: { error: (m: string, e?: unknown) => void },
     /** Fault injection for tests (KILN_FAULTS). */
     private readonly fault: (name: string) => boolean = () => false,
+    /** Waits on the platform clock (faults that hold work until a test moves the clock). */
+    private readonly sleep: (ms: number) => Promise<void> = (ms) => new Promise((r) => setTimeout(r, ms)),
   ) {}
 
   connectionString(d: DatabaseRecord): string {
+    return this.connectionStringFor(d.id, d.client_password, d.name);
+  }
+
+  /** A connection string through Kiln's wire listener for the role `service_client_<id>` (a database's or a branch's). */
+  connectionStringFor(id: string, password: string, databaseName: string): string {
     const { host, port } = this.wire();
     const h = host.includes(":") ? `[${host}]` : host;
-    return `postgres://${roleName(d.id)}:${encodeURIComponent(d.client_password)}@${h}:${port}/${d.name}?application_name=service_full_access`;
+    return `postgres://${roleName(id)}:${encodeURIComponent(password)}@${h}:${port}/${databaseName}?application_name=service_full_access`;
   }
+
+  /**
+   * What else goes when a database is deleted (its branches, backups), run before its data is
+   * dropped. Registered by the area.
+   */
+  readonly onDelete: ((databaseId: string) => Promise<void>)[] = [];
 
   view(d: DatabaseRecord, opts: { list?: boolean } = {}) {
     return {
@@ -141,6 +159,8 @@ export class DatabasesService {
   private provision(id: string): void {
     const job = (async () => {
       try {
+        // Tests hold a database in provisioning until the clock moves a minute on (KILN_FAULTS=database-provision-delay:N).
+        if (this.fault("database-provision-delay")) await Promise.race([this.sleep(60_000), this.stopping.promise]);
         await this.engine.create(id);
         await this.store.query(`update databases set status = 'active', updated_at = $2 where id = $1 and status = 'provisioning'`, [id, this.now().toISOString()]);
       } catch (err) {
@@ -162,7 +182,10 @@ export class DatabasesService {
     for (const r of deleting) await this.finishDelete(r.id);
   }
 
+  private readonly stopping = Promise.withResolvers<void>();
+
   async drain(): Promise<void> {
+    this.stopping.resolve();
     await Promise.allSettled([...this.provisioning]);
   }
 
@@ -188,12 +211,18 @@ export class DatabasesService {
   async delete(projectId: string, name: string): Promise<void> {
     const d = await this.get(projectId, name);
     this.forget(d.id);
-    await this.store.query(`update databases set status = 'deleting', updated_at = $2 where id = $1`, [d.id, this.now().toISOString()]);
+    // Not while a restore runs (rule 8); checked and changed in one statement.
+    const [r] = await this.store.query(`update databases set status = 'deleting', updated_at = $2 where id = $1 and status <> 'restoring' returning id`, [
+      d.id,
+      this.now().toISOString(),
+    ]);
+    if (!r) throw conflict("the database is being restored; delete it once the restore has ended");
     await this.finishDelete(d.id);
   }
 
   private async finishDelete(id: string): Promise<void> {
     this.forget(id);
+    for (const hook of this.onDelete) await hook(id);
     await this.engine.drop(id);
     await this.store.query(`update databases set status = 'deleted', updated_at = $2 where id = $1`, [id, this.now().toISOString()]);
     await this.store.query(`delete from database_query_stats where database_id = $1`, [id]);
@@ -201,6 +230,7 @@ export class DatabasesService {
 
   async resetPassword(projectId: string, name: string) {
     const d = await this.get(projectId, name);
+    if (d.status === "restoring") throw conflict("the database is being restored");
     if (d.status !== "active") throw conflict(`the database is ${d.status}`);
     const password = newPassword();
     const [r] = await this.store.query(`update databases set client_password = $2, updated_at = $3 where id = $1 returning *`, [
@@ -237,7 +267,8 @@ export class DatabasesService {
     return d;
   }
 
-  private forget(id: string): void {
+  /** Drops cached views of a database whose state changed (restores). */
+  forget(id: string): void {
     this.activeCache.deleteWhere((d) => d.id === id);
   }
 
@@ -248,32 +279,39 @@ export class DatabasesService {
    */
   async query(projectId: string, databaseName: string, mode: AccessMode, operation: QueryOperation, body: unknown, started: () => void) {
     const d = await this.activeByName(projectId, databaseName);
+    return this.queryOn(d.id, mode, operation, body, started);
+  }
+
+  /** One query API call on a database or branch by its id (the engine's name for it). */
+  async queryOn(id: string, mode: AccessMode, operation: QueryOperation, body: unknown, started: () => void) {
     const q = buildQuery(operation, body);
     started();
     if (this.fault("database-connection")) throw new Error("injected fault: database-connection");
     let result;
     try {
-      result = await this.engine.run(d.id, mode, q.text, q.params);
+      result = await this.engine.run(id, mode, q.text, q.params);
     } catch (err) {
       if (err instanceof DatabaseQueryError && err.code === INSUFFICIENT_PRIVILEGE && mode.kind !== "admin")
         throw new DatabaseQueryError(explainDenied(err.message, operation, (body as { table: string }).table, mode.kind === "user" ? "authenticated" : "anonymous"), err.code);
       throw err;
     }
-    this.activity.recordQuery(d.id, q.text, this.roleOf(d, mode), result.computeMs, result.rows.length);
-    this.activity.recordUsage(d.id, {
+    this.activity.recordQuery(id, q.text, roleOf(id, mode), result.computeMs, result.rows.length);
+    this.activity.recordUsage(id, {
       computeMs: result.computeMs,
       activeMs: result.computeMs,
       written: operation === "select" ? 0 : JSON.stringify(q.params).length,
     });
-    return { databaseId: d.id, ...result };
+    return { databaseId: id, ...result };
   }
 
-  /** Role name as recorded in top queries. */
-  roleOf(d: DatabaseRecord, mode: AccessMode): string {
-    return mode.kind === "admin" ? roleName(d.id) : mode.kind === "user" ? "authenticated" : "anonymous";
-  }
-
-  async stats(d: DatabaseRecord, from: Date, to: Date, granularity: string) {
+  /** `parts`: what the branches and backups of the database hold, measured by their services. */
+  async stats(
+    d: DatabaseRecord,
+    from: Date,
+    to: Date,
+    granularity: string,
+    parts: { branches: { id: string; name: string; storage_bytes: number }[]; backupBytes: number } = { branches: [], backupBytes: 0 },
+  ) {
     await this.activity.flush();
     const size = await this.engine.sizeBytes(d.id);
     const [u] = await this.store.query(
@@ -285,8 +323,8 @@ export class DatabasesService {
     return {
       current_storage_bytes: size,
       current_storage_mb: Math.round((size / 1_048_576) * 100) / 100,
-      branches: [] as { id: string; name: string; storage_bytes: number }[],
-      backup_storage_bytes: 0,
+      branches: parts.branches,
+      backup_storage_bytes: parts.backupBytes,
       storage_bytes: d.storage_bytes ?? size,
       data_written_bytes: Number(u!.written),
       data_transfer_bytes: Number(u!.transfer),
@@ -343,10 +381,11 @@ export class DatabasesService {
   }
 
   /** A background pass records each database's size for the list's `storage_bytes`. */
-  async sampleStorage(): Promise<void> {
+  async sampleStorage(extra: (databaseId: string) => Promise<number> = async () => 0): Promise<void> {
     const rows = await this.store.query<{ id: string }>(`select id from databases where status = 'active'`);
     for (const r of rows) {
-      const size = await this.engine.sizeBytes(r.id).catch(() => null);
+      const own = await this.engine.sizeBytes(r.id).catch(() => null);
+      const size = own === null ? null : own + (await extra(r.id).catch(() => 0));
       if (size !== null)
         await this.store.query(`update databases set storage_bytes = $2, storage_sampled_at = $3 where id = $1`, [r.id, size, this.now().toISOString()]);
     }

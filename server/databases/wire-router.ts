@@ -2,16 +2,20 @@ import type { ControlStore } from "../store/store";
 import { parseAccessMode, type AccessMode } from "../backends/databases/engine";
 import type { WireBackend, WireClient, WireControl, WireRouter } from "../backends/databases/wire/listener";
 import { eachMessage, readCString } from "../backends/databases/wire/protocol";
+import type { BranchesService } from "./branches";
 import type { DatabasesService } from "./service";
 import { roleName } from "./service";
 
 /**
  * Who may connect to which database over the wire, and as whom: the role `service_client_<id>`
  * with the database's current client password; `application_name` picks admin or RLS-as-user.
+ * A branch has a role of its own (`service_client_<branch id>`) and password; its database name is
+ * its parent's (or the branch id).
  */
 export class DatabaseWireRouter implements WireRouter {
   constructor(
     private readonly databases: DatabasesService,
+    private readonly branches: BranchesService,
     private readonly store: ControlStore,
   ) {}
 
@@ -19,18 +23,34 @@ export class DatabaseWireRouter implements WireRouter {
     const m = /^service_client_([a-z0-9]{20})$/.exec(user);
     if (!m) return null;
     const d = await this.databases.byId(m[1]!);
-    if (!d || d.status !== "active" || (database !== d.name && database !== d.id)) return null;
-    return { target: d.id, password: d.client_password };
+    if (d) {
+      if (d.status !== "active" || (database !== d.name && database !== d.id)) return null;
+      return { target: d.id, password: d.client_password };
+    }
+    const b = await this.target(m[1]!);
+    if (!b || (database !== b.databaseName && database !== b.id)) return null;
+    return { target: b.id, password: b.password };
+  }
+
+  /** An active database or branch by id: what a connection opens. */
+  private async target(id: string): Promise<{ id: string; projectId: string; password: string; databaseName: string } | null> {
+    const d = await this.databases.byId(id);
+    if (d) return d.status === "active" ? { id: d.id, projectId: d.project_id, password: d.client_password, databaseName: d.name } : null;
+    const b = await this.branches.byId(id);
+    if (!b || b.status !== "active") return null;
+    const parent = await this.databases.byId(b.database_id);
+    if (!parent || parent.status === "deleted" || parent.status === "deleting") return null;
+    return { id: b.id, projectId: b.project_id, password: b.client_password, databaseName: parent.name };
   }
 
   async open(target: string, client: WireClient, control: WireControl): Promise<WireBackend> {
-    const d = await this.databases.byId(target);
-    if (!d || d.status !== "active") throw new Error("the database is not available");
+    const d = await this.target(target);
+    if (!d) throw new Error("the database is not available");
     const parsed = parseAccessMode(client.applicationName);
     if (!parsed) throw new Error(`application_name service_user_access: must be followed by an end user's id, got "${client.applicationName}"`);
     let mode: AccessMode = { kind: "admin" };
     if (parsed.kind === "user") {
-      const [u] = await this.store.query(`select email from auth_users where id = $1 and project_id = $2`, [parsed.userId, d.project_id]);
+      const [u] = await this.store.query(`select email from auth_users where id = $1 and project_id = $2`, [parsed.userId, d.projectId]);
       mode = { kind: "user", userId: parsed.userId, email: u?.email ?? null };
     }
     const backend = await this.databases.engine.openWire(d.id, mode, client, control);

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { createFromTemplate, fingerprintOf, type TemplateSpec } from "../../store/template";
 import {
@@ -6,10 +6,14 @@ import {
   PRIVILEGES_UPGRADE_SQL,
   sessionInitSql,
   transactionInitSql,
+  RestoreNotStarted,
   type AccessMode,
   type DatabaseEngine,
+  type PointInTime,
   type QueryResult,
 } from "./engine";
+import { coldCopy, divergenceOfDir, fingerprintDir, hotCopy, SNAPSHOT_INFO, type SnapshotInfo } from "./snapshot";
+import { listSegments, parseLsn, readCommits, segmentNumber, truncateWal } from "./wal";
 import type { WireBackend, WireClient, WireControl } from "./wire/listener";
 import { PgliteThread } from "./pglite-thread";
 import { runOverProtocol } from "./protocol-query";
@@ -33,7 +37,12 @@ interface OpenInstance {
   db: PgliteThread;
   mux: PgliteSessionMux;
   lastUsed: number;
+  /** Snapshots being taken of it: it is not closed for idleness meanwhile. */
+  pins: number;
 }
+
+/** Attempts at a snapshot before giving up (a client's CHECKPOINT or a session restart mid-copy spoils one). */
+const SNAPSHOT_ATTEMPTS = 3;
 
 export interface EmbeddedOptions {
   dir: string;
@@ -48,6 +57,8 @@ export interface EmbeddedOptions {
   idleCloseMs: number;
   /** A wire client idle inside a transaction this long is ended (unless it set its own timeout); 0: never. */
   idleInTransactionTimeoutMs: number;
+  /** The platform clock's offset from real time: the databases' own clock follows it (point-in-time restore needs it). */
+  clockOffset?: () => number;
 }
 
 /**
@@ -100,7 +111,7 @@ export class EmbeddedEngine implements DatabaseEngine {
       pending = (async () => {
         if (!existsSync(join(this.dirOf(id), "PG_VERSION"))) throw new Error(`database ${id} has no data directory`);
         await this.makeRoom();
-        const db = await PgliteThread.open(this.dirOf(id), DATABASE_CONF);
+        const db = await PgliteThread.open(this.dirOf(id), DATABASE_CONF, this.o.clockOffset ?? (() => 0));
         // A database made by an older Kiln is brought to the current privileges model before anyone
         // uses it (a no-op check once done); if that fails, the database stays closed.
         try {
@@ -110,7 +121,7 @@ export class EmbeddedEngine implements DatabaseEngine {
           // Not the caller's SQL error: a failure to reach the database (500 on the query API).
           throw new Error(`database ${id}: privileges upgrade failed: ${(err as Error).message}`);
         }
-        const inst = { db, mux: new PgliteSessionMux(db, { idleInTransactionTimeoutMs: this.o.idleInTransactionTimeoutMs }), lastUsed: Date.now() };
+        const inst = { db, mux: new PgliteSessionMux(db, { idleInTransactionTimeoutMs: this.o.idleInTransactionTimeoutMs }), lastUsed: Date.now(), pins: 0 };
         this.open.set(id, inst);
         return inst;
       })().finally(() => this.opening.delete(id));
@@ -128,17 +139,17 @@ export class EmbeddedEngine implements DatabaseEngine {
   /** Closes least recently used instances that have no clients until there is room for one more. */
   private async makeRoom(): Promise<void> {
     while (this.open.size >= this.o.maxOpen || (this.open.size > 0 && this.overBudget())) {
-      const idle = [...this.open.entries()].filter(([, i]) => i.mux.stats().clients === 0).sort((a, b) => a[1].lastUsed - b[1].lastUsed);
+      const idle = [...this.open.entries()].filter(([, i]) => i.mux.stats().clients === 0 && i.pins === 0).sort((a, b) => a[1].lastUsed - b[1].lastUsed);
       if (idle.length === 0) return; // every instance has clients: go over the limit rather than cut anyone off
       await this.closeInstance(idle[0]![0]);
     }
   }
 
-  private async closeInstance(id: string): Promise<void> {
-    const inst = this.open.get(id);
+  private async closeInstance(id: string, reason = "the database instance is being closed"): Promise<void> {
+    const inst = this.open.get(id) ?? (await this.opening.get(id)?.catch(() => undefined));
     if (!inst) return;
-    this.open.delete(id);
-    await inst.mux.closeAll("the database instance is being closed");
+    if (this.open.get(id) === inst) this.open.delete(id);
+    await inst.mux.closeAll(reason);
     await inst.db.close().catch(() => {});
   }
 
@@ -146,7 +157,7 @@ export class EmbeddedEngine implements DatabaseEngine {
     const cutoff = Date.now() - this.o.idleCloseMs;
     for (const [id, inst] of this.open) {
       const s = inst.mux.stats();
-      if (s.clients === 0 && Math.max(inst.lastUsed, s.lastActivityMs) < cutoff) await this.closeInstance(id);
+      if (s.clients === 0 && inst.pins === 0 && Math.max(inst.lastUsed, s.lastActivityMs) < cutoff) await this.closeInstance(id);
     }
   }
 
@@ -168,6 +179,177 @@ export class EmbeddedEngine implements DatabaseEngine {
     return dirSize(this.dirOf(id));
   }
 
+  /** Snapshots of one database, one at a time (its single session holds one backup at a time). */
+  private readonly snapshotting = new Map<string, Promise<unknown>>();
+
+  /**
+   * A consistent copy of the live database `id` in `to` (see snapshot.ts: PostgreSQL's online backup
+   * on the database's session; the database keeps serving while its files are copied).
+   */
+  private async snapshot(id: string, to: string): Promise<void> {
+    const prev = this.snapshotting.get(id) ?? Promise.resolve();
+    const run = prev.catch(() => {}).then(async () => {
+      for (let attempt = 1; ; attempt++) {
+        const inst = await this.instance(id);
+        inst.pins++;
+        try {
+          return await hotCopy((fn) => inst.mux.exclusive(fn), this.dirOf(id), to);
+        } catch (err) {
+          if (attempt >= SNAPSHOT_ATTEMPTS) throw err;
+        } finally {
+          inst.pins--;
+          inst.lastUsed = Date.now();
+        }
+      }
+    });
+    this.snapshotting.set(id, run);
+    try {
+      await run;
+    } finally {
+      if (this.snapshotting.get(id) === run) this.snapshotting.delete(id);
+    }
+  }
+
+  async copiesUnavailable(): Promise<string | null> {
+    return null;
+  }
+
+  async fork(parentId: string, childId: string): Promise<string> {
+    const target = this.dirOf(childId);
+    const tmp = `${target}.fork-${process.pid}`;
+    rmSync(tmp, { recursive: true, force: true });
+    await this.snapshot(parentId, tmp);
+    await this.closeInstance(childId, "the branch is being reset");
+    rmSync(target, { recursive: true, force: true });
+    renameSync(tmp, target);
+    // Opening replays the WAL the snapshot carries; a checkpoint then puts the result in its files,
+    // which the fingerprint describes.
+    let t0 = performance.now();
+    await this.checkpoint(childId);
+    if (process.env.KILN_TRACE_SNAPSHOT) console.error(`fork: open and checkpoint ${(performance.now() - t0).toFixed(1)} ms`);
+    t0 = performance.now();
+    const fp = await fingerprintDir(target);
+    if (process.env.KILN_TRACE_SNAPSHOT) console.error(`fork: fingerprint ${(performance.now() - t0).toFixed(1)} ms`);
+    return fp;
+  }
+
+  private async checkpoint(id: string): Promise<void> {
+    const inst = await this.instance(id);
+    await inst.mux.exclusive((db) => runOverProtocol(db, [], "checkpoint", []));
+  }
+
+  async divergenceBytes(id: string, fingerprint: string): Promise<number> {
+    if (!existsSync(join(this.dirOf(id), "PG_VERSION"))) return 0;
+    // Pages still in an open instance's buffers are written first.
+    if (this.open.has(id)) await this.checkpoint(id);
+    return divergenceOfDir(this.dirOf(id), fingerprint);
+  }
+
+  async disconnect(id: string, reason: string): Promise<void> {
+    await this.closeInstance(id, reason);
+  }
+
+  async backup(id: string, path: string): Promise<number> {
+    await this.snapshot(id, path);
+    return dirSize(path);
+  }
+
+  async restore(id: string, path: string): Promise<void> {
+    await this.replaceWith(id, async (incoming) => {
+      if (!existsSync(join(path, "PG_VERSION"))) throw new Error("the backup no longer exists: its files are gone");
+      await coldCopy(path, incoming);
+    });
+  }
+
+  /**
+   * Replaces the database's folder with one `fill` prepares beside it, once that opens (PostgreSQL
+   * replays what it carries). Until the swap nothing is touched (RestoreNotStarted); a folder that
+   * does not open is undone and the old one put back (RestoreNotStarted too).
+   */
+  private async replaceWith(id: string, fill: (incoming: string) => Promise<void>): Promise<void> {
+    const target = this.dirOf(id);
+    const incoming = `${target}.restore-${process.pid}`;
+    const aside = `${target}.pre-restore-${process.pid}`;
+    rmSync(incoming, { recursive: true, force: true });
+    // No writes while the copy is made: the database's clients were ended when the restore began.
+    await this.closeInstance(id, "the database is being restored");
+    try {
+      await fill(incoming);
+    } catch (err) {
+      rmSync(incoming, { recursive: true, force: true });
+      throw err instanceof RestoreNotStarted ? err : new RestoreNotStarted((err as Error).message);
+    }
+    await this.closeInstance(id, "the database is being restored");
+    rmSync(aside, { recursive: true, force: true });
+    renameSync(target, aside);
+    renameSync(incoming, target);
+    try {
+      await this.checkpoint(id);
+    } catch (err) {
+      // The copy does not open: put the database back as it was.
+      await this.closeInstance(id);
+      rmSync(target, { recursive: true, force: true });
+      renameSync(aside, target);
+      throw new RestoreNotStarted(`the restored copy could not be opened: ${(err as Error).message}`);
+    }
+    rmSync(aside, { recursive: true, force: true });
+  }
+
+  /**
+   * Point-in-time restore. Every database keeps its WAL (`wal_keep_size`) until Kiln lets it go
+   * (`pruneWal`: older than the oldest backup a restore could start from). A restore copies the base
+   * (a backup: a snapshot with its backup_label), adds the database's WAL from the base's start, walks
+   * it for the first commit after the instant (commit timestamps are the platform's: the database
+   * thread's clock follows it), zeroes the log from that commit record on, and opens the result:
+   * PostgreSQL's crash recovery replays everything before the cut and rolls back what was uncommitted.
+   */
+  readonly pointInTime: PointInTime = {
+    baseOf: (backupPath) => {
+      try {
+        const info = JSON.parse(readFileSync(join(backupPath, SNAPSHOT_INFO), "utf8")) as SnapshotInfo;
+        return { startLsn: parseLsn(info.startLsn), endLsn: parseLsn(info.endLsn), endMs: info.endMs };
+      } catch {
+        return null;
+      }
+    },
+    walStart: (id) => {
+      const wal = join(this.dirOf(id), "pg_wal");
+      const segs = existsSync(wal) ? listSegments(wal) : null;
+      if (!segs || segs.files.size === 0) return null;
+      return Math.min(...segs.files.keys()) * segs.segmentBytes;
+    },
+    pruneWal: async (id, keepFromLsn) => {
+      const inst = this.open.get(id);
+      if (!inst) return; // a closed database writes no WAL; it is pruned when next open
+      const { rows } = await inst.mux.exclusive((db) => runOverProtocol(db, [], `select redo_lsn::text as redo from pg_control_checkpoint()`, []));
+      const redo = parseLsn(rows[0]!.redo as string);
+      const keep = Math.min(redo, keepFromLsn ?? redo);
+      const wal = join(this.dirOf(id), "pg_wal");
+      const segs = listSegments(wal);
+      if (!segs) return;
+      const keepSeg = Math.floor(keep / segs.segmentBytes);
+      for (const f of readdirSync(wal)) if (/^[0-9A-F]{24}$/.test(f) && segmentNumber(f, segs.segmentBytes) < keepSeg) rmSync(join(wal, f), { force: true });
+    },
+    restoreTo: async (id, basePath, atMs) => {
+      const base = this.pointInTime.baseOf(basePath);
+      if (!base || !existsSync(join(basePath, "PG_VERSION"))) throw new RestoreNotStarted("the backup no longer exists");
+      await this.replaceWith(id, async (incoming) => {
+        await coldCopy(basePath, incoming);
+        // The database's WAL from the base's start on (the base carries only what its copy needed).
+        const live = join(this.dirOf(id), "pg_wal");
+        const segs = listSegments(live);
+        if (!segs) throw new Error("the database's WAL is gone");
+        const from = Math.floor(base.startLsn / segs.segmentBytes);
+        if (!segs.files.has(from)) throw new Error("the WAL since the backup is no longer kept");
+        for (const [n, path] of segs.files) if (n >= from) copyFileSync(path, join(incoming, "pg_wal", path.slice(live.length + 1)));
+        const { commits, end } = readCommits(join(incoming, "pg_wal"), base.startLsn);
+        if (end < base.endLsn) throw new Error("the WAL since the backup is incomplete");
+        const cut = commits.find((c) => c.lsn >= base.endLsn && c.atMs > atMs);
+        if (cut) truncateWal(join(incoming, "pg_wal"), cut.lsn);
+      });
+    },
+  };
+
   /** Open instances right now (for stats and the memory bench). */
   openCount(): number {
     return this.open.size;
@@ -179,8 +361,14 @@ export class EmbeddedEngine implements DatabaseEngine {
   }
 }
 
+/**
+ * Checkpoints never remove WAL segments by themselves: Kiln keeps what point-in-time restore needs and
+ * removes the rest (`pointInTime.pruneWal`).
+ */
+const WAL_KEPT = "wal_keep_size=1TB";
+
 /** Small buffers: a database here serves one developer's app, and many may be open at once. */
-const DATABASE_CONF = ["shared_buffers=8MB", "work_mem=4MB", "maintenance_work_mem=16MB"];
+const DATABASE_CONF = ["shared_buffers=8MB", "work_mem=4MB", "maintenance_work_mem=16MB", WAL_KEPT];
 
 function dirSize(dir: string): number {
   if (!existsSync(dir)) return 0;

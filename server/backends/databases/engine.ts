@@ -26,6 +26,9 @@ export class DatabaseQueryError extends Error {
   }
 }
 
+/** What this engine cannot do here (the production engine without pg_dump, say): 503, not 500. */
+export class EngineUnavailable extends Error {}
+
 /**
  * Where managed databases live. Two engines implement it: embedded (one PGlite per database in the
  * data dir) and production (databases on a real PostgreSQL server). Routes and services never know
@@ -42,8 +45,51 @@ export interface DatabaseEngine {
   /** A wire-protocol session for an authenticated client of this database. */
   openWire(id: string, mode: AccessMode, client: WireClient, control: WireControl): Promise<WireBackend>;
   sizeBytes(id: string): Promise<number>;
+  /** Why forks, backups and restores cannot run here (503), or null when they can. */
+  copiesUnavailable(): Promise<string | null>;
+  /**
+   * Makes `childId` (replacing whatever it held) a transactionally consistent copy of `parentId`,
+   * taken while the parent keeps serving. Returns a fingerprint of the copy for `divergenceBytes`.
+   */
+  fork(parentId: string, childId: string): Promise<string>;
+  /** Bytes of `id` that differ from what it held when `fingerprint` was taken (a branch's divergence). */
+  divergenceBytes(id: string, fingerprint: string): Promise<number>;
+  /** Ends every client of `id` at once (FATAL with `reason`); its data stays. */
+  disconnect(id: string, reason: string): Promise<void>;
+  /** A consistent copy of `id` at `path` (a new file or folder), taken while it serves; its size in bytes. */
+  backup(id: string, path: string): Promise<number>;
+  /**
+   * Replaces `id`'s data with the backup at `path`. Clients are ended. If it throws before the swap
+   * (`RestoreNotStarted`), the database is untouched.
+   */
+  restore(id: string, path: string): Promise<void>;
+  /** Point-in-time restore, where the engine keeps the WAL for it (embedded); absent otherwise. */
+  readonly pointInTime?: PointInTime;
   close(): Promise<void>;
 }
+
+/**
+ * Restoring a database to any instant after one of its backups: the backup is the base, the
+ * database's own WAL since then is replayed up to the instant. Times are the platform clock's (the
+ * engine's databases keep it).
+ */
+export interface PointInTime {
+  /** What a backup offers as a base: where its copy began and ended in the WAL, and when it ended; null if it is not one. */
+  baseOf(backupPath: string): { startLsn: number; endLsn: number; endMs: number } | null;
+  /** The oldest WAL position the database still holds (a base older than it cannot be replayed from). */
+  walStart(id: string): number | null;
+  /** Lets the WAL before `keepFromLsn` (and before the last checkpoint) go; null keeps only what the database needs. */
+  pruneWal(id: string, keepFromLsn: number | null): Promise<void>;
+  /**
+   * Replaces `id`'s data with its state at `atMs`: the base, and the WAL up to the first transaction
+   * committed after that instant (which, and everything after it, is discarded). RestoreNotStarted
+   * when it cannot (nothing replaced).
+   */
+  restoreTo(id: string, basePath: string, atMs: number): Promise<void>;
+}
+
+/** A restore failed before it replaced anything: the database holds what it held. */
+export class RestoreNotStarted extends Error {}
 
 /**
  * Marks a database whose privileges follow the current model (on `schema auth`'s comment). Model 2:

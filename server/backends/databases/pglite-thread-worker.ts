@@ -17,6 +17,10 @@ async function handle(m: ThreadRequest): Promise<void> {
   try {
     switch (m.op) {
       case "open": {
+        // PostgreSQL's wall clock (CLOCK_REALTIME reads Date.now() in PGlite) keeps the platform's time.
+        const offset = new Float64Array(m.clock);
+        const realNow = Date.now;
+        Date.now = () => realNow() + offset[0]!;
         db = new PGlite(m.dataDir, { pgliteWasmModule: m.module, postgresqlconf: m.conf } as unknown as ConstructorParameters<typeof PGlite>[0]);
         await db.waitReady;
         void serveChannel(m.channel);

@@ -27,7 +27,7 @@ export interface PgliteSession {
 export class SessionKilled extends Error {}
 
 export type ThreadRequest =
-  | { id: number; op: "open"; dataDir: string; module: WebAssembly.Module; conf: string[]; channel: SharedArrayBuffer }
+  | { id: number; op: "open"; dataDir: string; module: WebAssembly.Module; conf: string[]; channel: SharedArrayBuffer; clock: SharedArrayBuffer }
   | { id: number; op: "exec"; bytes: Uint8Array }
   | { id: number; op: "close" };
 
@@ -72,13 +72,21 @@ export class PgliteThread implements PgliteSession {
   private area = new Uint8Array(new SharedArrayBuffer(0));
   private sequence = 0;
 
+  /**
+   * The platform clock's offset from real time (ms), shared with the thread: PostgreSQL's clock there
+   * (now(), clock_timestamp(), commit timestamps in the WAL) reads real time plus it, so the database
+   * keeps the platform's time, which point-in-time restore relies on. Written before every call.
+   */
+  private readonly clock = new Float64Array(new SharedArrayBuffer(8));
+
   private constructor(
     private readonly dataDir: string,
     private readonly conf: string[],
+    private readonly clockOffset: () => number,
   ) {}
 
-  static async open(dataDir: string, conf: string[] = []): Promise<PgliteThread> {
-    const t = new PgliteThread(dataDir, conf);
+  static async open(dataDir: string, conf: string[] = [], clockOffset: () => number = () => 0): Promise<PgliteThread> {
+    const t = new PgliteThread(dataDir, conf, clockOffset);
     await t.start();
     return t;
   }
@@ -112,7 +120,8 @@ export class PgliteThread implements PgliteSession {
         if (this.worker === w) void this.restart().catch(() => {});
       };
       try {
-        await this.call(w, { op: "open", dataDir: this.dataDir, module, conf: this.conf, channel });
+        this.clock[0] = this.clockOffset();
+        await this.call(w, { op: "open", dataDir: this.dataDir, module, conf: this.conf, channel, clock: this.clock.buffer as SharedArrayBuffer });
       } catch (e) {
         w.terminate();
         throw e;
@@ -141,6 +150,7 @@ export class PgliteThread implements PgliteSession {
 
   async exec(bytes: Uint8Array): Promise<Uint8Array> {
     await this.opening;
+    this.clock[0] = this.clockOffset();
     try {
       const r = bytes.length <= CHANNEL_CAPACITY ? await this.execShared(bytes) : await this.call(this.worker, { op: "exec", bytes });
       return r.bytes!;

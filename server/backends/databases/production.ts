@@ -1,7 +1,11 @@
+import { existsSync, readdirSync, rmSync, statSync } from "node:fs";
+import { join } from "node:path";
 import postgres from "postgres";
 import {
   DATABASE_SETUP_SQL,
   DatabaseQueryError,
+  EngineUnavailable,
+  RestoreNotStarted,
   PRIVILEGES_UPGRADE_SQL,
   sessionInitSql,
   transactionInitSql,
@@ -157,6 +161,188 @@ export class PostgresEngine implements DatabaseEngine {
   async sizeBytes(id: string): Promise<number> {
     const [r] = await this.admin.unsafe(`select pg_database_size($1)::float8 as n`, [serverDatabaseName(id)]);
     return Number(r?.n ?? 0);
+  }
+
+  // ---- copies: branches, backups, restores ---------------------------------------------------------
+
+  private tools: Promise<{ dump: string; restore: string }> | null = null;
+
+  /**
+   * pg_dump and pg_restore of the server's major version or newer: from the folder `KILN_PG_BIN` names
+   * (then only there), else Debian's /usr/lib/postgresql/<major>/bin, else PATH.
+   */
+  private pgTools(): Promise<{ dump: string; restore: string }> {
+    this.tools ??= (async () => {
+      const major = this.version ?? 0;
+      const only = process.env.KILN_PG_BIN;
+      if (only) {
+        if (existsSync(join(only, "pg_dump")) && existsSync(join(only, "pg_restore"))) return { dump: join(only, "pg_dump"), restore: join(only, "pg_restore") };
+        throw new EngineUnavailable(`KILN_PG_BIN (${only}) holds no pg_dump and pg_restore`);
+      }
+      const dirs: string[] = [];
+      const debian = "/usr/lib/postgresql";
+      if (existsSync(debian))
+        for (const v of readdirSync(debian)
+          .filter((v) => /^\d+$/.test(v) && Number(v) >= major)
+          .sort((a, b) => Number(a) - Number(b)))
+          dirs.push(join(debian, v, "bin"));
+      for (const dir of dirs)
+        if (existsSync(join(dir, "pg_dump")) && existsSync(join(dir, "pg_restore"))) return { dump: join(dir, "pg_dump"), restore: join(dir, "pg_restore") };
+      const dump = Bun.which("pg_dump");
+      const restore = Bun.which("pg_restore");
+      if (dump && restore) {
+        const v = /(\d+)\.\d+/.exec(await new Response(Bun.spawn([dump, "--version"], { stdout: "pipe" }).stdout).text());
+        if (v && Number(v[1]) >= major) return { dump, restore };
+      }
+      throw new EngineUnavailable(`branching and backups need pg_dump and pg_restore ${major} or newer on this machine (apt-get install postgresql-client-${major}, or KILN_PG_BIN=<folder>)`);
+    })();
+    this.tools.catch(() => (this.tools = null));
+    return this.tools;
+  }
+
+  /** libpq's environment for a tool run against one of Kiln's databases (the password stays out of argv). */
+  private toolEnv(id: string): Record<string, string> {
+    const env: Record<string, string> = {};
+    for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("PG")) env[k] = v;
+    return {
+      ...env,
+      PGHOST: this.url.hostname,
+      PGPORT: this.url.port || "5432",
+      PGUSER: decodeURIComponent(this.url.username),
+      PGPASSWORD: decodeURIComponent(this.url.password),
+      PGDATABASE: serverDatabaseName(id),
+      PGAPPNAME: "kiln",
+      PGCONNECT_TIMEOUT: "10",
+    };
+  }
+
+  /** Runs a tool; resolves when it exits 0, else throws with its stderr. */
+  private async runTool(cmd: string[], id: string, stdin?: ReadableStream<Uint8Array>): Promise<void> {
+    const proc = Bun.spawn(cmd, { env: this.toolEnv(id), stdin: stdin ?? "ignore", stdout: "ignore", stderr: "pipe" });
+    const [code, err] = await Promise.all([proc.exited, new Response(proc.stderr).text()]);
+    if (code !== 0) throw new Error(`${cmd[0]!.split("/").pop()} failed (${code}): ${err.trim().slice(0, 2000)}`);
+  }
+
+  /**
+   * An empty database filled from a pg_dump of `sourceId` streamed into pg_restore. pg_dump reads
+   * everything in one repeatable-read snapshot, so the copy is transactionally consistent, and it takes
+   * only ACCESS SHARE locks: the source keeps serving reads and writes (DDL on it waits for the dump).
+   */
+  private async copyInto(sourceId: string, targetId: string): Promise<void> {
+    const { dump, restore } = await this.pgTools();
+    await this.createEmpty(targetId);
+    const d = Bun.spawn([dump, "--format=custom", "--compress=0"], { env: this.toolEnv(sourceId), stdout: "pipe", stderr: "pipe" });
+    const dumpErr = new Response(d.stderr).text();
+    try {
+      await this.runTool([restore, "--exit-on-error", "--dbname", serverDatabaseName(targetId)], targetId, d.stdout);
+    } catch (err) {
+      d.kill();
+      throw err;
+    }
+    if ((await d.exited) !== 0) throw new Error(`pg_dump failed: ${(await dumpErr).trim().slice(0, 2000)}`);
+  }
+
+  private async createEmpty(id: string): Promise<void> {
+    await this.dropServerDatabase(id);
+    await this.admin.unsafe(`create database ${ident(serverDatabaseName(id))} template template0`);
+  }
+
+  private async dropServerDatabase(id: string): Promise<void> {
+    const p = this.pools.get(id);
+    this.pools.delete(id);
+    this.current.delete(id);
+    await p?.end({ timeout: 1 }).catch(() => {});
+    await this.admin.unsafe(`drop database if exists ${ident(serverDatabaseName(id))} with (force)`);
+  }
+
+  async copiesUnavailable(): Promise<string | null> {
+    try {
+      await this.pgTools();
+      return null;
+    } catch (err) {
+      if (err instanceof EngineUnavailable) return err.message;
+      throw err;
+    }
+  }
+
+  async fork(parentId: string, childId: string): Promise<string> {
+    await this.ensureCurrent(parentId);
+    await this.copyInto(parentId, childId);
+    return this.fingerprint(childId);
+  }
+
+  /**
+   * Per table (and materialized view), a hash of each page's rows as text: the pages a branch has
+   * changed since, whatever the server's own file layout. Read in one repeatable-read transaction.
+   */
+  private async pageHashes(id: string): Promise<Record<string, Record<string, number>>> {
+    return (await this.pool(id).begin("isolation level repeatable read read only", async (tx) => {
+      const rels = await tx.unsafe(
+        `select format('%I.%I', n.nspname, c.relname) as rel from pg_class c join pg_namespace n on n.oid = c.relnamespace
+          where c.relkind in ('r', 'm') and n.nspname not in ('pg_catalog', 'information_schema') and n.nspname not like 'pg\\_%'`,
+      );
+      const out: Record<string, Record<string, number>> = {};
+      for (const { rel } of rels) {
+        const pages: Record<string, number> = {};
+        const rows = await tx.unsafe(`select (ctid::text::point)[0]::int8::text as blk, hashtext(string_agg(x::text, ',' order by x.ctid)) as h from ${rel} x group by 1`);
+        for (const r of rows) pages[r.blk as string] = Number(r.h);
+        out[rel as string] = pages;
+      }
+      return out;
+    })) as Record<string, Record<string, number>>;
+  }
+
+  private async fingerprint(id: string): Promise<string> {
+    return JSON.stringify(await this.pageHashes(id));
+  }
+
+  async divergenceBytes(id: string, fingerprint: string): Promise<number> {
+    const before = JSON.parse(fingerprint) as Record<string, Record<string, number>>;
+    const now = await this.pageHashes(id);
+    const [{ bs }] = (await this.pool(id).unsafe(`select current_setting('block_size')::int as bs`)) as unknown as [{ bs: number }];
+    let pages = 0;
+    for (const [rel, blocks] of Object.entries(now)) {
+      const old = before[rel] ?? {};
+      for (const [blk, h] of Object.entries(blocks)) if (old[blk] !== h) pages++;
+    }
+    return pages * bs;
+  }
+
+  async disconnect(id: string, _reason: string): Promise<void> {
+    const p = this.pools.get(id);
+    this.pools.delete(id);
+    this.current.delete(id);
+    await p?.end({ timeout: 1 }).catch(() => {});
+    // Proxied wire clients end with their server connections.
+    await this.admin.unsafe(`select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()`, [serverDatabaseName(id)]);
+  }
+
+  async backup(id: string, path: string): Promise<number> {
+    const { dump } = await this.pgTools();
+    await this.ensureCurrent(id);
+    try {
+      await this.runTool([dump, "--format=custom", "--file", path], id);
+    } catch (err) {
+      rmSync(path, { force: true });
+      throw err;
+    }
+    return statSync(path).size;
+  }
+
+  async restore(id: string, path: string): Promise<void> {
+    // Into a database of its own first: until the swap, the database is untouched.
+    const incoming = `${id}_restore`;
+    try {
+      if (!existsSync(path)) throw new Error("the backup no longer exists: its file is gone");
+      const { restore } = await this.pgTools();
+      await this.createEmpty(incoming);
+      await this.runTool([restore, "--exit-on-error", "--dbname", serverDatabaseName(incoming), path], incoming);
+    } catch (err) {
+      await this.dropServerDatabase(incoming).catch(() => {});
+      throw new RestoreNotStarted((err as Error).message);
+    }
+    await this.dropServerDatabase(id);
+    await this.admin.unsafe(`alter database ${ident(serverDatabaseName(incoming))} rename to ${ident(serverDatabaseName(id))}`);
   }
 
   async close(): Promise<void> {
