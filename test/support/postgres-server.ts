@@ -107,7 +107,7 @@ export async function startPgServer(opts: { bin?: string } = {}): Promise<PgServ
     appendFileSync(join(data, "postgresql.conf"), [
       "", "listen_addresses = '127.0.0.1'", `port = ${port}`, `unix_socket_directories = '${dir}'`,
       "fsync = off", "synchronous_commit = off", "full_page_writes = off",
-      "max_connections = 200", "shared_buffers = 32MB", "",
+      "max_connections = 600", "shared_buffers = 32MB", "",
     ].join("\n"));
     await run(pgCtl, ["start", "-D", data, "-l", log, "-w", "-t", "30"], dir, 40_000);
 
