@@ -1,7 +1,7 @@
 import { errorSchema } from "../http/common-schemas";
 import { reply, type AreaRouter } from "../http/route";
 import { queryBodies } from "./query-builder";
-import { runQuery, type DatabaseRouteDeps } from "./query-runner";
+import { QUERY_RESPONSES, runQuery, type DatabaseRouteDeps } from "./query-runner";
 import {
   branchDeletingSchema,
   branchListSchema,
@@ -138,15 +138,7 @@ export function branchRoutes(r: AreaRouter<DatabaseRouteDeps>): void {
       params: branchQueryParams,
       body: queryBodies[operation],
       bodyValidation: "handler",
-      responses: {
-        200: { description: "rows", schema: queryResultSchema },
-        400: errorSchema,
-        401: errorSchema,
-        403: errorSchema,
-        404: errorSchema,
-        409: errorSchema,
-        500: errorSchema,
-      },
+      responses: QUERY_RESPONSES,
       handler: ({ deps, guard, request, ip, arrivedAt, params, body }) =>
         runQuery(
           deps,

@@ -1,3 +1,5 @@
+import { errorSchema } from "../http/common-schemas";
+import { queryResultSchema } from "./schemas";
 import type { AccountsService } from "../accounts/service";
 import type { AuthRule } from "../auth/principal";
 import type { Guard } from "../auth/guard";
@@ -94,3 +96,14 @@ export async function runQuery(
     throw err;
   }
 }
+
+/** What every query route answers (the database's and its branches' twin). */
+export const QUERY_RESPONSES = {
+  200: { description: "rows", schema: queryResultSchema },
+  400: errorSchema,
+  401: errorSchema,
+  403: errorSchema,
+  404: errorSchema,
+  409: errorSchema,
+  500: errorSchema,
+};

@@ -23,7 +23,7 @@ import {
   versionsSchema,
 } from "./schemas";
 import { DEFAULT_PG_VERSION, PG_VERSIONS, REGIONS } from "./service";
-import { runQuery, type DatabaseRouteDeps } from "./query-runner";
+import { QUERY_RESPONSES, runQuery, type DatabaseRouteDeps } from "./query-runner";
 
 const tag = "Databases";
 const errors = { 400: errorSchema, 401: errorSchema, 403: errorSchema, 404: errorSchema, 409: errorSchema };
@@ -186,15 +186,7 @@ export function databaseRoutes(r: AreaRouter<DatabaseRouteDeps>): void {
       body: queryBodies[operation],
       // Checked by buildQuery after authentication, so a caller without a token always hears 401 first.
       bodyValidation: "handler",
-      responses: {
-        200: { description: "rows", schema: queryResultSchema },
-        400: errorSchema,
-        401: errorSchema,
-        403: errorSchema,
-        404: errorSchema,
-        409: errorSchema,
-        500: errorSchema,
-      },
+      responses: QUERY_RESPONSES,
       handler: ({ deps, guard, request, ip, arrivedAt, params, body }) =>
         runQuery(deps, guard, request, ip, arrivedAt, params.databaseName, (access, started) =>
           deps.databases.query(access.projectId, params.databaseName, access.mode, operation, body, started),

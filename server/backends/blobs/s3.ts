@@ -57,7 +57,11 @@ const isAbsent = (err: unknown) => ["NoSuchKey", "NotFound", "NoSuchObject"].inc
 const isTransient = (err: unknown) =>
   ["SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "ECONNRESET", "EPIPE", "ETIMEDOUT"].includes(s3Code(err) ?? "") ||
   /Retryable HTTP status|socket hang up/.test(String((err as Error | null)?.message));
-/** What servers without UploadPartCopy answer (s3rver answers 501, which minio reports as MethodNotAllowed). */
+/**
+ * A server that does not implement UploadPartCopy answers NotImplemented (s3rver: 501, reported by
+ * minio as MethodNotAllowed); assemble then concatenates the parts by streaming instead (tested with
+ * serverSideCopy: false).
+ */
 const isUnsupported = (err: unknown) => ["NotImplemented", "MethodNotAllowed"].includes(s3Code(err) ?? "");
 
 /**
