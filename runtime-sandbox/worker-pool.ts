@@ -6,9 +6,9 @@ import { chooseIsolation, noSandboxMessage, sandboxUser, unreachableByOthers, un
 import { BOOTSTRAP_DIR } from "./mounts";
 import { CgroupHost, DEFAULT_CPUS, describeLimits, NO_CGROUPS, withCgroup, type WorkerCgroup } from "./cgroups";
 import { DEFAULT_MAX_PROCESSES, planLaunch } from "./sandbox";
-import { FunctionError, Worker, type LogLine, type Outcome } from "./worker";
+import { FunctionError, Worker, type JournalEntry, type LogLine, type Outcome, type StepAck, type StepFrame } from "./worker";
 
-export { FunctionError, type FailureKind, type LogLine } from "./worker";
+export { FunctionError, type FailureKind, type JournalEntry, type LogLine, type Outcome, type StepAck, type StepFrame } from "./worker";
 
 /**
  * Runs functions: warm worker processes per function version, reused one invocation at a time,
@@ -57,6 +57,8 @@ export interface InvokeResult {
   coldStart: boolean;
   /** Start-up time (spawn to handler loaded), when coldStart. */
   initMs?: number;
+  /** What the handler answered, before it became an HTTP response. */
+  outcome: Outcome;
 }
 
 export interface WorkerPoolOptions {
@@ -159,7 +161,12 @@ export class WorkerPool {
     this.sweeper.unref?.();
   }
 
-  async invoke(v: FunctionVersion, event: unknown, ctx: { invocationId: string; deadlineMs?: number }): Promise<InvokeResult> {
+  /** `durable`: a durable execution's segment, replaying `journal`, with each new step reported to `onStep`. */
+  async invoke(
+    v: FunctionVersion,
+    event: unknown,
+    ctx: { invocationId: string; deadlineMs?: number; durable?: { journal: JournalEntry[]; onStep: (f: StepFrame) => Promise<StepAck> } },
+  ): Promise<InvokeResult> {
     if (this.closed) throw new FunctionError("crash", "the worker pool is closed");
     if (this.unavailable) throw new FunctionError("sandbox_unavailable", this.unavailable);
     const runtime = await resolveRuntime(v.runtime);
@@ -177,13 +184,14 @@ export class WorkerPool {
           id: ctx.invocationId,
           event: event ?? null, // undefined would vanish from the JSON frame
           context: { functionName: v.functionName, invocationId: ctx.invocationId, region: v.region, deadlineMs: deadline },
+          ...(ctx.durable ? { durable: { journal: ctx.durable.journal } } : {}),
         },
-        { deadline, timeoutMessage, cpuSeconds: v.limits.cpuSeconds },
+        { deadline, timeoutMessage, cpuSeconds: v.limits.cpuSeconds, onStep: ctx.durable?.onStep },
       );
     } finally {
       this.release(g, lease.worker);
     }
-    return { ...toHttp(out), computeMs: out.computeMs, logs: out.logs, coldStart: lease.cold, ...(lease.cold ? { initMs: lease.initMs } : {}) };
+    return { ...toHttp(out), computeMs: out.computeMs, logs: out.logs, coldStart: lease.cold, ...(lease.cold ? { initMs: lease.initMs } : {}), outcome: out };
   }
 
   updateEnv(filter: (v: FunctionVersion) => boolean, env: Record<string, string>): void {

@@ -12,6 +12,19 @@ import type { Duplex, Readable } from "node:stream";
  *                  {"t":"log","l":"info"|"warn"|"error","m","ts"}               any time
  *                  {"t":"result","id","value"} | {"t":"error","id","error","type"}  one per invoke
  *                  {"t":"fatal","kind":"out_of_memory","error"}                 then it exits
+ *
+ * Durable executions (an invoke frame with `durable: {journal}`) add one exchange: each step the
+ * handler reaches that the journal does not settle is reported, and the handler waits for Kiln's
+ * answer, given once the step is written down:
+ *   worker → pool  {"t":"step","id","seq","name","op":"run","status":"completed","output","ms"}
+ *                  {"t":"step","id","seq","name","op":"run","status":"failed","error":{message,type},"ms"}
+ *                  {"t":"step","id","seq","name","op":"sleep","duration"|"until"}
+ *                  {"t":"step","id","seq","name","op":"mismatch","error"}   the replay diverged
+ *   pool → worker  {"t":"step_ack","id","seq","action":"continue","output"?}
+ *                  {"t":"step_ack","id","seq","action":"throw","error":{message,type}}
+ *                  {"t":"step_ack","id","seq","action":"suspend"}   end the invocation now
+ * After a suspend the bootstrap answers {"t":"result","id","value":null} at once and sends
+ * nothing more for that invocation (its handler is abandoned).
  */
 
 export type LogLevel = "info" | "warn" | "error";
@@ -43,7 +56,27 @@ export interface InvokeFrame {
   id: string;
   event: unknown;
   context: { functionName: string; invocationId: string; region: string; deadlineMs: number };
+  /** A durable execution's segment: the journal the handler replays against. */
+  durable?: { journal: JournalEntry[] };
 }
+
+/** A settled step as the bootstrap replays it (by position: `seq` is the order of the handler's step calls). */
+export interface JournalEntry {
+  seq: number;
+  name: string;
+  op: "run" | "sleep";
+  status: "completed" | "failed";
+  output?: unknown;
+  error?: { message: string; type: string };
+}
+
+export type StepFrame =
+  | { seq: number; name: string; op: "run"; status: "completed"; output: unknown; ms: number }
+  | { seq: number; name: string; op: "run"; status: "failed"; error: { message: string; type: string }; ms: number; retries?: number }
+  | { seq: number; name: string; op: "sleep"; duration?: unknown; until?: unknown }
+  | { seq: number; name: string; op: "mismatch"; error: string };
+
+export type StepAck = { action: "continue"; output?: unknown } | { action: "throw"; error: { message: string; type: string } } | { action: "suspend" };
 
 export interface ExitStatus {
   code: number | null;
@@ -116,6 +149,8 @@ export class Worker {
     timers: Array<ReturnType<typeof setTimeout>>;
     deadline: number;
     timeoutMessage: string;
+    onStep?: (f: StepFrame) => Promise<StepAck>;
+    steps: Promise<void>;
   } | null = null;
   private starting: { resolve: () => void; reject: (e: FunctionError) => void; timer: ReturnType<typeof setTimeout> } | null = null;
   private killReason: Failure | null = null;
@@ -163,12 +198,12 @@ export class Worker {
   private exitStatus: ExitStatus = { code: null, signal: null, oomKilled: false };
 
   /** Runs one invocation; resolves with the handler's outcome, rejects with a FunctionError. */
-  run(frame: InvokeFrame, o: { deadline: number; timeoutMessage: string; cpuSeconds?: number }): Promise<Outcome> {
+  run(frame: InvokeFrame, o: { deadline: number; timeoutMessage: string; cpuSeconds?: number; onStep?: (f: StepFrame) => Promise<StepAck> }): Promise<Outcome> {
     if (this.state !== "idle") return Promise.reject(new FunctionError("crash", "worker not available"));
     this.state = "busy";
     return new Promise<Outcome>((resolve, reject) => {
       const timers = [setTimeout(() => this.kill({ kind: "timeout", message: o.timeoutMessage }), Math.max(0, o.deadline - Date.now()))];
-      this.pending = { id: frame.id, started: performance.now(), resolve, reject, timers, deadline: o.deadline, timeoutMessage: o.timeoutMessage };
+      this.pending = { id: frame.id, started: performance.now(), resolve, reject, timers, deadline: o.deadline, timeoutMessage: o.timeoutMessage, onStep: o.onStep, steps: Promise.resolve() };
       if (o.cpuSeconds) this.watchCpu(o.cpuSeconds);
       this.channel!.write(JSON.stringify({ t: "invoke", ...frame }) + "\n");
     });
@@ -238,6 +273,19 @@ export class Worker {
       case "fatal":
         this.fatal = { kind: f.kind === "out_of_memory" ? "out_of_memory" : "crash", message: String(f.error ?? "the function failed") };
         return;
+      case "step": {
+        const p = this.pending;
+        if (!p || f.id !== p.id || this.killReason) return;
+        // Only a durable segment's handler has a step API; a frame from any other is a broken worker.
+        if (!p.onStep) return this.kill({ kind: "crash", message: "the worker broke the runtime protocol" });
+        const onStep = p.onStep;
+        // One at a time, in the order sent: parallel steps are written down in the order they finished.
+        p.steps = p.steps.then(async () => {
+          const ack = await onStep(f as unknown as StepFrame).catch((): StepAck => ({ action: "suspend" }));
+          if (this.pending === p && !this.killReason) this.channel?.write(JSON.stringify({ t: "step_ack", id: p.id, seq: f.seq, ...ack }) + "\n");
+        });
+        return;
+      }
       case "result":
       case "error": {
         const p = this.pending;

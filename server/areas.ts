@@ -3,6 +3,7 @@ import { accountsArea } from "./accounts/area";
 import type { CheckOrder } from "./area";
 import { databasesArea } from "./databases/area";
 import { deploymentsArea } from "./deployments/area";
+import { durableArea } from "./durable/area";
 import { mailArea } from "./emulators/area";
 import { endUsersArea } from "./end-users/area";
 import { functionsArea } from "./functions/area";
@@ -37,6 +38,7 @@ export const AREAS = [
   logsArea,
   metricsArea,
   functionsArea,
+  durableArea,
   schedulersArea,
   deploymentsArea,
   storageArea,

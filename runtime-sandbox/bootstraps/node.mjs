@@ -99,16 +99,104 @@ try {
   channel.end(() => process.exit(1));
 }
 
+// --- durable executions ---------------------------------------------------------------------------
+// A durable handler is called as handler(event, step, context). Each step call takes the next
+// position; a position the journal settles is answered from it (a completed step's output, a failed
+// step's error) without running anything; a new one runs, is reported, and resolves only once Kiln
+// has written it down (or tells the invocation to end: a sleep, a retry later, a stop).
+
+/** Ack waiters of the invocation in progress, by step position. */
+const acks = new Map();
+const SUSPENDED = Symbol("suspended");
+
+function stepError(e) {
+  return Object.assign(new Error(e.message), { name: e.type || "Error" });
+}
+
+function durableStep(msg) {
+  const journal = new Map(msg.durable.journal.map((e) => [e.seq, e]));
+  let next = 0;
+  let dead = false;
+  let suspend;
+  const suspended = new Promise((r) => (suspend = r));
+  const ask = (frame) =>
+    new Promise((resolve) => {
+      if (dead) return; // the invocation has ended: this step never settles
+      acks.set(frame.seq, resolve);
+      send({ t: "step", id: msg.id, ...frame });
+    }).then((ack) => {
+      if (ack.action === "suspend") {
+        dead = true;
+        suspend();
+        return new Promise(() => {});
+      }
+      return ack;
+    });
+  const position = async (name, op) => {
+    if (typeof name !== "string" || !name) throw new TypeError(`step.${op === "run" ? "run" : "sleep"}: the first argument must be the step's name (a non-empty string)`);
+    const seq = next++;
+    const e = journal.get(seq);
+    if (e && (e.name !== name || e.op !== op)) {
+      await ask({ seq, name, op: "mismatch", error: `non-deterministic replay: step ${seq + 1} was ${e.op} "${e.name}" when the execution first ran, and is now ${op} "${name}"` });
+    }
+    return { seq, entry: e };
+  };
+  const step = {
+    async run(name, fn, opts = {}) {
+      const { seq, entry } = await position(name, "run");
+      if (entry?.status === "completed") return entry.output;
+      if (entry?.status === "failed") throw stepError(entry.error);
+      if (typeof fn !== "function") throw new TypeError(`step.run("${name}"): the second argument must be a function`);
+      const t = performance.now();
+      let frame;
+      try {
+        const out = await fn();
+        // What replays will return: the JSON of the value, so the first run sees the same.
+        const json = JSON.stringify(out === undefined ? null : out);
+        if (json === undefined) throw new TypeError(`step "${name}" returned a value that is not JSON`);
+        frame = { status: "completed", output: JSON.parse(json) };
+      } catch (err) {
+        const d = describe(err);
+        frame = { status: "failed", error: { message: d.error, type: d.type } };
+        if (d.stack) log("error", d.stack);
+      }
+      const ack = await ask({ seq, name, op: "run", ...frame, ms: performance.now() - t, ...(opts?.retries !== undefined ? { retries: opts.retries } : {}) });
+      if (ack.action === "throw") throw stepError(ack.error);
+      if (frame.status === "failed") throw stepError(frame.error);
+      return frame.output;
+    },
+    async sleep(name, duration) {
+      const { seq, entry } = await position(name, "sleep");
+      if (entry) return;
+      const ack = await ask({ seq, name, op: "sleep", duration });
+      if (ack.action === "throw") throw stepError(ack.error);
+    },
+    async sleepUntil(name, instant) {
+      const { seq, entry } = await position(name, "sleep");
+      if (entry) return;
+      const until = instant instanceof Date ? instant.toISOString() : instant;
+      const ack = await ask({ seq, name, op: "sleep", until });
+      if (ack.action === "throw") throw stepError(ack.error);
+    },
+  };
+  return { step, suspended: suspended.then(() => SUSPENDED), end: () => (dead = true) };
+}
+
 // --- serving --------------------------------------------------------------------------------------
 
 async function invoke(msg) {
   const c = msg.context;
   const context = { ...c, getRemainingTimeInMillis: () => Math.max(0, c.deadlineMs - Date.now()) };
   let frame;
+  const durable = msg.durable ? durableStep(msg) : null;
   try {
-    const value = await handler(msg.event, context);
-    frame = JSON.stringify({ t: "result", id: msg.id, value: value === undefined ? null : value });
+    const value = durable ? await Promise.race([handler(msg.event, durable.step, context), durable.suspended]) : await handler(msg.event, context);
+    durable?.end();
+    acks.clear();
+    frame = JSON.stringify({ t: "result", id: msg.id, value: value === undefined || value === SUSPENDED ? null : value });
   } catch (e) {
+    durable?.end();
+    acks.clear();
     const d = describe(e);
     if (d.stack) log("error", d.stack);
     // Under RLIMIT_DATA (no memory cgroup) a Buffer that does not fit is a RangeError; left
@@ -137,6 +225,11 @@ if (handler) {
       inbox = inbox.slice(nl + 1);
       const msg = JSON.parse(line);
       if (msg.t === "invoke") queue = queue.then(() => invoke(msg));
+      else if (msg.t === "step_ack") {
+        const resolve = acks.get(msg.seq);
+        acks.delete(msg.seq);
+        resolve?.(msg);
+      }
     }
   });
   // The pool went away (Kiln stopped or crashed): nothing left to serve.

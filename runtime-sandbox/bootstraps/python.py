@@ -155,6 +155,128 @@ def load():
     return fn
 
 
+# --- durable executions ----------------------------------------------------------------------
+# A durable handler is called as handler(event, step, context) (or handler(event, step)). Each step
+# call takes the next position; a position the journal settles is answered from it without running
+# anything; a new one runs, is reported, and returns only once Kiln has written it down. Kiln may
+# answer "suspend" (a sleep, a retry later, a stop): the invocation then ends at once.
+
+
+class _Suspend(BaseException):
+    """Unwinds the handler when Kiln ends the invocation (not an Exception: `except Exception` keeps out)."""
+
+
+class StepError(Exception):
+    def __init__(self, message, type_name="Error"):
+        super().__init__(message)
+        self.type = type_name
+
+
+def _await_ack(seq):
+    # Only acks arrive while a handler runs (one invocation at a time).
+    for line in _in:
+        msg = json.loads(line)
+        if msg.get("t") == "step_ack" and msg.get("seq") == seq:
+            return msg
+    os._exit(0)
+
+
+def _error_of(e):
+    return {"message": str(e), "type": getattr(e, "type", None) or type(e).__name__}
+
+
+class Step:
+    def __init__(self, msg):
+        self._id = msg["id"]
+        self._journal = {e["seq"]: e for e in msg["durable"]["journal"]}
+        self._next = 0
+
+    def _ask(self, frame):
+        send({"t": "step", "id": self._id, **frame})
+        ack = _await_ack(frame["seq"])
+        if ack.get("action") == "suspend":
+            raise _Suspend()
+        if ack.get("action") == "throw":
+            err = ack.get("error") or {}
+            raise StepError(err.get("message", ""), err.get("type", "Error"))
+        return ack
+
+    def _position(self, name, op):
+        if not isinstance(name, str) or not name:
+            raise TypeError("the first argument of a step must be its name (a non-empty string)")
+        seq = self._next
+        self._next += 1
+        e = self._journal.get(seq)
+        if e is not None and (e["name"] != name or e["op"] != op):
+            self._ask({"seq": seq, "name": name, "op": "mismatch",
+                       "error": f'non-deterministic replay: step {seq + 1} was {e["op"]} "{e["name"]}" when the execution first ran, and is now {op} "{name}"'})
+        return seq, e
+
+    def _finish_run(self, seq, name, started, value=None, error=None, retries=None):
+        ms = (time.monotonic() - started) * 1000
+        if error is None:
+            try:
+                output = json.loads(json.dumps(value))
+                frame = {"status": "completed", "output": output}
+            except (TypeError, ValueError) as e:
+                error = e
+        if error is not None:
+            log("error", "".join(traceback.format_exception(error)).rstrip())
+            frame = {"status": "failed", "error": _error_of(error)}
+        if retries is not None:
+            frame["retries"] = retries
+        self._ask({"seq": seq, "name": name, "op": "run", "ms": ms, **frame})
+        if error is not None:
+            raise StepError(frame["error"]["message"], frame["error"]["type"])
+        return frame["output"]
+
+    def run(self, name, fn, retries=None):
+        seq, e = self._position(name, "run")
+        if e is not None:
+            if e["status"] == "completed":
+                return e.get("output")
+            err = e.get("error") or {}
+            raise StepError(err.get("message", ""), err.get("type", "Error"))
+        started = time.monotonic()
+        try:
+            value = fn()
+        except Exception as err:  # noqa: BLE001 - the step failed
+            return self._finish_run(seq, name, started, error=err, retries=retries)
+        if hasattr(value, "__await__"):
+            async def finish():
+                try:
+                    v = await value
+                except Exception as err:  # noqa: BLE001
+                    return self._finish_run(seq, name, started, error=err, retries=retries)
+                return self._finish_run(seq, name, started, value=v, retries=retries)
+            return finish()
+        return self._finish_run(seq, name, started, value=value, retries=retries)
+
+    def sleep(self, name, duration):
+        seq, e = self._position(name, "sleep")
+        if e is None:
+            self._ask({"seq": seq, "name": name, "op": "sleep", "duration": duration})
+
+    def sleep_until(self, name, instant):
+        seq, e = self._position(name, "sleep")
+        if e is None:
+            if hasattr(instant, "isoformat"):
+                instant = instant.isoformat()
+            self._ask({"seq": seq, "name": name, "op": "sleep", "until": instant})
+
+    sleepUntil = sleep_until
+
+
+def _call(handler, event, step, context):
+    import inspect
+
+    try:
+        n = len(inspect.signature(handler).parameters)
+    except (TypeError, ValueError):
+        n = 3
+    return handler(event, step, context) if n >= 3 else handler(event, step)
+
+
 def main():
     try:
         handler = load()
@@ -175,7 +297,7 @@ def main():
         c = msg["context"]
         context = Context(function_name=c["functionName"], invocation_id=c["invocationId"], region=c["region"], deadline_ms=c["deadlineMs"])
         try:
-            value = handler(msg["event"], context)
+            value = _call(handler, msg["event"], Step(msg), context) if msg.get("durable") else handler(msg["event"], context)
             if hasattr(value, "__await__"):
                 # asyncio costs ~50 ms to import: only workers of async handlers pay it. One loop
                 # for the worker's life, so clients created in an earlier invocation stay usable.
@@ -187,6 +309,11 @@ def main():
                 value = loop.run_until_complete(value)
             frame = {"t": "result", "id": msg["id"], "value": value}
             data = json.dumps(frame)  # fails here, not halfway through the write, if not JSON
+        except _Suspend:
+            # Kiln ended the invocation (a sleep, a retry later, a stop): nothing more to say.
+            flush_partial()
+            send({"t": "result", "id": msg["id"], "value": None})
+            continue
         except MemoryError as e:
             flush_partial()
             log("error", "".join(traceback.format_exception(e)).rstrip())

@@ -62,6 +62,17 @@ export const INVOKE_AUTH = {
   refused: "invoking a function needs a service key, an end-user access token or an anon key",
 } as const satisfies AuthRule;
 
+/** The end user's identity as handlers receive it (`__service_auth` in the event), for user principals. */
+export function withIdentity(principal: Principal | null, payload: unknown): unknown {
+  if (principal?.kind === "user" && (payload === undefined || (typeof payload === "object" && payload !== null && !Array.isArray(payload)))) {
+    return {
+      ...((payload as object) ?? {}),
+      __service_auth: { user_id: principal.userId, email: principal.email, project_id: principal.projectId, role: principal.role, access_token: principal.accessToken },
+    };
+  }
+  return payload;
+}
+
 /** What depends on the function itself: anon keys reach public functions only. */
 export function mayInvoke(p: ApplicationPrincipal, fn: FunctionRecord): void {
   if (p.kind === "anon_key" && !fn.is_public) throw forbidden("anon keys may only invoke public functions");
@@ -107,7 +118,7 @@ function envOf(vars: VariablesSnapshot, pythonPath: string): Record<string, stri
  */
 const versions = new WeakMap<FunctionRecord, { build: FunctionBuildConfig; vars: VariablesSnapshot; version: FunctionVersion }>();
 
-function versionOf(deps: InvokeDeps, fn: FunctionRecord, deploymentId: string, build: FunctionBuildConfig, vars: VariablesSnapshot): FunctionVersion {
+function versionOf(deps: Pick<InvokeDeps, "config" | "functions">, fn: FunctionRecord, deploymentId: string, build: FunctionBuildConfig, vars: VariablesSnapshot): FunctionVersion {
   const hit = versions.get(fn);
   if (hit && hit.build === build && hit.vars === vars) return hit.version;
   const region = deps.config.regions[0]!;
@@ -130,6 +141,17 @@ function versionOf(deps: InvokeDeps, fn: FunctionRecord, deploymentId: string, b
   return version;
 }
 
+/** What the pool runs for the function's active deployment (a 409 when it has none). */
+export async function activeVersion(deps: Pick<InvokeDeps, "config" | "functions" | "variables">, fn: FunctionRecord): Promise<{ version: FunctionVersion; deploymentId: string }> {
+  const deploymentId = fn.active_deployment_id;
+  if (!deploymentId) throw new HttpError(409, { error: `the function has no successful deployment yet (status ${fn.status})` });
+  // Warm invocations find both in memory; the awaits are only for a miss.
+  const build = deps.functions.cachedBuildConfig(deploymentId) ?? (await deps.functions.buildConfig(deploymentId));
+  if (!build?.entry) throw new HttpError(409, { error: "the function's deployment has no entry file" });
+  const vars = deps.variables.cachedSnapshot(fn.project_id) ?? (await deps.variables.snapshot(fn.project_id));
+  return { version: versionOf(deps, fn, deploymentId, build, vars), deploymentId };
+}
+
 /**
  * Runs one invocation of the function's active deployment and answers with what the function
  * returned, plus the platform's timing headers.
@@ -143,22 +165,10 @@ export async function invoke(
   handlerStart: number,
   opts: { head?: boolean } = {},
 ): Promise<Response> {
-  const deploymentId = fn.active_deployment_id;
-  if (!deploymentId) throw new HttpError(409, { error: `the function has no successful deployment yet (status ${fn.status})` });
-  // Warm invocations find both in memory; the awaits are only for a miss.
-  const build = deps.functions.cachedBuildConfig(deploymentId) ?? (await deps.functions.buildConfig(deploymentId));
-  if (!build?.entry) throw new HttpError(409, { error: "the function's deployment has no entry file" });
+  const { version, deploymentId } = await activeVersion(deps, fn);
   const region = deps.config.regions[0]!;
   const invocationId = newId();
-  const vars = deps.variables.cachedSnapshot(fn.project_id) ?? (await deps.variables.snapshot(fn.project_id));
-  const version = versionOf(deps, fn, deploymentId, build, vars);
-  let event = payload;
-  if (principal?.kind === "user" && (payload === undefined || (typeof payload === "object" && payload !== null && !Array.isArray(payload)))) {
-    event = {
-      ...((payload as object) ?? {}),
-      __service_auth: { user_id: principal.userId, email: principal.email, project_id: principal.projectId, role: principal.role, access_token: principal.accessToken },
-    };
-  }
+  const event = withIdentity(principal, payload);
   const started = performance.now();
   let logs: LogLine[] = [];
   let status = 0;

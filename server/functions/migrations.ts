@@ -67,4 +67,14 @@ export const FUNCTIONS_MIGRATIONS: Migration[] = [
       alter table function_deployments add column batch_id text;
     `,
   },
+  {
+    // Durable functions share the table, the deploy pipeline and the build; each kind is its own
+    // collection (names and the cap are per kind).
+    id: "functions/003-function-kind",
+    sql: `
+      alter table functions add column kind text not null default 'standard';
+      drop index functions_name_held;
+      create unique index functions_name_held on functions (project_id, kind, name) where status <> 'deleted';
+    `,
+  },
 ];

@@ -5,6 +5,8 @@ import { TtlCache } from "../store/ttl-cache";
 import type { FunctionBuildConfig } from "./archive";
 
 export type FunctionStatus = "provisioning" | "active" | "failed" | "deleting" | "deleted";
+/** Standard and durable functions are separate collections (own names, own cap) on one table and pipeline. */
+export type FunctionKind = "standard" | "durable";
 
 export interface FunctionRecord {
   id: string;
@@ -20,6 +22,7 @@ export interface FunctionRecord {
   active_deployment_id: string | null;
   pending_deployment_id: string | null;
   delete_requested: boolean;
+  kind: FunctionKind;
   created_at: string;
   updated_at: string;
 }
@@ -68,9 +71,10 @@ export class FunctionRecords {
     this.hot = new TtlCache<string, FunctionRecord>(() => 2000, () => now().getTime());
   }
 
-  async get(projectId: string, functionId: string): Promise<FunctionRecord> {
-    const [r] = await this.store.query(`select * from functions where id = $1 and project_id = $2 and status <> 'deleted'`, [functionId, projectId]);
-    if (!r) throw notFound("function not found");
+  /** A function of the collection `kind`: the other collection's ids are not found (the spec's 404). */
+  async get(projectId: string, functionId: string, kind: FunctionKind = "standard"): Promise<FunctionRecord> {
+    const [r] = await this.store.query(`select * from functions where id = $1 and project_id = $2 and kind = $3 and status <> 'deleted'`, [functionId, projectId, kind]);
+    if (!r) throw notFound(kind === "durable" ? "durable function not found" : "function not found");
     return toRecord(r);
   }
 
@@ -79,16 +83,18 @@ export class FunctionRecords {
     return r ? toRecord(r) : null;
   }
 
-  async byName(projectId: string, name: string): Promise<FunctionRecord | null> {
-    const [r] = await this.store.query(`select * from functions where project_id = $1 and name = $2 and status <> 'deleted'`, [projectId, name]);
+  async byName(projectId: string, name: string, kind: FunctionKind = "standard"): Promise<FunctionRecord | null> {
+    const [r] = await this.store.query(`select * from functions where project_id = $1 and name = $2 and kind = $3 and status <> 'deleted'`, [projectId, name, kind]);
     return r ? toRecord(r) : null;
   }
 
-  async list(projectId: string, page: number, limit: number) {
-    const [{ total }] = (await this.store.query(`select count(*)::int as total from functions where project_id = $1 and status not in ('deleted', 'deleting')`, [projectId])) as [{ total: number }];
+  async list(projectId: string, page: number, limit: number, kind: FunctionKind = "standard") {
+    const [{ total }] = (await this.store.query(`select count(*)::int as total from functions where project_id = $1 and kind = $2 and status not in ('deleted', 'deleting')`, [projectId, kind])) as [
+      { total: number },
+    ];
     const rows = await this.store.query(
-      `select * from functions where project_id = $1 and status not in ('deleted', 'deleting') order by created_at, id limit ${limit} offset ${(page - 1) * limit}`,
-      [projectId],
+      `select * from functions where project_id = $1 and kind = $2 and status not in ('deleted', 'deleting') order by created_at, id limit ${limit} offset ${(page - 1) * limit}`,
+      [projectId, kind],
     );
     return { data: rows.map(toRecord), total };
   }
@@ -129,9 +135,9 @@ export class FunctionRecords {
    * In a deploy's transaction: the function of that name, created (`provisioning`, within the cap)
    * or with its settings updated. Refused while a deletion is requested.
    */
-  async upsertForDeploy(tx: Sql, projectId: string, fields: DeployFields, at: string): Promise<{ id: string; created: boolean }> {
+  async upsertForDeploy(tx: Sql, projectId: string, fields: DeployFields, at: string, kind: FunctionKind = "standard"): Promise<{ id: string; created: boolean }> {
     await tx.query(`select id from projects where id = $1 for update`, [projectId]);
-    const [existing] = await tx.query(`select * from functions where project_id = $1 and name = $2 and status <> 'deleted'`, [projectId, fields.name]);
+    const [existing] = await tx.query(`select * from functions where project_id = $1 and name = $2 and kind = $3 and status <> 'deleted'`, [projectId, fields.name, kind]);
     if (existing?.delete_requested) throw conflict("the function is being deleted; deploy again once the deletion has finished");
     const merged = {
       is_public: fields.is_public ?? existing?.is_public ?? false,
@@ -147,14 +153,14 @@ export class FunctionRecords {
       );
       return { id: existing.id as string, created: false };
     }
-    const [{ n }] = (await tx.query(`select count(*)::int as n from functions where project_id = $1 and status <> 'deleted'`, [projectId])) as [{ n: number }];
+    const [{ n }] = (await tx.query(`select count(*)::int as n from functions where project_id = $1 and kind = $2 and status <> 'deleted'`, [projectId, kind])) as [{ n: number }];
     const max = this.maxFunctions();
-    if (n >= max) throw forbidden(`function limit reached: a project may have at most ${max} standard functions`);
+    if (n >= max) throw forbidden(`function limit reached: a project may have at most ${max} ${kind} functions`);
     const id = newId();
     await tx.query(
-      `insert into functions (id, project_id, name, status, is_public, invocation_mode, http_auth_mode, openapi_spec, runtime, handler, created_at, updated_at)
-       values ($1, $2, $3, 'provisioning', $4, $5, $6, $7::text::jsonb, $8, $9, $10, $10)`,
-      [id, projectId, fields.name, merged.is_public, merged.invocation_mode, merged.http_auth_mode, spec, fields.runtime, fields.handler ?? "handler", at],
+      `insert into functions (id, project_id, name, status, is_public, invocation_mode, http_auth_mode, openapi_spec, runtime, handler, created_at, updated_at, kind)
+       values ($1, $2, $3, 'provisioning', $4, $5, $6, $7::text::jsonb, $8, $9, $10, $10, $11)`,
+      [id, projectId, fields.name, merged.is_public, merged.invocation_mode, merged.http_auth_mode, spec, fields.runtime, fields.handler ?? "handler", at, kind],
     );
     return { id, created: true };
   }

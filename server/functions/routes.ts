@@ -63,7 +63,7 @@ async function readDeployForm(deps: InvokeDeps, request: Request, limit: BodyLim
 }
 
 /** The multipart deploy body: text fields through the zod schema, the archive as bytes. */
-async function readDeploy(deps: InvokeDeps, request: Request, limit: BodyLimit) {
+export async function readDeploy(deps: InvokeDeps, request: Request, limit: BodyLimit) {
   const form = await readDeployForm(deps, request, limit, "deploy with multipart/form-data (fields name, runtime, code, ...)");
   const fields: Record<string, string> = {};
   for (const [k, v] of form.entries()) if (typeof v === "string") fields[k] = v;
@@ -74,7 +74,7 @@ async function readDeploy(deps: InvokeDeps, request: Request, limit: BodyLimit) 
 }
 
 /** Rules 4–6 for one upload; archive problems are the caller's 400. */
-async function normalized(deps: InvokeDeps, archive: Uint8Array, runtime: string, handler?: string) {
+export async function normalized(deps: InvokeDeps, archive: Uint8Array, runtime: string, handler?: string) {
   // tar and yauzl load with the first deploy, not with Kiln.
   const { ArchiveError, normalizeSource } = await import("./archive");
   const limit = deps.config.sourceArchiveLimitMb * MB;
@@ -225,7 +225,8 @@ export function functionRoutes(r: AreaRouter<InvokeDeps>): void {
     handler: async ({ deps, principal, arrivedAt, params, body }) => {
       const handlerStart = performance.now();
       const fn = deps.functions.cachedForInvocation(params.functionId) ?? (await deps.functions.forInvocation(params.functionId));
-      if (!fn || fn.project_id !== principal.projectId) throw notFound("function not found");
+      // A durable function is started as an execution, never invoked (its id is not found here).
+      if (!fn || fn.project_id !== principal.projectId || fn.kind === "durable") throw notFound("function not found");
       mayInvoke(principal, fn);
       const parsed = invokeBody.safeParse(body);
       if (!parsed.success || typeof body !== "object" || body === null || Array.isArray(body)) throw badRequest("invalid request: the body must be a JSON object {payload: ...}");

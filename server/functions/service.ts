@@ -5,10 +5,10 @@ import type { SandboxChoice } from "../../runtime-sandbox/isolation";
 import type { FunctionBuildConfig, NormalizedSource } from "./archive";
 import type { BuildLogs } from "./builds";
 import { DeploymentQueue } from "./deployment-queue";
-import { FunctionRecords, type DeployFields, type FunctionRecord, type SettingsPatch } from "./records";
+import { FunctionRecords, type DeployFields, type FunctionKind, type FunctionRecord, type SettingsPatch } from "./records";
 import { SourceBlobs } from "./source-blobs";
 
-export type { FunctionRecord, FunctionStatus } from "./records";
+export type { FunctionKind, FunctionRecord, FunctionStatus } from "./records";
 
 export interface FunctionsDeps {
   store: ControlStore;
@@ -69,20 +69,20 @@ export class FunctionsService {
     this.deletionHooks.push(hook);
   }
 
-  get(projectId: string, functionId: string): Promise<FunctionRecord> {
-    return this.records.get(projectId, functionId);
+  get(projectId: string, functionId: string, kind: FunctionKind = "standard"): Promise<FunctionRecord> {
+    return this.records.get(projectId, functionId, kind);
   }
 
   byId(functionId: string): Promise<FunctionRecord | null> {
     return this.records.byId(functionId);
   }
 
-  byName(projectId: string, name: string): Promise<FunctionRecord | null> {
-    return this.records.byName(projectId, name);
+  byName(projectId: string, name: string, kind: FunctionKind = "standard"): Promise<FunctionRecord | null> {
+    return this.records.byName(projectId, name, kind);
   }
 
-  list(projectId: string, page: number, limit: number) {
-    return this.records.list(projectId, page, limit);
+  list(projectId: string, page: number, limit: number, kind: FunctionKind = "standard") {
+    return this.records.list(projectId, page, limit, kind);
   }
 
   /** The function as forInvocation has it in memory, else undefined (then call forInvocation). */
@@ -112,7 +112,7 @@ export class FunctionsService {
    * POST functions: 201 for a new function, 200 for an existing one. The source archive is stored
    * first, then the function and its queued deployment are written in one transaction.
    */
-  async deploy(projectId: string, fields: DeployFields, source: NormalizedSource, opts: { batchId?: string } = {}): Promise<{ created: boolean; fn: FunctionRecord }> {
+  async deploy(projectId: string, fields: DeployFields, source: NormalizedSource, opts: { batchId?: string; kind?: FunctionKind } = {}): Promise<{ created: boolean; fn: FunctionRecord }> {
     const unsafe = this.d.sandboxProblem();
     if (unsafe) throw new HttpError(503, { error: unsafe });
     const at = this.d.now().toISOString();
@@ -121,7 +121,7 @@ export class FunctionsService {
     let result: { created: boolean; fn: FunctionRecord };
     try {
       result = await this.d.store.transaction(async (tx) => {
-        const { id, created } = await this.records.upsertForDeploy(tx, projectId, fields, at);
+        const { id, created } = await this.records.upsertForDeploy(tx, projectId, fields, at, opts.kind);
         const build = { ...source.build, reserved_path: source.reservedPath, dropped: source.dropped };
         const item = { kind: "deploy", id: deploymentId, runtime: fields.runtime, handler: fields.handler ?? "handler", sourceSha256: source.sha256, build, batchId: opts.batchId } as const;
         return { created, fn: await this.queue.enqueue(tx, { id, project_id: projectId }, item, at) };

@@ -3,7 +3,7 @@ import { HttpError } from "../http/errors";
 import { newId } from "../ids";
 import type { Logger } from "../log";
 import { FlushLoop } from "../store/flush-loop";
-import type { ControlStore } from "../store/store";
+import type { ControlStore, Sql } from "../store/store";
 import { BUCKETS, bucketOf, mergeInto, quantile } from "./histogram";
 
 const MINUTE_MS = 60_000;
@@ -36,6 +36,20 @@ export const USAGE_METRICS = [
 const USAGE_OF_REQUESTS: Record<string, string> = { function: "function_invocations", frontend: "frontend_requests" };
 
 export type ResourceType = "function" | "frontend";
+
+/**
+ * Adds to usage counters in the caller's transaction: work counted once, when it finishes, in the
+ * same commit that records it finished (durable executions), so a crash never counts it twice.
+ */
+export async function countUsage(tx: Sql, projectId: string, values: Partial<Record<(typeof USAGE_METRICS)[number][1], number>>, atMs: number): Promise<void> {
+  for (const [metric, value] of Object.entries(values))
+    if (value)
+      await tx.query(
+        `insert into usage_hours (project_id, metric, hour, value) values ($1, $2, $3, $4)
+         on conflict (project_id, metric, hour) do update set value = usage_hours.value + excluded.value`,
+        [projectId, metric, iso(floorTo(atMs, HOUR_MS)), value],
+      );
+}
 
 interface MinuteAgg {
   project_id: string;

@@ -1,4 +1,5 @@
 import { defineArea } from "../area";
+import type { DurableEngine } from "../durable/engine";
 import { invoke, type InvokeDeps } from "../functions/invoke";
 import { takeFault } from "../config";
 import { HttpError } from "../http/errors";
@@ -17,7 +18,7 @@ function errorOf(text: string, status: number): string {
   return text.slice(0, 2000) || `status ${status}`;
 }
 
-type Needs = Pick<Platform, "store" | "config" | "clock" | "log" | "address"> & InvokeDeps;
+type Needs = Pick<Platform, "store" | "config" | "clock" | "log" | "address"> & InvokeDeps & { durable: DurableEngine };
 
 /** Function schedulers: cron ticks on the platform clock that invoke a function with a payload. */
 export const schedulersArea = defineArea({
@@ -38,6 +39,16 @@ export const schedulersArea = defineArea({
         return { ok: false, httpStatus: err.status, invocationId: err.headers["X-Service-Invocation-Id"] ?? null, error: body.error ?? body.code ?? `status ${err.status}` } satisfies RunOutcome;
       }
     };
+    // A tick of a durable function starts an execution (the payload plus __service_schedule as its input).
+    const startDurable: TickTarget = async (fn, event) => {
+      try {
+        const exec = await deps.durable.start(fn, event, null);
+        return { ok: true, httpStatus: 202, invocationId: exec.id as string, error: null };
+      } catch (err) {
+        if (!(err instanceof HttpError)) throw err;
+        return { ok: false, httpStatus: err.status, invocationId: null, error: (err.body as { error?: string }).error ?? `status ${err.status}` };
+      }
+    };
     const schedulerTicker = new SchedulerTicker({
       store,
       clock,
@@ -48,7 +59,7 @@ export const schedulersArea = defineArea({
       pollMs: store.kind === "postgres" ? Number(process.env.KILN_SCHEDULER_POLL_MS ?? 1000) : null,
       findFunction: (id) => functions.byId(id),
       fault: (name) => takeFault(config, name),
-      targets: { standard: invokeStandard },
+      targets: { standard: invokeStandard, durable: startDurable },
     });
     const schedulers = new SchedulersService(store, clock, config.regions, () => schedulerTicker.rearm());
     functions.onDelete(async (tx, functionId) => void (await schedulers.removeForFunction(tx, functionId)));
@@ -57,6 +68,7 @@ export const schedulersArea = defineArea({
   routes: (r) => {
     projectSchedulerRoutes(r);
     schedulerRoutes(r, "functions", "standard");
+    schedulerRoutes(r, "durable-functions", "durable");
   },
   project: { cleanup: (projectId, { schedulers }) => schedulers.removeAll(projectId) },
   resume: ({ schedulerTicker }) => schedulerTicker.start(),

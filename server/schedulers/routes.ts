@@ -26,12 +26,10 @@ const read = { kind: "project", access: "read" } as const;
 const write = { kind: "project", access: "write" } as const;
 
 /** The spec's scheduler routes under one function collection (standard functions; durable ones reuse this). */
-export function schedulerRoutes(r: AreaRouter<SchedulerRouteDeps>, collection: "functions", kind: FunctionKind): void {
+export function schedulerRoutes(r: AreaRouter<SchedulerRouteDeps>, collection: "functions" | "durable-functions", kind: FunctionKind): void {
   const base = `/projects/{projectId}/${collection}/{functionId}/schedulers`;
-  const functionOf = async (deps: SchedulerRouteDeps, project: ProjectRecord, functionId: string) => {
-    const fn = await deps.functions.get(project.id, functionId);
-    return fn;
-  };
+  // The other collection's function ids are not found here.
+  const functionOf = (deps: SchedulerRouteDeps, project: ProjectRecord, functionId: string) => deps.functions.get(project.id, functionId, kind);
 
   r.add({
     method: "GET",

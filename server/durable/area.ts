@@ -1,0 +1,44 @@
+import { defineArea } from "../area";
+import type { InvokeDeps } from "../functions/invoke";
+import type { Platform } from "../platform";
+import { DurableEngine } from "./engine";
+import { ExecutionsReader } from "./executions";
+import { DURABLE_MIGRATIONS } from "./migrations";
+import { durableRoutes } from "./routes";
+
+type Needs = Pick<Platform, "store" | "config" | "clock" | "log" | "address"> & InvokeDeps;
+
+export type DurableRouteDeps = Needs & { durable: DurableEngine; executions: ExecutionsReader };
+
+/**
+ * Durable functions: deployed like standard functions (same table, pipeline and builds, their own
+ * collection), run as executions whose steps are journaled in the control store and replayed in
+ * sandboxed workers; sleeps are timers on the platform clock (docs/durable-functions.md).
+ */
+export const durableArea = defineArea({
+  name: "durable-functions",
+  migrations: DURABLE_MIGRATIONS,
+  start: (deps: Needs) => {
+    const { store, functions, clock } = deps;
+    const durable = new DurableEngine(deps, {
+      leaseMs: Number(process.env.KILN_DURABLE_LEASE_MS ?? 30_000),
+      maxConcurrent: Number(process.env.KILN_DURABLE_CONCURRENCY ?? 32),
+      // One instance (embedded store) knows all its work; several look for each other's.
+      pollMs: store.kind === "postgres" ? Number(process.env.KILN_DURABLE_POLL_MS ?? 1000) : null,
+    });
+    const executions = new ExecutionsReader(store);
+    // A deleted durable function's unfinished executions stop with it (in the deleting transaction).
+    functions.onDelete(async (tx, functionId) => {
+      await tx.query(
+        `update durable_executions set status = 'stopped', error = 'the durable function was deleted', finished_at = $2, updated_at = $2, lease_owner = null, wake_at = null
+          where function_id = $1 and status in ('queued', 'running', 'sleeping')`,
+        [functionId, clock.now().toISOString()],
+      );
+    });
+    return { durable, executions };
+  },
+  routes: durableRoutes,
+  project: { cleanup: (projectId, { executions }) => executions.removeAll(projectId) },
+  resume: ({ durable }) => durable.resume(),
+  drain: ({ durable }) => durable.drain(),
+});

@@ -1,0 +1,285 @@
+// Durable functions (issue 16, docs/durable-functions.md): the collection, executions with
+// journaled steps replayed in fresh segments, sleeps and retries on the platform clock, stop,
+// re-run from a step, schedulers, usage and logs. Node and Python; both control stores.
+import { beforeAll, describe, expect, test } from "vitest";
+import { tgz } from "../support/functions";
+import { createProject, createToken, eventually, useKiln, type TestKiln } from "../support/kiln";
+
+const k = useKiln({ args: ["--controllable-clock"] });
+
+async function deployDurable(kiln: TestKiln, projectId: string, fields: Record<string, string>, code: Buffer, collection = "durable-functions") {
+  const form = new FormData();
+  for (const [key, v] of Object.entries(fields)) form.set(key, v);
+  form.set("code", new Blob([new Uint8Array(code)]), "code.tgz");
+  const res = await fetch(`${kiln.url}/projects/${projectId}/${collection}`, { method: "POST", headers: { authorization: `Bearer ${kiln.token}` }, body: form });
+  return { status: res.status, body: (await res.json()) as any };
+}
+
+async function active(kiln: TestKiln, projectId: string, id: string) {
+  const r = await eventually(
+    () => kiln.api("GET", `/projects/${projectId}/durable-functions/${id}`),
+    (r) => r.body.status !== "provisioning" && !r.body.pending_deployment_id,
+    60_000,
+  );
+  expect(r.body.status).toBe("active");
+  return r.body;
+}
+
+const advance = async (seconds: number) => expect((await k.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds } })).status).toBe(200);
+
+async function settledExecution(projectId: string, fnId: string, id: string, statuses = ["completed", "failed", "stopped"], timeoutMs = 30_000) {
+  return (await eventually(() => k.api("GET", `/projects/${projectId}/durable-functions/${fnId}/executions/${id}`), (r) => statuses.includes(r.body?.status), timeoutMs)).body;
+}
+
+const NODE_WORKFLOW = `
+exports.handler = async (event, step) => {
+  const a = await step.run("pick", async () => { console.log("ran pick"); return { n: Math.random(), got: event.x }; });
+  await step.sleep("nap", event.nap ?? "1h");
+  const b = await step.run("double", () => { console.log("ran double"); return a.got * 2; });
+  return { a, b, user: event.__service_auth ?? null };
+};`;
+
+const PY_WORKFLOW = `
+import random
+
+def handler(event, step):
+    a = step.run("pick", lambda: {"n": random.random(), "got": event["x"]})
+    step.sleep("nap", "2h")
+    b = step.run("double", lambda: a["got"] * 2)
+    return {"a": a, "b": b}
+`;
+
+describe("durable functions", () => {
+  let p: { id: string };
+  let sk: string;
+  beforeAll(async () => {
+    p = await createProject(k);
+    sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "backend" } })).body.key;
+  });
+
+  for (const lang of ["node", "python"] as const) {
+    test(`${lang}: steps are journaled, a sleep waits on the platform clock holding no worker, replays never re-run a completed step`, async () => {
+      const code = lang === "node" ? tgz({ "index.js": NODE_WORKFLOW }) : tgz({ "main.py": PY_WORKFLOW });
+      const created = await deployDurable(k, p.id, { name: `flow-${lang}`, runtime: lang === "node" ? "nodejs22.x" : "python3.11" }, code);
+      expect(created.status).toBe(201);
+      expect(Object.keys(created.body).sort()).toEqual(["created_at", "handler", "id", "name", "runtime", "status", "updated_at"]);
+      const fn = await active(k, p.id, created.body.id);
+      const started = await k.api("POST", `/durable-functions/${fn.id}/executions`, { token: sk, body: { input: { x: 21 } } });
+      expect(started.status).toBe(202);
+      expect(Object.keys(started.body).sort()).toEqual(["created_at", "durable_function_id", "id", "status"]);
+      expect(started.body).toMatchObject({ durable_function_id: fn.id, status: "queued" });
+      const sleeping = await settledExecution(p.id, fn.id, started.body.id, ["sleeping", "failed", "completed"]);
+      expect(sleeping.status).toBe("sleeping");
+      expect(sleeping.steps.map((s: any) => [s.name, s.type, s.status, s.attempts])).toEqual([
+        ["pick", "run", "completed", 1],
+        ["nap", "sleep", "sleeping", 0],
+      ]);
+      const picked = sleeping.steps[0].output;
+      expect(picked.got).toBe(21);
+      const wake = Date.parse(sleeping.steps[1].wake_at);
+      expect(wake - Date.parse(sleeping.steps[1].started_at)).toBe(lang === "node" ? 3_600_000 : 7_200_000);
+      // Not woken early.
+      await advance(lang === "node" ? 1800 : 3600);
+      expect((await k.api("GET", `/projects/${p.id}/durable-functions/${fn.id}/executions/${started.body.id}`)).body.status).toBe("sleeping");
+      await advance(lang === "node" ? 1801 : 3601);
+      const done = await settledExecution(p.id, fn.id, started.body.id);
+      expect(done.status).toBe("completed");
+      // The replay returned the journaled value (a re-run would have picked another random number).
+      expect(done.output).toMatchObject({ a: picked, b: 42 });
+      expect(done.steps.map((s: any) => [s.name, s.status, s.attempts])).toEqual([
+        ["pick", "completed", 1],
+        ["nap", "completed", 0],
+        ["double", "completed", 1],
+      ]);
+      expect(done.finished_at).not.toBeNull();
+      if (lang === "node") {
+        // Every segment's lines are in log search under the execution's id; the picked step printed once.
+        const search = await eventually(
+          () => k.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function", ids: [fn.id] }, q: `invocation.id:${started.body.id}`, limit: 1000 } }),
+          (r) => r.status === 200 && r.body.data?.some((e: any) => String(e.body).includes("ran double")),
+          10_000,
+        );
+        const bodies = search.body.data.map((e: any) => String(e.body));
+        expect(bodies.filter((b: string) => b === "ran pick")).toHaveLength(1);
+        expect(bodies.filter((b: string) => b === "ran double")).toHaveLength(1);
+        expect(bodies.some((b: string) => b.includes('step "nap" sleeping until'))).toBe(true);
+      }
+    });
+  }
+
+  test("the collections are separate: a durable id is 404 under /functions and a standard id 404 under /durable-functions; names are per collection", async () => {
+    const std = await deployDurable(k, p.id, { name: "same-name", runtime: "nodejs22.x" }, tgz({ "index.js": "exports.handler = async () => 1;" }), "functions");
+    expect(std.status).toBe(201);
+    const dur = await deployDurable(k, p.id, { name: "same-name", runtime: "nodejs22.x" }, tgz({ "index.js": "exports.handler = async () => 1;" }));
+    expect(dur.status).toBe(201);
+    expect(dur.body.id).not.toBe(std.body.id);
+    await active(k, p.id, dur.body.id);
+    expect((await k.api("GET", `/projects/${p.id}/functions/${dur.body.id}`)).status).toBe(404);
+    expect((await k.api("GET", `/projects/${p.id}/durable-functions/${std.body.id}`)).status).toBe(404);
+    expect((await k.api("POST", `/functions/${dur.body.id}/invoke`, { token: sk, body: { payload: {} } })).status).toBe(404);
+    expect((await k.api("POST", `/durable-functions/${std.body.id}/executions`, { token: sk, body: { input: {} } })).status).toBe(404);
+    const listed = (await k.api("GET", `/projects/${p.id}/durable-functions?limit=100`)).body;
+    expect(listed.data.map((f: any) => f.id)).toContain(dur.body.id);
+    expect(listed.data.map((f: any) => f.id)).not.toContain(std.body.id);
+    expect((await k.api("GET", `/projects/${p.id}/functions?limit=100`)).body.data.map((f: any) => f.id)).not.toContain(dur.body.id);
+    // Redeploy: 200; the deployment history.
+    expect((await deployDurable(k, p.id, { name: "same-name", runtime: "nodejs22.x" }, tgz({ "index.js": "exports.handler = async () => 2;" }))).status).toBe(200);
+    const deps = (await k.api("GET", `/projects/${p.id}/durable-functions/${dur.body.id}/deployments`)).body.data;
+    expect(deps.length).toBe(2);
+    // Deletion: 202, then 404.
+    await active(k, p.id, dur.body.id);
+    expect((await k.api("DELETE", `/projects/${p.id}/durable-functions/${dur.body.id}`)).status).toBe(202);
+    await eventually(() => k.api("GET", `/projects/${p.id}/durable-functions/${dur.body.id}`), (r) => r.status === 404, 30_000);
+  });
+
+  test("who may start: service key and end-user token (identity in __service_auth) on the application route; platform or full project token on the project route; others refused", async () => {
+    const fn = await active(k, p.id, (await deployDurable(k, p.id, { name: "who", runtime: "nodejs22.x" }, tgz({ "index.js": `exports.handler = async (event) => ({ user: event?.__service_auth ?? null, x: event?.x ?? null });` }))).body.id);
+    const anon = (await k.api("GET", `/projects/${p.id}/anon-keys`)).body.data[0].key;
+    const user = (await k.api("POST", "/auth/signup", { token: anon, body: { email: `durable-${Date.now()}@example.com`, password: "long enough" } })).body;
+    const asUser = await k.api("POST", `/durable-functions/${fn.id}/executions`, { token: user.access_token, body: { input: { x: 1 } } });
+    expect(asUser.status).toBe(202);
+    const done = await settledExecution(p.id, fn.id, asUser.body.id);
+    expect(done.output).toEqual({ x: 1, user: { user_id: user.user.id, email: user.user.email, project_id: p.id, role: "authenticated" } });
+    expect((await k.api("POST", `/durable-functions/${fn.id}/executions`, { token: anon, body: { input: {} } })).status).toBe(403);
+    expect((await k.api("POST", `/durable-functions/${fn.id}/executions`, { token: null, body: { input: {} } })).status).toBe(401);
+    expect((await k.api("POST", `/durable-functions/${fn.id}/executions`, { token: k.token, body: { input: {} } })).status).toBe(403);
+    const viaProject = await k.api("POST", `/projects/${p.id}/durable-functions/${fn.id}/executions`, { body: { input: { x: 2 } } });
+    expect(viaProject.status).toBe(202);
+    expect((await settledExecution(p.id, fn.id, viaProject.body.id)).output).toEqual({ x: 2, user: null });
+    const ro = (await createToken(k, p.id, { name: "ro", scope: "read_only" })).token;
+    expect((await k.api("POST", `/projects/${p.id}/durable-functions/${fn.id}/executions`, { token: ro, body: { input: {} } })).status).toBe(403);
+    expect((await k.api("GET", `/projects/${p.id}/durable-functions/${fn.id}/executions/${viaProject.body.id}`, { token: ro })).status).toBe(200);
+    expect((await k.api("POST", `/durable-functions/${fn.id}/executions`, { token: sk, body: "not json" })).status).toBe(400);
+    // The list, newest first, filtered by status.
+    const list = (await k.api("GET", `/projects/${p.id}/durable-functions/${fn.id}/executions?status=completed`)).body;
+    expect(list.total).toBe(2);
+    expect(list.data[0].id).toBe(viaProject.body.id);
+    expect((await k.api("GET", `/projects/${p.id}/durable-functions/${fn.id}/executions?status=bogus`)).status).toBe(400);
+    expect((await k.api("GET", `/projects/${p.id}/durable-functions/${fn.id}/executions/nope`)).status).toBe(404);
+  });
+
+  test("a failing step retries with backoff on the platform clock, then its error reaches the handler; uncaught it fails the execution", async () => {
+    const fn = await active(
+      k,
+      p.id,
+      (
+        await deployDurable(
+          k,
+          p.id,
+          { name: "flaky", runtime: "nodejs22.x" },
+          tgz({
+            "index.js": `exports.handler = async (event, step) => {
+              if (event.catch) {
+                try { await step.run("doomed", () => { throw new TypeError("nope"); }, { retries: 0 }); } catch (e) { return { caught: e.name + ": " + e.message }; }
+              }
+              return step.run("always-fails", () => { throw new Error("broken " + Date.now()); }, { retries: 2 });
+            };`,
+          }),
+        )
+      ).body.id,
+    );
+    const caught = await k.api("POST", `/durable-functions/${fn.id}/executions`, { token: sk, body: { input: { catch: true } } });
+    const c = await settledExecution(p.id, fn.id, caught.body.id);
+    expect(c.status).toBe("completed");
+    expect(c.output).toEqual({ caught: "TypeError: nope" });
+    expect(c.steps[0]).toMatchObject({ name: "doomed", status: "failed", attempts: 1, error: "TypeError: nope" });
+
+    const failing = await k.api("POST", `/durable-functions/${fn.id}/executions`, { token: sk, body: { input: {} } });
+    const first = await settledExecution(p.id, fn.id, failing.body.id, ["queued", "failed"], 30_000);
+    await eventually(() => k.api("GET", `/projects/${p.id}/durable-functions/${fn.id}/executions/${failing.body.id}`), (r) => r.body.steps?.[0]?.status === "retrying", 30_000);
+    expect(first.status).toBe("queued");
+    let e = (await k.api("GET", `/projects/${p.id}/durable-functions/${fn.id}/executions/${failing.body.id}`)).body;
+    expect(e.steps[0]).toMatchObject({ status: "retrying", attempts: 1 });
+    // The first retry waits 1 s of platform time from the failure.
+    expect(Date.parse(e.steps[0].wake_at) - Date.parse(e.steps[0].started_at)).toBeGreaterThanOrEqual(1000);
+    expect(e.wake_at).toBe(e.steps[0].wake_at);
+    await advance(1);
+    e = (await eventually(() => k.api("GET", `/projects/${p.id}/durable-functions/${fn.id}/executions/${failing.body.id}`), (r) => r.body.steps[0].attempts === 2, 30_000)).body;
+    expect(e.status).toBe("queued");
+    await advance(2);
+    e = await settledExecution(p.id, fn.id, failing.body.id);
+    expect(e.status).toBe("failed");
+    expect(e.steps[0]).toMatchObject({ status: "failed", attempts: 3 });
+    expect(e.error).toMatch(/^Error: broken \d+$/);
+  });
+
+  test("a replay that asks for steps in another order fails the execution with a clear error", async () => {
+    const v1 = `exports.handler = async (event, step) => { await step.run("one", () => 1); await step.sleep("wait", "10m"); return step.run("two", () => 2); };`;
+    const v2 = `exports.handler = async (event, step) => { await step.run("renamed", () => 1); await step.sleep("wait", "10m"); return 3; };`;
+    const id = (await deployDurable(k, p.id, { name: "drift", runtime: "nodejs22.x" }, tgz({ "index.js": v1 }))).body.id;
+    await active(k, p.id, id);
+    const ex = await k.api("POST", `/projects/${p.id}/durable-functions/${id}/executions`, { body: { input: {} } });
+    await settledExecution(p.id, id, ex.body.id, ["sleeping"]);
+    expect((await deployDurable(k, p.id, { name: "drift", runtime: "nodejs22.x" }, tgz({ "index.js": v2 }))).status).toBe(200);
+    await active(k, p.id, id);
+    await advance(600);
+    const e = await settledExecution(p.id, id, ex.body.id);
+    expect(e.status).toBe("failed");
+    expect(e.error).toBe('non-deterministic replay: step 1 was run "one" when the execution first ran, and is now run "renamed"');
+  });
+
+  test("stop: a sleeping execution stops and never wakes; stopping a finished one is 409", async () => {
+    const id = (await deployDurable(k, p.id, { name: "stoppable", runtime: "nodejs22.x" }, tgz({ "index.js": `exports.handler = async (e, step) => { await step.sleep("long", "1d"); return step.run("after", () => "woke"); };` }))).body.id;
+    await active(k, p.id, id);
+    const ex = await k.api("POST", `/durable-functions/${id}/executions`, { token: sk, body: { input: {} } });
+    await settledExecution(p.id, id, ex.body.id, ["sleeping"]);
+    const stopped = await k.api("POST", `/projects/${p.id}/durable-functions/${id}/executions/${ex.body.id}/stop`);
+    expect(stopped.status).toBe(200);
+    expect(stopped.body).toMatchObject({ id: ex.body.id, status: "stopped" });
+    expect(stopped.body.finished_at).not.toBeNull();
+    await advance(86_401);
+    const e = (await k.api("GET", `/projects/${p.id}/durable-functions/${id}/executions/${ex.body.id}`)).body;
+    expect(e.status).toBe("stopped");
+    expect(e.steps.map((s: any) => s.name)).toEqual(["long"]);
+    expect((await k.api("POST", `/projects/${p.id}/durable-functions/${id}/executions/${ex.body.id}/stop`)).status).toBe(409);
+  });
+
+  test("re-run from a step: a new execution reuses the journal before it and runs the rest again", async () => {
+    const id = (
+      await deployDurable(
+        k,
+        p.id,
+        { name: "rerunnable", runtime: "nodejs22.x" },
+        tgz({ "index.js": `exports.handler = async (e, step) => { const a = await step.run("a", () => Math.random()); const b = await step.run("b", () => Math.random()); const c = await step.run("c", () => a + b); return { a, b, c }; };` }),
+      )
+    ).body.id;
+    await active(k, p.id, id);
+    const ex = await k.api("POST", `/durable-functions/${id}/executions`, { token: sk, body: { input: { keep: "me" } } });
+    const first = await settledExecution(p.id, id, ex.body.id);
+    const again = await k.api("POST", `/projects/${p.id}/durable-functions/${id}/executions/${ex.body.id}/rerun`, { body: { from_step: "b" } });
+    expect(again.status).toBe(202);
+    expect(again.body.id).not.toBe(ex.body.id);
+    const second = await settledExecution(p.id, id, again.body.id);
+    expect(second.status).toBe("completed");
+    expect(second.rerun_of).toBe(ex.body.id);
+    expect(second.input).toEqual({ keep: "me" });
+    expect(second.output.a).toBe(first.output.a);
+    expect(second.output.b).not.toBe(first.output.b);
+    expect(second.output.c).toBe(second.output.a + second.output.b);
+    expect((await k.api("POST", `/projects/${p.id}/durable-functions/${id}/executions/${ex.body.id}/rerun`, { body: { from_step: "zzz" } })).status).toBe(400);
+    expect((await k.api("POST", `/projects/${p.id}/durable-functions/${id}/executions/${ex.body.id}/rerun`, { body: {} })).status).toBe(400);
+  });
+
+  test("schedulers on durable functions start executions with the payload plus __service_schedule; usage counts executions, steps and compute at finish", async () => {
+    const q = await createProject(k);
+    const id = (await deployDurable(k, q.id, { name: "ticked", runtime: "nodejs22.x" }, tgz({ "index.js": `exports.handler = async (e, step) => { await step.run("one", () => 1); await step.run("two", () => 2); return e; };` }))).body.id;
+    await active(k, q.id, id);
+    const s = await k.api("POST", `/projects/${q.id}/durable-functions/${id}/schedulers`, { body: { name: "every-minute", enabled: true, schedule: { kind: "cron", cron_expression: "* * * * *" }, payload: { hello: "tick" } } });
+    expect(s.status).toBe(201);
+    expect(s.body.function_kind).toBe("durable");
+    const all = (await k.api("GET", `/projects/${q.id}/schedulers`)).body;
+    expect(all.data.map((x: any) => [x.id, x.function_kind])).toContainEqual([s.body.id, "durable"]);
+    expect((await k.api("GET", `/projects/${q.id}/functions/${id}/schedulers`)).status).toBe(404);
+    await advance(61);
+    const list = (await eventually(() => k.api("GET", `/projects/${q.id}/durable-functions/${id}/executions?status=completed`), (r) => r.body.total >= 1, 30_000)).body;
+    const e = (await k.api("GET", `/projects/${q.id}/durable-functions/${id}/executions/${list.data[0].id}`)).body;
+    expect(e.output.hello).toBe("tick");
+    expect(e.output.__service_schedule).toBeTruthy();
+    const usage = (await k.api("GET", `/projects/${q.id}/usage`)).body;
+    const metric = (name: string) => usage.metrics.find((m: any) => m.metric === name);
+    expect(metric("Durable Executions").total).toBe(list.total);
+    expect(metric("Durable Operations").total).toBe(2 * list.total);
+    expect(metric("Durable Compute (MB-Seconds)").total).toBeGreaterThan(0);
+    expect(metric("Function Invocations").total).toBe(0);
+  });
+});
