@@ -8,8 +8,6 @@ import { durableRoutes } from "./routes";
 
 type Needs = Pick<Platform, "store" | "config" | "clock" | "log" | "address"> & InvokeDeps;
 
-export type DurableRouteDeps = Needs & { durable: DurableEngine; executions: ExecutionsReader };
-
 /**
  * Durable functions: deployed like standard functions (same table, pipeline and builds, their own
  * collection), run as executions whose steps are journaled in the control store and replayed in

@@ -1,6 +1,6 @@
 import type { ApplicationPrincipal } from "../auth/principal";
 import { deploymentListSchema } from "../functions/schemas";
-import { INVOKE_AUTH } from "../functions/invoke";
+import { INVOKE_AUTH, type InvokeDeps } from "../functions/invoke";
 import { normalized, readDeploy } from "../functions/routes";
 import type { FunctionRecord } from "../functions/service";
 import { errorSchema } from "../http/common-schemas";
@@ -8,7 +8,8 @@ import { badRequest, forbidden, notFound } from "../http/errors";
 import { DEFAULT_LIMIT, offsetPaginationQuery, paginated } from "../http/pagination";
 import { reply, type AreaRouter } from "../http/route";
 import { projectIdParams } from "../projects/schemas";
-import type { DurableRouteDeps } from "./area";
+import type { DurableEngine } from "./engine";
+import type { ExecutionsReader } from "./executions";
 import {
   durableFunctionListSchema,
   durableFunctionParams,
@@ -22,6 +23,9 @@ import {
   startedSchema,
 } from "./schemas";
 import { startedView } from "./executions";
+
+/** What the routes use: the functions area's services (deploys, records), the engine and the reader. */
+export type DurableRouteDeps = InvokeDeps & { durable: DurableEngine; executions: ExecutionsReader };
 
 const tag = "Durable functions";
 const errors = { 400: errorSchema, 401: errorSchema, 403: errorSchema, 404: errorSchema, 409: errorSchema };

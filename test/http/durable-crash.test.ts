@@ -1,0 +1,81 @@
+// Durable executions survive kill -9 of Kiln (issue 16, item 2): at the next start every running or
+// sleeping execution continues from its last checkpoint, and no completed step body runs again.
+// On the PostgreSQL store the new instance takes over once the dead one's lease lapses (2 s here).
+import { expect, test } from "vitest";
+import { tgz } from "../support/functions";
+import { createProject, eventually, startKiln, type TestKiln } from "../support/kiln";
+
+const CODE = tgz({
+  "index.js": `exports.handler = async (event, step) => {
+    const first = await step.run("first", () => ({ at: Date.now(), r: Math.random() }));
+    const slow = await step.run("slow", async () => { await new Promise((r) => setTimeout(r, 3000)); return "slow done"; });
+    await step.sleep("rest", "1h");
+    const last = await step.run("last", () => "last");
+    return { first, slow, last };
+  };`,
+});
+
+const OPTS = { args: ["--controllable-clock"], env: { KILN_DURABLE_LEASE_MS: "2000" } };
+
+async function deploy(k: TestKiln, projectId: string) {
+  const form = new FormData();
+  form.set("name", "survivor");
+  form.set("runtime", "nodejs22.x");
+  form.set("code", new Blob([new Uint8Array(CODE)]), "code.tgz");
+  const res = await fetch(`${k.url}/projects/${projectId}/durable-functions`, { method: "POST", headers: { authorization: `Bearer ${k.token}` }, body: form });
+  const id = ((await res.json()) as { id: string }).id;
+  await eventually(() => k.api("GET", `/projects/${projectId}/durable-functions/${id}`), (r) => r.body.status === "active", 60_000);
+  return id;
+}
+
+test("kill -9 mid-step and mid-sleep: both executions continue from their checkpoints after a restart; completed steps never run again", { timeout: 180_000 }, async () => {
+  const a = await startKiln(OPTS);
+  let b: TestKiln | null = null;
+  try {
+    const p = await createProject(a);
+    const fnId = await deploy(a, p.id);
+    const exec = (id: string, k: TestKiln) => k.api("GET", `/projects/${p.id}/durable-functions/${fnId}/executions/${id}`);
+    const start = async () => (await a.api("POST", `/projects/${p.id}/durable-functions/${fnId}/executions`, { body: { input: {} } })).body.id as string;
+
+    // One execution reaches its sleep; the other is killed inside its 3-second step.
+    const sleeper = await start();
+    const asleep = (await eventually(() => exec(sleeper, a), (r) => r.body.status === "sleeping", 30_000)).body;
+    const midStep = await start();
+    const before = (await eventually(() => exec(midStep, a), (r) => r.body.steps?.[0]?.status === "completed", 30_000)).body;
+    expect(before.status).toBe("running");
+    expect(before.steps.map((s: any) => s.name)).toEqual(["first"]);
+    a.proc.kill("SIGKILL");
+    await new Promise((r) => a.proc.once("exit", r));
+
+    b = await startKiln({ ...OPTS, dataDir: a.dataDir, databaseUrl: a.databaseUrl, env: { ...OPTS.env, KILN_PLATFORM_TOKEN: a.token } });
+    // The interrupted one runs its unfinished step again (at least once), then sleeps like the other.
+    const resumed = (await eventually(() => exec(midStep, b!), (r) => r.body.status === "sleeping", 60_000)).body;
+    expect(resumed.steps.map((s: any) => [s.name, s.status, s.attempts])).toEqual([
+      ["first", "completed", 1],
+      ["slow", "completed", 1],
+      ["rest", "sleeping", 0],
+    ]);
+    expect(resumed.steps[0].output).toEqual(before.steps[0].output);
+    expect((await exec(sleeper, b)).body.status).toBe("sleeping");
+
+    // An hour of platform time later both finish, with the first step's value from before the crash.
+    expect((await b.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds: 3601 } })).status).toBe(200);
+    for (const [id, first] of [
+      [midStep, before.steps[0].output],
+      [sleeper, asleep.steps[0].output],
+    ] as const) {
+      const done = (await eventually(() => exec(id, b!), (r) => ["completed", "failed"].includes(r.body.status), 60_000)).body;
+      expect(done.status).toBe("completed");
+      expect(done.output).toEqual({ first, slow: "slow done", last: "last" });
+      expect(done.steps.map((s: any) => [s.name, s.attempts])).toEqual([
+        ["first", 1],
+        ["slow", 1],
+        ["rest", 0],
+        ["last", 1],
+      ]);
+    }
+  } finally {
+    if (a.proc.exitCode === null && a.proc.signalCode === null) a.proc.kill("SIGKILL");
+    await b?.stop();
+  }
+});
