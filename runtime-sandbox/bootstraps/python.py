@@ -232,39 +232,73 @@ class Step:
 
     def run(self, name, fn, retries=None):
         seq, e = self._position(name, "run")
+        if _in_event_loop():
+            # In an async handler every step is awaited (a replayed one too), so it is always a coroutine.
+            return self._run_async(seq, name, e, fn, retries)
         if e is not None:
-            if e["status"] == "completed":
-                return e.get("output")
-            err = e.get("error") or {}
-            raise StepError(err.get("message", ""), err.get("type", "Error"))
+            return self._settled(e)
         started = time.monotonic()
         try:
             value = fn()
         except Exception as err:  # noqa: BLE001 - the step failed
             return self._finish_run(seq, name, started, error=err, retries=retries)
-        if hasattr(value, "__await__"):
-            async def finish():
-                try:
-                    v = await value
-                except Exception as err:  # noqa: BLE001
-                    return self._finish_run(seq, name, started, error=err, retries=retries)
-                return self._finish_run(seq, name, started, value=v, retries=retries)
-            return finish()
         return self._finish_run(seq, name, started, value=value, retries=retries)
+
+    async def _run_async(self, seq, name, e, fn, retries):
+        if e is not None:
+            return self._settled(e)
+        started = time.monotonic()
+        try:
+            value = fn()
+            if hasattr(value, "__await__"):
+                value = await value
+        except Exception as err:  # noqa: BLE001 - the step failed
+            return self._finish_run(seq, name, started, error=err, retries=retries)
+        return self._finish_run(seq, name, started, value=value, retries=retries)
+
+    @staticmethod
+    def _settled(e):
+        if e["status"] == "completed":
+            return e.get("output")
+        err = e.get("error") or {}
+        raise StepError(err.get("message", ""), err.get("type", "Error"))
+
+    def _sleep(self, seq, name, e, frame):
+        if e is None:
+            self._ask({"seq": seq, "name": name, "op": "sleep", **frame})
 
     def sleep(self, name, duration):
         seq, e = self._position(name, "sleep")
-        if e is None:
-            self._ask({"seq": seq, "name": name, "op": "sleep", "duration": duration})
+        return self._maybe_async(lambda: self._sleep(seq, name, e, {"duration": duration}))
 
     def sleep_until(self, name, instant):
         seq, e = self._position(name, "sleep")
-        if e is None:
-            if hasattr(instant, "isoformat"):
-                instant = instant.isoformat()
-            self._ask({"seq": seq, "name": name, "op": "sleep", "until": instant})
+        if hasattr(instant, "isoformat"):
+            instant = instant.isoformat()
+        return self._maybe_async(lambda: self._sleep(seq, name, e, {"until": instant}))
 
     sleepUntil = sleep_until
+
+    @staticmethod
+    def _maybe_async(run):
+        if not _in_event_loop():
+            return run()
+
+        async def later():
+            return run()
+
+        return later()
+
+
+def _in_event_loop():
+    asyncio = sys.modules.get("asyncio")  # an async handler's worker has it; a sync one needs no import
+    if asyncio is None:
+        return False
+    try:
+        asyncio.get_running_loop()
+        return True
+    except RuntimeError:
+        return False
 
 
 def _call(handler, event, step, context):

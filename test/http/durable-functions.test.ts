@@ -107,6 +107,84 @@ describe("durable functions", () => {
     });
   }
 
+  test("parallel steps, sleepUntil, an unreadable duration (Node); an async Python handler with sleep_until and a coroutine step", async () => {
+    const node = await active(
+      k,
+      p.id,
+      (
+        await deployDurable(
+          k,
+          p.id,
+          { name: "shapes-node", runtime: "nodejs22.x" },
+          tgz({
+            "index.js": `exports.handler = async (event, step, context) => {
+              const [a, b] = await Promise.all([step.run("a", async () => { await new Promise((r) => setTimeout(r, 30)); return "A"; }), step.run("b", () => "B")]);
+              await step.sleepUntil("until", new Date(event.until));
+              let bad = null;
+              try { await step.sleep("bad", "5 fortnights"); } catch (e) { bad = e.name + ": " + e.message; }
+              return { a, b, bad, fn: context.functionName };
+            };`,
+          }),
+        )
+      ).body.id,
+    );
+    const now = Date.parse((await k.api("GET", "/_kiln/clock", { token: null })).body.now);
+    const until = new Date(now + 7_200_000).toISOString();
+    const ex = await k.api("POST", `/durable-functions/${node.id}/executions`, { token: sk, body: { input: { until } } });
+    const sleeping = await settledExecution(p.id, node.id, ex.body.id, ["sleeping", "failed", "completed"]);
+    expect(sleeping.status).toBe("sleeping");
+    expect(sleeping.wake_at).toBe(until);
+    expect(sleeping.steps.map((x: any) => [x.name, x.status])).toEqual([
+      ["a", "completed"],
+      ["b", "completed"],
+      ["until", "sleeping"],
+    ]);
+    await advance(7201);
+    const done = await settledExecution(p.id, node.id, ex.body.id);
+    expect(done.output).toEqual({ a: "A", b: "B", bad: 'TypeError: unknown unit "fortnights" in the sleep duration "5 fortnights"', fn: "shapes-node" });
+
+    const py = await active(
+      k,
+      p.id,
+      (
+        await deployDurable(
+          k,
+          p.id,
+          { name: "shapes-py", runtime: "python3.11" },
+          tgz({
+            "main.py": `import asyncio
+
+async def fetch(n):
+    await asyncio.sleep(0.01)
+    return n * 10
+
+async def handler(event, step):
+    x = await step.run("fetch", lambda: fetch(event["n"]))
+    await step.sleep_until("later", event["until"])
+    try:
+        await step.run("explodes", lambda: 1 / 0, retries=0)
+    except Exception as e:
+        caught = f"{type(e).__name__}: {e}"
+    return {"x": x, "caught": caught}
+`,
+          }),
+        )
+      ).body.id,
+    );
+    const now2 = Date.parse((await k.api("GET", "/_kiln/clock", { token: null })).body.now);
+    const ex2 = await k.api("POST", `/durable-functions/${py.id}/executions`, { token: sk, body: { input: { n: 4, until: new Date(now2 + 60_000).toISOString() } } });
+    await settledExecution(p.id, py.id, ex2.body.id, ["sleeping"]);
+    await advance(61);
+    const pdone = await settledExecution(p.id, py.id, ex2.body.id);
+    expect(pdone.status, JSON.stringify(pdone)).toBe("completed");
+    expect(pdone.output).toEqual({ x: 40, caught: "StepError: division by zero" });
+    expect(pdone.steps.map((x: any) => [x.name, x.status, x.error])).toEqual([
+      ["fetch", "completed", null],
+      ["later", "completed", null],
+      ["explodes", "failed", "ZeroDivisionError: division by zero"],
+    ]);
+  });
+
   test("the collections are separate: a durable id is 404 under /functions and a standard id 404 under /durable-functions; names are per collection", async () => {
     const std = await deployDurable(k, p.id, { name: "same-name", runtime: "nodejs22.x" }, tgz({ "index.js": "exports.handler = async () => 1;" }), "functions");
     expect(std.status).toBe(201);
