@@ -5,35 +5,52 @@ import { expect, test } from "vitest";
 import { tgz } from "../support/functions";
 import { createProject, eventually, startKiln, type TestKiln } from "../support/kiln";
 
-const CODE = tgz({
-  "index.js": `exports.handler = async (event, step) => {
-    const first = await step.run("first", () => ({ at: Date.now(), r: Math.random() }));
-    const slow = await step.run("slow", async () => { await new Promise((r) => setTimeout(r, 3000)); return "slow done"; });
-    await step.sleep("rest", "1h");
-    const last = await step.run("last", () => "last");
-    return { first, slow, last };
-  };`,
-});
+const CODE = {
+  node: tgz({
+    "index.js": `exports.handler = async (event, step) => {
+      const first = await step.run("first", () => ({ at: Date.now(), r: Math.random() }));
+      const slow = await step.run("slow", async () => { await new Promise((r) => setTimeout(r, 3000)); return "slow done"; });
+      await step.sleep("rest", "1h");
+      const last = await step.run("last", () => "last");
+      return { first, slow, last };
+    };`,
+  }),
+  python: tgz({
+    "main.py": `import random, time
+
+def slow():
+    time.sleep(3)
+    return "slow done"
+
+def handler(event, step):
+    first = step.run("first", lambda: {"at": time.time(), "r": random.random()})
+    s = step.run("slow", slow)
+    step.sleep("rest", "1h")
+    last = step.run("last", lambda: "last")
+    return {"first": first, "slow": s, "last": last}
+`,
+  }),
+};
 
 const OPTS = { args: ["--controllable-clock"], env: { KILN_DURABLE_LEASE_MS: "2000" } };
 
-async function deploy(k: TestKiln, projectId: string) {
+async function deploy(k: TestKiln, projectId: string, lang: "node" | "python") {
   const form = new FormData();
   form.set("name", "survivor");
-  form.set("runtime", "nodejs22.x");
-  form.set("code", new Blob([new Uint8Array(CODE)]), "code.tgz");
+  form.set("runtime", lang === "node" ? "nodejs22.x" : "python3.11");
+  form.set("code", new Blob([new Uint8Array(CODE[lang])]), "code.tgz");
   const res = await fetch(`${k.url}/projects/${projectId}/durable-functions`, { method: "POST", headers: { authorization: `Bearer ${k.token}` }, body: form });
   const id = ((await res.json()) as { id: string }).id;
   await eventually(() => k.api("GET", `/projects/${projectId}/durable-functions/${id}`), (r) => r.body.status === "active", 60_000);
   return id;
 }
 
-test("kill -9 mid-step and mid-sleep: both executions continue from their checkpoints after a restart; completed steps never run again", { timeout: 180_000 }, async () => {
+test.each(["node", "python"] as const)("%s: kill -9 mid-step and mid-sleep: both executions continue from their checkpoints after a restart; completed steps never run again", { timeout: 180_000 }, async (lang) => {
   const a = await startKiln(OPTS);
   let b: TestKiln | null = null;
   try {
     const p = await createProject(a);
-    const fnId = await deploy(a, p.id);
+    const fnId = await deploy(a, p.id, lang);
     const exec = (id: string, k: TestKiln) => k.api("GET", `/projects/${p.id}/durable-functions/${fnId}/executions/${id}`);
     const start = async () => (await a.api("POST", `/projects/${p.id}/durable-functions/${fnId}/executions`, { body: { input: {} } })).body.id as string;
 

@@ -236,65 +236,94 @@ async def handler(event, step):
     expect((await k.api("GET", `/projects/${p.id}/durable-functions/${fn.id}/executions/nope`)).status).toBe(404);
   });
 
-  test("a failing step retries with backoff on the platform clock, then its error reaches the handler; uncaught it fails the execution", async () => {
-    const fn = await active(
-      k,
-      p.id,
-      (
-        await deployDurable(
-          k,
-          p.id,
-          { name: "flaky", runtime: "nodejs22.x" },
-          tgz({
-            "index.js": `exports.handler = async (event, step) => {
-              if (event.catch) {
-                try { await step.run("doomed", () => { throw new TypeError("nope"); }, { retries: 0 }); } catch (e) { return { caught: e.name + ": " + e.message }; }
-              }
-              return step.run("always-fails", () => { throw new Error("broken " + Date.now()); }, { retries: 2 });
-            };`,
-          }),
-        )
-      ).body.id,
-    );
-    const caught = await k.api("POST", `/durable-functions/${fn.id}/executions`, { token: sk, body: { input: { catch: true } } });
-    const c = await settledExecution(p.id, fn.id, caught.body.id);
-    expect(c.status).toBe("completed");
-    expect(c.output).toEqual({ caught: "TypeError: nope" });
-    expect(c.steps[0]).toMatchObject({ name: "doomed", status: "failed", attempts: 1, error: "TypeError: nope" });
+  const FLAKY = {
+    node: tgz({
+      "index.js": `exports.handler = async (event, step) => {
+        if (event.catch) {
+          try { await step.run("doomed", () => { throw new TypeError("nope"); }, { retries: 0 }); } catch (e) { return { caught: e.name + ": " + e.message }; }
+        }
+        return step.run("always-fails", () => { throw new Error("broken " + Date.now()); }, { retries: 2 });
+      };`,
+    }),
+    python: tgz({
+      "main.py": `import time
 
-    const failing = await k.api("POST", `/durable-functions/${fn.id}/executions`, { token: sk, body: { input: {} } });
-    const first = await settledExecution(p.id, fn.id, failing.body.id, ["queued", "failed"], 30_000);
-    await eventually(() => k.api("GET", `/projects/${p.id}/durable-functions/${fn.id}/executions/${failing.body.id}`), (r) => r.body.steps?.[0]?.status === "retrying", 30_000);
-    expect(first.status).toBe("queued");
-    let e = (await k.api("GET", `/projects/${p.id}/durable-functions/${fn.id}/executions/${failing.body.id}`)).body;
-    expect(e.steps[0]).toMatchObject({ status: "retrying", attempts: 1 });
-    // The first retry waits 1 s of platform time from the failure.
-    expect(Date.parse(e.steps[0].wake_at) - Date.parse(e.steps[0].started_at)).toBeGreaterThanOrEqual(1000);
-    expect(e.wake_at).toBe(e.steps[0].wake_at);
-    await advance(1);
-    e = (await eventually(() => k.api("GET", `/projects/${p.id}/durable-functions/${fn.id}/executions/${failing.body.id}`), (r) => r.body.steps[0].attempts === 2, 30_000)).body;
-    expect(e.status).toBe("queued");
-    await advance(2);
-    e = await settledExecution(p.id, fn.id, failing.body.id);
-    expect(e.status).toBe("failed");
-    expect(e.steps[0]).toMatchObject({ status: "failed", attempts: 3 });
-    expect(e.error).toMatch(/^Error: broken \d+$/);
-  });
+def doomed():
+    raise TypeError("nope")
 
-  test("a replay that asks for steps in another order fails the execution with a clear error", async () => {
-    const v1 = `exports.handler = async (event, step) => { await step.run("one", () => 1); await step.sleep("wait", "10m"); return step.run("two", () => 2); };`;
-    const v2 = `exports.handler = async (event, step) => { await step.run("renamed", () => 1); await step.sleep("wait", "10m"); return 3; };`;
-    const id = (await deployDurable(k, p.id, { name: "drift", runtime: "nodejs22.x" }, tgz({ "index.js": v1 }))).body.id;
-    await active(k, p.id, id);
-    const ex = await k.api("POST", `/projects/${p.id}/durable-functions/${id}/executions`, { body: { input: {} } });
-    await settledExecution(p.id, id, ex.body.id, ["sleeping"]);
-    expect((await deployDurable(k, p.id, { name: "drift", runtime: "nodejs22.x" }, tgz({ "index.js": v2 }))).status).toBe(200);
-    await active(k, p.id, id);
-    await advance(600);
-    const e = await settledExecution(p.id, id, ex.body.id);
-    expect(e.status).toBe("failed");
-    expect(e.error).toBe('non-deterministic replay: step 1 was run "one" when the execution first ran, and is now run "renamed"');
-  });
+def broken():
+    raise RuntimeError(f"broken {time.time_ns()}")
+
+def handler(event, step):
+    if event.get("catch"):
+        try:
+            step.run("doomed", doomed, retries=0)
+        except Exception as e:
+            return {"caught": f"{e.type}: {e}"}
+    return step.run("always-fails", broken, retries=2)
+`,
+    }),
+  };
+
+  for (const lang of ["node", "python"] as const) {
+    test(`${lang}: a failing step retries with backoff on the platform clock, then its error reaches the handler; uncaught it fails the execution`, async () => {
+      const fn = await active(k, p.id, (await deployDurable(k, p.id, { name: `flaky-${lang}`, runtime: lang === "node" ? "nodejs22.x" : "python3.11" }, FLAKY[lang])).body.id);
+      const caught = await k.api("POST", `/durable-functions/${fn.id}/executions`, { token: sk, body: { input: { catch: true } } });
+      const c = await settledExecution(p.id, fn.id, caught.body.id);
+      expect(c.status).toBe("completed");
+      expect(c.output).toEqual({ caught: "TypeError: nope" });
+      expect(c.steps[0]).toMatchObject({ name: "doomed", status: "failed", attempts: 1, error: "TypeError: nope" });
+
+      const failing = await k.api("POST", `/durable-functions/${fn.id}/executions`, { token: sk, body: { input: {} } });
+      await eventually(() => k.api("GET", `/projects/${p.id}/durable-functions/${fn.id}/executions/${failing.body.id}`), (r) => r.body.steps?.[0]?.status === "retrying", 30_000);
+      let e = (await k.api("GET", `/projects/${p.id}/durable-functions/${fn.id}/executions/${failing.body.id}`)).body;
+      expect(e.status).toBe("queued");
+      expect(e.steps[0]).toMatchObject({ status: "retrying", attempts: 1 });
+      // The first retry waits 1 s of platform time from the failure.
+      expect(Date.parse(e.steps[0].wake_at) - Date.parse(e.steps[0].started_at)).toBeGreaterThanOrEqual(1000);
+      expect(e.wake_at).toBe(e.steps[0].wake_at);
+      await advance(1);
+      e = (await eventually(() => k.api("GET", `/projects/${p.id}/durable-functions/${fn.id}/executions/${failing.body.id}`), (r) => r.body.steps[0].attempts === 2, 30_000)).body;
+      expect(e.status).toBe("queued");
+      await advance(2);
+      e = await settledExecution(p.id, fn.id, failing.body.id);
+      expect(e.status).toBe("failed");
+      expect(e.steps[0]).toMatchObject({ status: "failed", attempts: 3 });
+      expect(e.error).toMatch(lang === "node" ? /^Error: broken \d+$/ : /^StepError: broken \d+$/);
+      expect(e.steps[0].error).toMatch(lang === "node" ? /^Error: broken \d+$/ : /^RuntimeError: broken \d+$/);
+    });
+  }
+
+  const DRIFT = {
+    node: [
+      `exports.handler = async (event, step) => { await step.run("one", () => 1); await step.sleep("wait", "10m"); return step.run("two", () => 2); };`,
+      `exports.handler = async (event, step) => { await step.run("renamed", () => 1); await step.sleep("wait", "10m"); return 3; };`,
+    ],
+    python: [
+      `def handler(event, step):\n    step.run("one", lambda: 1)\n    step.sleep("wait", "10m")\n    return step.run("two", lambda: 2)\n`,
+      `def handler(event, step):\n    step.sleep("one", "1m")\n    step.sleep("wait", "10m")\n    return 3\n`,
+    ],
+  };
+  for (const lang of ["node", "python"] as const) {
+    test(`${lang}: a replay that asks for steps in another order fails the execution with a clear error`, async () => {
+      const file = lang === "node" ? "index.js" : "main.py";
+      const runtime = lang === "node" ? "nodejs22.x" : "python3.11";
+      const id = (await deployDurable(k, p.id, { name: `drift-${lang}`, runtime }, tgz({ [file]: DRIFT[lang][0]! }))).body.id;
+      await active(k, p.id, id);
+      const ex = await k.api("POST", `/projects/${p.id}/durable-functions/${id}/executions`, { body: { input: {} } });
+      await settledExecution(p.id, id, ex.body.id, ["sleeping"]);
+      expect((await deployDurable(k, p.id, { name: `drift-${lang}`, runtime }, tgz({ [file]: DRIFT[lang][1]! }))).status).toBe(200);
+      await active(k, p.id, id);
+      await advance(600);
+      const e = await settledExecution(p.id, id, ex.body.id);
+      expect(e.status).toBe("failed");
+      expect(e.error).toBe(
+        lang === "node"
+          ? 'non-deterministic replay: step 1 was run "one" when the execution first ran, and is now run "renamed"'
+          : 'non-deterministic replay: step 1 was run "one" when the execution first ran, and is now sleep "one"',
+      );
+    });
+  }
 
   test("stop: a sleeping execution stops and never wakes; stopping a finished one is 409", async () => {
     const id = (await deployDurable(k, p.id, { name: "stoppable", runtime: "nodejs22.x" }, tgz({ "index.js": `exports.handler = async (e, step) => { await step.sleep("long", "1d"); return step.run("after", () => "woke"); };` }))).body.id;
@@ -310,6 +339,24 @@ async def handler(event, step):
     expect(e.status).toBe("stopped");
     expect(e.steps.map((s: any) => s.name)).toEqual(["long"]);
     expect((await k.api("POST", `/projects/${p.id}/durable-functions/${id}/executions/${ex.body.id}/stop`)).status).toBe(409);
+
+    // A running one: its step finishes, but nothing after the stop is written and nothing more runs.
+    const busy = (
+      await deployDurable(
+        k,
+        p.id,
+        { name: "busy", runtime: "nodejs22.x" },
+        tgz({ "index.js": `exports.handler = async (e, step) => { await step.run("one", () => 1); await step.run("slow", () => new Promise((r) => setTimeout(() => r(2), 1500))); return step.run("three", () => 3); };` }),
+      )
+    ).body.id;
+    await active(k, p.id, busy);
+    const run = await k.api("POST", `/durable-functions/${busy}/executions`, { token: sk, body: { input: {} } });
+    await eventually(() => k.api("GET", `/projects/${p.id}/durable-functions/${busy}/executions/${run.body.id}`), (r) => r.body.steps?.length === 1, 30_000);
+    expect((await k.api("POST", `/projects/${p.id}/durable-functions/${busy}/executions/${run.body.id}/stop`)).body.status).toBe("stopped");
+    await new Promise((r) => setTimeout(r, 2500)); // the slow step's own 1.5 s (wall time inside the worker)
+    const after = (await k.api("GET", `/projects/${p.id}/durable-functions/${busy}/executions/${run.body.id}`)).body;
+    expect(after.status).toBe("stopped");
+    expect(after.steps.map((x: any) => x.name)).toEqual(["one"]);
   });
 
   test("re-run from a step: a new execution reuses the journal before it and runs the rest again", async () => {
