@@ -35,7 +35,8 @@ export default defineConfig({
       ...(["docker", "podman"] as const).map((engine) => ({
         test: {
           ...blackBox,
-          include: ["test/http/functions.test.ts", "test/http/function-containers.test.ts"],
+          // Durable executions in containers once (Docker): the same worker protocol, so Podman adds nothing new.
+          include: ["test/http/functions.test.ts", "test/http/function-containers.test.ts", ...(engine === "docker" ? ["test/http/durable-functions.test.ts"] : [])],
           exclude: [],
           name: engine === "docker" ? "containers" : "containers-podman",
           env: { KILN_TEST_STORE: "embedded", KILN_TEST_FUNCTION_RUNTIME: "docker", KILN_TEST_CONTAINER_ENGINE: engine },
