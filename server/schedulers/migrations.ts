@@ -42,4 +42,14 @@ export const SCHEDULERS_MIGRATIONS: Migration[] = [
       create index scheduler_runs_by_scheduler on scheduler_runs (scheduler_id, started_at, id);
     `,
   },
+  {
+    // Which instance runs a run, and until when (wall time) it counts as alive without renewing:
+    // an instance's start fails only the runs whose owner is gone, not those of other instances.
+    id: "schedulers/002-run-owners",
+    sql: `
+      alter table scheduler_runs add column owner text;
+      alter table scheduler_runs add column lease_until timestamptz;
+      create index scheduler_runs_running on scheduler_runs (lease_until) where status = 'running';
+    `,
+  },
 ];

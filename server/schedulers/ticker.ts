@@ -34,6 +34,13 @@ export interface TickerDeps {
 }
 
 const DUE_BATCH = 100;
+/**
+ * Production profile: how long a running run stays its instance's without a renewal (wall time, so a
+ * moved platform clock never expires another instance's runs). Renewed every third of it while the
+ * run executes; once lapsed, its instance is taken to be gone and any instance fails the run.
+ */
+const LEASE_MS = Number(process.env.KILN_SCHEDULER_LEASE_MS ?? 30_000);
+const INTERRUPTED = "interrupted: Kiln stopped during the run";
 
 /**
  * Fires scheduler ticks on the platform clock. One timer is armed for the earliest `next_run_at`;
@@ -50,7 +57,10 @@ export class SchedulerTicker {
   private readonly inFlight = new Set<Promise<void>>();
   private readonly crons = new Map<string, CronSchedule>();
   private poll: ReturnType<typeof setInterval> | null = null;
+  private renew: ReturnType<typeof setInterval> | null = null;
   private stopped = false;
+  /** The owner of the runs this instance claims (a new one each start). */
+  private readonly instanceId = newId();
 
   constructor(private readonly d: TickerDeps) {}
 
@@ -72,15 +82,48 @@ export class SchedulerTicker {
 
   /** Runs cut short by a stop or a crash are failed (at most once: never run again); then ticking starts. */
   async start(): Promise<void> {
-    await this.d.store.query(
-      `update scheduler_runs set status = 'failed', finished_at = $1, error = 'interrupted: Kiln stopped during the run' where status = 'running'`,
-      [this.d.clock.now().toISOString()],
-    );
+    await this.failInterrupted();
     await this.rearm();
     if (this.d.pollMs) {
       this.poll = setInterval(() => void this.rearm().catch((e) => this.d.log.error("scheduler poll failed", e)), this.d.pollMs);
       this.poll.unref?.();
     }
+    if (this.shared) {
+      this.renew = setInterval(() => void this.renewLeases().catch((e) => this.d.log.error("scheduler run leases failed", e)), Math.max(200, LEASE_MS / 3));
+      this.renew.unref?.();
+    }
+  }
+
+  /** Several instances may share the store (production profile): runs have owners and leases. */
+  private get shared(): boolean {
+    return this.d.store.kind === "postgres";
+  }
+
+  /**
+   * Fails the runs that can no longer be in progress. The embedded store has one instance, so every
+   * `running` run is one its previous life left. Instances sharing the PostgreSQL store renew a lease
+   * on the runs they execute: a run whose lease lapsed (its instance stopped or died, this one's
+   * previous life included) or that has none (recorded before runs had owners) is failed; the runs
+   * other live instances are executing are left alone.
+   */
+  private async failInterrupted(): Promise<void> {
+    const at = this.d.clock.now().toISOString();
+    if (!this.shared) {
+      await this.d.store.query(`update scheduler_runs set status = 'failed', finished_at = $1, error = $2 where status = 'running'`, [at, INTERRUPTED]);
+      return;
+    }
+    await this.d.store.query(
+      `update scheduler_runs set status = 'failed', finished_at = $1, error = $2 where status = 'running' and (lease_until is null or lease_until < $3)`,
+      [at, INTERRUPTED, new Date().toISOString()],
+    );
+  }
+
+  /** Production profile: keeps this instance's running runs its own, and fails those whose owner is gone. */
+  private async renewLeases(): Promise<void> {
+    if (this.inFlight.size) {
+      await this.d.store.query(`update scheduler_runs set lease_until = $2 where owner = $1 and status = 'running'`, [this.instanceId, new Date(Date.now() + LEASE_MS).toISOString()]);
+    }
+    await this.failInterrupted();
   }
 
   async stop(): Promise<void> {
@@ -88,6 +131,7 @@ export class SchedulerTicker {
     if (this.poll) clearInterval(this.poll);
     this.timer?.cancel();
     await Promise.allSettled([...this.inFlight]);
+    if (this.renew) clearInterval(this.renew);
   }
 
   private cron(expr: string): CronSchedule | null {
@@ -140,8 +184,9 @@ export class SchedulerTicker {
       );
       if (!won) return false;
       await tx.query(
-        `insert into scheduler_runs (id, scheduler_id, project_id, function_id, status, scheduled_for, started_at, region) values ($1, $2, $3, $4, 'running', $5, $6, $7)`,
-        [runId, row.id, row.project_id, row.function_id, new Date(due).toISOString(), at, region],
+        `insert into scheduler_runs (id, scheduler_id, project_id, function_id, status, scheduled_for, started_at, region, owner, lease_until)
+         values ($1, $2, $3, $4, 'running', $5, $6, $7, $8, $9)`,
+        [runId, row.id, row.project_id, row.function_id, new Date(due).toISOString(), at, region, this.instanceId, new Date(Date.now() + LEASE_MS).toISOString()],
       );
       await tx.query(
         `delete from scheduler_runs where id in (select id from scheduler_runs where scheduler_id = $1 order by started_at desc, id desc offset ${RUNS_KEPT})`,

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import type { ControlStore } from "./store";
+import type { ControlStore, Sql } from "./store";
 
 /**
  * Schema migrations. Each area keeps its own beside it (`server/<area>/migrations.ts`) with ids
@@ -44,43 +44,51 @@ function checkList(migrations: readonly Migration[]): void {
 
 /**
  * Applies pending migrations in list order, each in its own transaction with its record. An
- * advisory lock serialises several Kiln instances starting against one PostgreSQL server.
+ * advisory lock serialises several Kiln instances (and the log store's own schema, migrated at first
+ * use while requests run) against one PostgreSQL database. It is transaction-scoped on purpose: a
+ * pooled store runs each query on whichever connection is free, so a session lock
+ * (`pg_advisory_lock`) taken by one query and released by the next could be released on another
+ * connection (which fails, quietly) and stay held by the first for as long as that connection lives,
+ * and every other instance then waits at start behind it.
  */
 export async function migrate(store: ControlStore, migrations: readonly Migration[]): Promise<number> {
   checkList(migrations);
-  await store.query(`select pg_advisory_lock(7420001)`);
-  try {
-    await store.query(`create table if not exists kiln_schema (id text primary key, applied_at timestamptz not null default now())`);
-    await adoptLegacyVersions(store);
-    const done = new Set((await store.query<{ id: string }>(`select id from kiln_schema`)).map((r) => r.id));
-    let applied = 0;
-    for (const m of migrations) {
-      if (done.has(m.id)) continue;
-      await store.transaction(async (tx) => {
-        for (const stmt of splitStatements(m.sql)) await tx.query(stmt);
-        await tx.query(`insert into kiln_schema (id) values ($1)`, [m.id]);
-      });
-      applied++;
-    }
-    return applied;
-  } finally {
-    await store.query(`select pg_advisory_unlock(7420001)`);
+  const locked = <T>(fn: (tx: Sql) => Promise<T>) =>
+    store.transaction(async (tx) => {
+      await tx.query(`select pg_advisory_xact_lock(7420001)`);
+      return fn(tx);
+    });
+  const done = await locked(async (tx) => {
+    await tx.query(`create table if not exists kiln_schema (id text primary key, applied_at timestamptz not null default now())`);
+    await adoptLegacyVersions(tx);
+    return new Set((await tx.query<{ id: string }>(`select id from kiln_schema`)).map((r) => r.id));
+  });
+  let applied = 0;
+  for (const m of migrations) {
+    if (done.has(m.id)) continue;
+    const ran = await locked(async (tx) => {
+      // Another instance may have applied it while this one waited for the lock.
+      if ((await tx.query(`select 1 from kiln_schema where id = $1`, [m.id])).length) return false;
+      for (const stmt of splitStatements(m.sql)) await tx.query(stmt);
+      await tx.query(`insert into kiln_schema (id) values ($1)`, [m.id]);
+      return true;
+    });
+    if (ran) applied++;
   }
+  return applied;
 }
 
 /** Records the legacy numbered migrations of an older store under their area ids (once). */
-async function adoptLegacyVersions(store: ControlStore): Promise<void> {
-  const [legacy] = await store.query<{ present: boolean }>(`select to_regclass('kiln_migrations') is not null as present`);
+async function adoptLegacyVersions(tx: Sql): Promise<void> {
+  const [legacy] = await tx.query<{ present: boolean }>(`select to_regclass('kiln_migrations') is not null as present`);
   if (!legacy?.present) return;
-  const versions = await store.query<{ version: number }>(`select version from kiln_migrations`);
-  await store.transaction(async (tx) => {
-    for (const { version } of versions) {
-      const ids = LEGACY_VERSIONS[version];
-      if (!ids) throw new Error(`the control store has legacy migration ${version}, which this Kiln does not know (made by a newer Kiln?)`);
-      for (const id of ids) await tx.query(`insert into kiln_schema (id) values ($1) on conflict (id) do nothing`, [id]);
-    }
-    await tx.query(`drop table kiln_migrations`);
-  });
+  const versions = await tx.query<{ version: number }>(`select version from kiln_migrations`);
+  for (const { version } of versions) {
+    const ids = LEGACY_VERSIONS[version];
+    if (!ids) throw new Error(`the control store has legacy migration ${version}, which this Kiln does not know (made by a newer Kiln?)`);
+    for (const id of ids) await tx.query(`insert into kiln_schema (id) values ($1) on conflict (id) do nothing`, [id]);
+  }
+  await tx.query(`drop table kiln_migrations`);
 }
 
 /**

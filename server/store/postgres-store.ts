@@ -29,10 +29,20 @@ export class PostgresStore implements ControlStore {
     )) as T;
   }
 
+  /**
+   * On a connection of its own: the pool pipelines queries onto busy connections, and one sent
+   * behind the COPY statement reaches the server in COPY mode ("protocol synchronization was lost":
+   * the connection dies with every query on it, and the COPY never settles).
+   */
   async copyRows(table: string, columns: readonly string[], rows: ReadonlyArray<ReadonlyArray<string | null>>): Promise<void> {
     if (!rows.length) return;
-    const target = await this.sql.unsafe(`copy ${table} (${columns.join(", ")}) from stdin`).writable();
-    await pipeline(Readable.from([copyText(rows)]), target);
+    const conn = await this.sql.reserve();
+    try {
+      const target = await conn.unsafe(`copy ${table} (${columns.join(", ")}) from stdin`).writable();
+      await pipeline(Readable.from([copyText(rows)]), target);
+    } finally {
+      conn.release();
+    }
   }
 
   async close(): Promise<void> {

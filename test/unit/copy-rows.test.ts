@@ -3,7 +3,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { openPglite, PgliteStore } from "../../server/store/pglite-store";
+import { PostgresStore } from "../../server/store/postgres-store";
 import { copyText } from "../../server/store/store";
+import { findPgBin, startPgServer } from "../support/postgres-server";
 
 const dirs: string[] = [];
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
@@ -37,4 +39,38 @@ describe("copyRows (function logs go in with COPY)", () => {
       await store.close();
     }
   }, 60_000);
+});
+
+describe("copyRows on a PostgreSQL server", () => {
+  // The production profile's log ingest COPYs into the control database while requests use the same
+  // pool. A query the pool pipelined behind the COPY statement reached the server in COPY mode: the
+  // connection died ("protocol synchronization was lost") with the requests on it (500s), and the
+  // COPY never settled.
+  test("COPYs while every pooled connection is busy with other queries: no query fails, none hangs", async () => {
+    const bin = await findPgBin();
+    if (!bin) throw new Error("needs PostgreSQL server binaries (test/support/system-deps.sh installs them)");
+    const pg = await startPgServer({ bin });
+    const store = new PostgresStore(pg.url);
+    try {
+      await store.query(`create table t (id text, body text)`);
+      const errors: string[] = [];
+      let busy = true;
+      const load = Promise.all(
+        Array.from({ length: 20 }, async () => {
+          while (busy) await store.query(`select $1::text as x`, ["y"]).catch((e: Error) => errors.push(e.message));
+        }),
+      );
+      for (let i = 0; i < 100; i++) {
+        const hung = new Promise<never>((_, fail) => setTimeout(() => fail(new Error(`COPY ${i} did not settle in 5 s`)), 5000).unref());
+        await Promise.race([store.copyRows("t", ["id", "body"], [[String(i), "a"], [String(i), null]]), hung]).catch((e: Error) => errors.push(e.message));
+      }
+      busy = false;
+      await load;
+      expect(errors).toEqual([]);
+      expect(await store.query(`select count(*)::int as n from t`)).toEqual([{ n: 200 }]);
+    } finally {
+      await store.close();
+      await pg.stop();
+    }
+  }, 120_000);
 });

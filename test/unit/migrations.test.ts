@@ -107,3 +107,36 @@ describe("the schema list", () => {
     for (const list of byArea.values()) expect(list).toEqual([...list].sort());
   });
 });
+
+describe("migrations on a PostgreSQL database several Kiln instances share", () => {
+  // The log store migrates its schema in the control database at first use, while requests keep the
+  // pool busy, so its queries ran on whichever connection was free. A session-level lock taken on one
+  // connection and released on another stayed held, and another instance then waited at start for as
+  // long as the first instance's connection lived (under load: for good).
+  test("a migration whose queries land on different pooled connections leaves no lock behind: another instance migrates at once", async () => {
+    const name = `migrations_${process.pid}_${dbCount++}`;
+    const admin = new PostgresStore(pg!.url);
+    await admin.query(`create database ${name}`);
+    await admin.close();
+    const url = pg!.url.replace(/\/postgres$/, `/${name}`);
+    // A pool at its least convenient: each query or transaction on the other of two connections.
+    const connections = [new PostgresStore(url), new PostgresStore(url)];
+    for (const c of connections) cleanup.push(() => c.close());
+    let turn = 0;
+    const next = () => connections[turn++ % 2]!;
+    const pool: ControlStore = {
+      kind: "postgres",
+      query: (text, params) => next().query(text, params),
+      transaction: (fn) => next().transaction(fn),
+      copyRows: (table, columns, rows) => next().copyRows(table, columns, rows),
+      close: async () => {},
+    };
+    expect(await migrate(pool, SCHEMA)).toBe(SCHEMA.length);
+    expect(await migrate(pool, [...SCHEMA, { id: "extra/001-t", sql: "create table extra_t (id int);" }])).toBe(1);
+    expect(await pool.query(`select pid from pg_locks where locktype = 'advisory'`)).toEqual([]);
+    const other = new PostgresStore(url);
+    cleanup.push(() => other.close());
+    const waited = new Promise<string>((ok) => setTimeout(() => ok("still waiting after 5 s"), 5000).unref());
+    expect(await Promise.race([migrate(other, SCHEMA).then((n) => `applied ${n}`), waited])).toBe("applied 0");
+  }, 60_000);
+});
