@@ -1,27 +1,15 @@
 import type { Clock, TimerHandle } from "../clock";
-import type { Config } from "../config";
-import type { FunctionRecord, FunctionsService } from "../functions/service";
-import { activeVersion } from "../functions/invoke";
+import type { FunctionRecord } from "../functions/service";
+import { activeVersion, type InvokeDeps } from "../functions/invoke";
 import { conflict, HttpError } from "../http/errors";
 import { newId } from "../ids";
-import type { Logger } from "../log";
-import type { LogIngest } from "../logs/ingest";
 import { countUsage } from "../metrics/service";
 import type { ControlStore, Row, Sql } from "../store/store";
-import type { VariablesService } from "../variables/service";
-import type { JournalEntry, LogLine, StepAck, StepFrame, WorkerPool } from "../../runtime-sandbox/worker-pool";
+import type { JournalEntry, LogLine, StepAck, StepFrame } from "../../runtime-sandbox/worker-pool";
 import { parseDuration, parseInstant } from "./durations";
 
-export interface DurableDeps {
-  store: ControlStore;
-  clock: Clock;
-  log: Logger;
-  config: Config;
-  functions: FunctionsService;
-  variables: VariablesService;
-  functionPool(): Promise<WorkerPool>;
-  logs: { ingest: LogIngest };
-}
+/** What running segments uses: an invocation's needs (pool, records, variables, log ingest), the store and the clock. */
+export type DurableDeps = Pick<InvokeDeps, "config" | "log" | "functions" | "variables" | "functionPool" | "logs"> & { store: ControlStore; clock: Clock };
 
 export interface EngineOptions {
   /** How long a claimed execution stays this instance's without a sign of life (wall time). */
