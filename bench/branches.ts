@@ -4,7 +4,8 @@
 //   (p50/p99/max) while the branch is taken against the same load before it;
 // - backup (synchronous POST) and the parent's latency meanwhile;
 // - restore from that backup (POST 202 -> completed; the load stops first: a restore ends connections),
-//   and (embedded) a point-in-time restore to an instant 1 s before the load stopped.
+//   and a point-in-time restore to an instant 1 s before the load stopped (production: with
+//   KILN_POSTGRES_PITR=on, from the engine's own base backup of the server and WAL archive).
 // Run: npm run bench:branches   (ENGINE=postgres runs the production engine on a throwaway PostgreSQL)
 // The loaded parent is checkpointed and the filesystem synced before measuring (see below).
 // Targets: branch active in < 1 s at 100 MB; parent p99 during a branch create within 2x of before.
@@ -22,7 +23,7 @@ const ENGINE = process.env.ENGINE ?? "embedded";
 async function startKiln(dataDir: string, args: string[]): Promise<{ url: string; proc: ChildProcess }> {
   const proc = spawn(BUN, [join(ROOT, "cmd/kiln.ts"), "start", "--port", "0", "--pg-port", "0", "--data-dir", dataDir, ...args], {
     cwd: ROOT,
-    env: { ...process.env, KILN_PLATFORM_TOKEN: TOKEN, KILN_LOG: "quiet" },
+    env: { ...process.env, KILN_PLATFORM_TOKEN: TOKEN, KILN_LOG: "quiet", ...(ENGINE === "postgres" ? { KILN_POSTGRES_PITR: "on" } : {}) },
     stdio: ["ignore", "pipe", "inherit"],
   });
   const url = await new Promise<string>((ok) => {
@@ -107,6 +108,11 @@ async function main() {
     const branch = await until(`/projects/${project.id}/databases/${name}/branches/b`, (x) => x.status === "active");
     const b1 = performance.now();
     const during = window(b0, b1);
+    // BENCH_DEBUG=1: the slow transactions during the build, on the same clock as KILN_TRACE_SNAPSHOT's lines.
+    if (process.env.BENCH_DEBUG)
+      for (const x of samples.filter((x) => x.at + x.ms >= b0 && x.at <= b1 && x.ms > 30))
+        console.log(`  slow tx: started ${(x.at - b0).toFixed(0)} ms into the build (at ${Math.round(performance.timeOrigin + x.at)}), ${x.ms.toFixed(0)} ms`);
+    if (process.env.BENCH_DEBUG) console.log(`  build: ${Math.round(performance.timeOrigin + b0)} -> ${Math.round(performance.timeOrigin + b1)}`);
     // The branch opens and holds the parent's rows.
     const bc = postgres(branch.connection_string, { max: 1, onnotice: () => {} });
     const [{ n }] = await bc`select count(*)::int as n from bulk`;
@@ -117,6 +123,9 @@ async function main() {
     const backup = await api("POST", `/projects/${project.id}/databases/${name}/backups`, { name: "bk" });
     const k1 = performance.now();
     const duringBackup = window(k0, k1);
+    if (process.env.BENCH_DEBUG)
+      for (const x of samples.filter((x) => x.at + x.ms >= k0 && x.at <= k1 && x.ms > 30))
+        console.log(`  slow tx during the backup: started ${(x.at - k0).toFixed(0)} ms into it (at ${Math.round(performance.timeOrigin + x.at)}), ${x.ms.toFixed(0)} ms`);
     // Writes go on after the backup: a point-in-time restore replays them up to an instant.
     await new Promise((r) => setTimeout(r, 2000));
     const instant = new Date(Date.now() - 1000).toISOString();
@@ -125,7 +134,9 @@ async function main() {
     await c.end();
 
     let pitMs: number | null = null;
-    if (ENGINE === "embedded") {
+    {
+      // Production: the instant must be in the archive first (it trails now by a second or two).
+      await until(`/projects/${project.id}/databases/${name}/backups`, (x) => !!x.restore_window && x.restore_window.latest_restore_at >= instant);
       const p0 = performance.now();
       const pit = await api("POST", `/projects/${project.id}/databases/${name}/restores`, { restore_to: instant });
       await until(`/projects/${project.id}/databases/${name}/restores/${pit.id}`, (x) => x.status === "completed");
@@ -142,7 +153,7 @@ async function main() {
     console.log(`  parent tx p50/p99/max before: ${line(before)}`);
     console.log(`  parent tx p50/p99/max during the branch: ${line(during)}`);
     console.log(`  backup ${ms(k1 - k0)} (${(backup.size_bytes / 1_048_576).toFixed(0)} MB); parent tx during it: ${line(duringBackup)}`);
-    if (pitMs !== null) console.log(`  point-in-time restore (base ${backup.name} + ~3 s of WAL) ${ms(pitMs)}`);
+    if (pitMs !== null) console.log(`  point-in-time restore (${ENGINE === "embedded" ? `base ${backup.name} + ~3 s of WAL` : "the server's base backup + its archived WAL"}) ${ms(pitMs)}`);
     console.log(`  restore ${ms(r1 - r0)}`);
     rows.push([`${mb} MB`, ms(b1 - b0), `${ms(pct(before, 99))} -> ${during.length ? ms(pct(during, 99)) : "-"}`, ms(k1 - k0), ms(r1 - r0), pitMs === null ? "-" : ms(pitMs)]);
     await api("DELETE", `/projects/${project.id}/databases/${name}`);

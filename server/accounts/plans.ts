@@ -12,7 +12,24 @@ export interface Plan {
   /** `selected_regions` / `all_regions: false` on projects. */
   restrictRegions: boolean;
   maxDatabases: number;
+  /** Branches per database, every state counted (`provisioning`, `active`, `failed`, `deleting`); 403 beyond. */
+  maxBranchesPerDatabase: number;
+  /** Backups, the schedule and restores (HOBBY: 403 on every such route, reads included). */
   databaseBackups: boolean;
+  /** Manual backups per database (scheduled ones and pre-restore states are not counted); 403 beyond. */
+  maxManualBackups: number;
+  /**
+   * How long scheduled backups are kept at most (the spec leaves the figure to the deployment): a
+   * schedule entry's `retention_seconds` defaults to this and is clamped to it.
+   */
+  backupRetentionSeconds: number;
+  /**
+   * Pre-restore states held per database at most: each completed restore keeps the data it replaced
+   * as a backup (`service-pre-restore-...`) for `preRestoreRetentionSeconds`; a restore that would
+   * need one more is 409 until one is deleted or expires.
+   */
+  maxPreRestoreStates: number;
+  preRestoreRetentionSeconds: number;
   topQueries: boolean;
   /**
    * Object storage (the spec leaves the figures to each deployment; these are Kiln's defaults, and
@@ -33,7 +50,12 @@ export const PLANS: Record<PlanName, Plan> = {
     maxProjects: 1000,
     restrictRegions: false,
     maxDatabases: 1,
+    maxBranchesPerDatabase: 10,
     databaseBackups: false,
+    maxManualBackups: 0,
+    backupRetentionSeconds: 0,
+    maxPreRestoreStates: 0,
+    preRestoreRetentionSeconds: 0,
     topQueries: false,
     storageFileLimitBytes: 50_000_000,
     storageQuotaBytes: 1 * GB,
@@ -45,7 +67,12 @@ export const PLANS: Record<PlanName, Plan> = {
     maxProjects: 1000,
     restrictRegions: true,
     maxDatabases: 10_000,
+    maxBranchesPerDatabase: 25,
     databaseBackups: true,
+    maxManualBackups: 50,
+    backupRetentionSeconds: 30 * 86_400,
+    maxPreRestoreStates: 3,
+    preRestoreRetentionSeconds: 7 * 86_400,
     topQueries: true,
     storageFileLimitBytes: 50 * GB,
     storageQuotaBytes: 100 * GB,

@@ -14,6 +14,7 @@ import { BackupsService } from "./backups";
 import { branchRoutes } from "./branch-routes";
 import { RestoresService } from "./restores";
 import { BranchesService } from "./branches";
+import { ClockJournal } from "./clock-journal";
 import { databaseRoutes } from "./routes";
 import { DatabasesService } from "./service";
 import { DueTimers } from "./timers";
@@ -31,7 +32,9 @@ export const databasesArea = defineArea({
     if (config.postgresUrl) {
       // Loaded only in the production profile: the embedded default never pays for it.
       const { PostgresEngine } = await import("../backends/databases/production");
-      const pg = new PostgresEngine(config.postgresUrl);
+      // Point-in-time restore archives the whole server's WAL: on only when asked for (docs/databases.md).
+      const pitr = /^(1|on|true|yes)$/i.test(process.env.KILN_POSTGRES_PITR ?? "");
+      const pg = new PostgresEngine(config.postgresUrl, { pitrDir: pitr ? join(config.dataDir, "database-pitr") : undefined, log });
       await pg.init();
       engine = pg;
     } else {
@@ -50,7 +53,9 @@ export const databasesArea = defineArea({
     const databases = new DatabasesService(store, engine, now, activity, () => wireAddress, log, fault, (ms) => clock.sleep(ms));
     const branches = new BranchesService(store, engine, clock, databases, log, fault);
     const backups = new BackupsService(store, engine, clock, join(config.dataDir, "database-backups"), log);
-    const restores = new RestoresService(store, engine, clock, backups, log, fault);
+    // The production engine's point in time maps platform instants to the server's real time.
+    const journal = engine.serverPointInTime && engine.serverPointInTime.status().state !== "off" ? new ClockJournal(clock, join(config.dataDir, "database-pitr", "clock-journal.jsonl")) : null;
+    const restores = new RestoresService(store, engine, clock, backups, log, fault, journal);
     restores.onDatabaseChange = (id) => databases.forget(id);
     databases.onDelete.push((id) => branches.removeForDatabase(id), (id) => backups.removeForDatabase(id));
     const databaseTimers = new DueTimers(
@@ -82,7 +87,7 @@ export const databasesArea = defineArea({
         60_000,
       );
       sampler.unref?.();
-      return { databases, branches, backups, restores, databaseTimers, databaseWire, databaseSampler: sampler };
+      return { databases, branches, backups, restores, databaseTimers, databaseWire, databaseSampler: sampler, clockJournal: journal };
     } catch (err) {
       await engine.close().catch(() => {});
       throw err;
@@ -108,7 +113,8 @@ export const databasesArea = defineArea({
     await databases.drain();
     await branches.drain();
   },
-  stop: async ({ databases, databaseWire, log }) => {
+  stop: async ({ databases, databaseWire, clockJournal, log }) => {
+    clockJournal?.stop();
     await databaseWire.close().catch(() => {});
     await databases.activity.stop();
     await databases.engine.close().catch((e) => log.error("closing databases failed", e));

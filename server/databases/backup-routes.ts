@@ -26,8 +26,13 @@ const base = "/projects/{projectId}/databases/{databaseName}";
 
 /** SUPERAGENT only (403 first, reads included), then the database (404). */
 async function database(deps: DatabaseRouteDeps, principal: Principal, project: ProjectRecord, name: string) {
-  deps.backups.requirePlan(await deps.accounts.ownerPlan(principal, project.account_id));
-  return deps.databases.get(project.id, name);
+  return (await planAndDatabase(deps, principal, project, name)).d;
+}
+
+async function planAndDatabase(deps: DatabaseRouteDeps, principal: Principal, project: ProjectRecord, name: string) {
+  const plan = await deps.accounts.ownerPlan(principal, project.account_id);
+  deps.backups.requirePlan(plan);
+  return { plan, d: await deps.databases.get(project.id, name) };
 }
 
 export function backupRoutes(r: AreaRouter<DatabaseRouteDeps>): void {
@@ -60,8 +65,8 @@ export function backupRoutes(r: AreaRouter<DatabaseRouteDeps>): void {
     body: createBackupBody,
     responses: { 201: { description: "the backup", schema: backupSchema }, ...errors, 503: errorSchema },
     handler: async ({ deps, principal, project, params, body }) => {
-      const d = await database(deps, principal, project, params.databaseName);
-      return reply.created(deps.backups.view(await deps.backups.create(d, body.name)));
+      const { plan, d } = await planAndDatabase(deps, principal, project, params.databaseName);
+      return reply.created(deps.backups.view(await deps.backups.create(d, plan, body.name)));
     },
   });
 
@@ -146,14 +151,15 @@ export function backupRoutes(r: AreaRouter<DatabaseRouteDeps>): void {
     method: "POST",
     path: `${base}/restores`,
     tag,
-    summary: "Restore in place from a backup (backup_name) or to an instant (restore_to); destructive; the connection string stays (202, pending)",
+    summary:
+      "Restore in place from a backup (backup_name) or to an instant (restore_to); destructive; the connection string stays; the data it replaces is kept as a pre-restore backup (202, pending)",
     auth: write,
     params: databaseParams,
     body: createRestoreBody,
     responses: { 202: { description: "pending", schema: restoreSchema }, ...errors, 503: errorSchema },
     handler: async ({ deps, principal, project, params, body }) => {
-      const d = await database(deps, principal, project, params.databaseName);
-      return reply.accepted(deps.restores.view(await deps.restores.create(d, body)));
+      const { plan, d } = await planAndDatabase(deps, principal, project, params.databaseName);
+      return reply.accepted(deps.restores.view(await deps.restores.create(d, plan, body)));
     },
   });
 

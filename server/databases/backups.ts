@@ -5,7 +5,7 @@ import type { Clock } from "../clock";
 import type { PlanName } from "../config";
 import { badRequest, conflict, forbidden, HttpError, notFound } from "../http/errors";
 import { newId } from "../ids";
-import type { ControlStore, Row } from "../store/store";
+import type { ControlStore, Row, Sql } from "../store/store";
 import { isUniqueViolation } from "../store/store";
 import { EngineUnavailable, type DatabaseEngine } from "../backends/databases/engine";
 import type { DatabaseRecord } from "./service";
@@ -13,17 +13,13 @@ import type { DueWork } from "./timers";
 
 export const BACKUP_NAME = /^[a-z0-9_-]{1,63}$/;
 export const RESERVED_PREFIX = "service-";
-/** Manual backups per database (scheduled ones are not counted). */
-export const MANUAL_BACKUP_LIMIT = 50;
-/** Shortest time between two backups of one database. */
+/** Names of pre-restore states: `service-pre-restore-<yyyymmdd>-<hhmmss>` (plus `-<n>` on a clash). */
+export const PRE_RESTORE_PREFIX = `${RESERVED_PREFIX}pre-restore-`;
+/** Shortest time between two backups of one database (pre-restore states, taken by the service, aside). */
 export const BACKUP_SPACING_MS = 60_000;
-/**
- * How long scheduled backups are kept at most, per plan (the spec leaves the figure to the
- * deployment): a schedule entry's `retention_seconds` defaults to this and is clamped to it.
- */
-export const BACKUP_RETENTION_SECONDS: Record<PlanName, number> = { hobby: 0, superagent: 30 * 86_400 };
 /** Entries of one schedule at most. */
 export const SCHEDULE_ENTRIES_MAX = 24;
+// How many backups a database may hold and how long they are kept are the plan's: server/accounts/plans.ts.
 
 /** A backup no pending or running restore reads. */
 const NOT_BUSY = `not exists (select from database_restores r where r.backup_id = b.id and r.status in ('pending', 'running'))`;
@@ -36,6 +32,8 @@ export interface BackupRecord {
   name: string;
   source: "manual" | "scheduled";
   status: "creating" | "ready" | "deleted";
+  /** Set on a pre-restore state: the restore whose replaced data it holds. */
+  restore_id: string | null;
   size_bytes: number | null;
   expires_at: string | null;
   created_at: string;
@@ -48,6 +46,7 @@ function toBackup(r: Row): BackupRecord {
     name: r.name,
     source: r.source,
     status: r.status,
+    restore_id: r.restore_id ?? null,
     size_bytes: r.size_bytes === null || r.size_bytes === undefined ? null : Number(r.size_bytes),
     expires_at: r.expires_at ? new Date(r.expires_at).toISOString() : null,
     created_at: new Date(r.created_at).toISOString(),
@@ -153,15 +152,18 @@ export class BackupsService {
   }
 
   /** A manual backup, synchronous (rule 4). */
-  async create(d: DatabaseRecord, name: string): Promise<BackupRecord> {
+  async create(d: DatabaseRecord, plan: PlanName, name: string): Promise<BackupRecord> {
     if (!BACKUP_NAME.test(name)) throw badRequest("invalid backup name: use 1 to 63 lowercase letters, digits, underscores and hyphens");
-    if (name.startsWith(RESERVED_PREFIX)) throw badRequest(`backup names starting with '${RESERVED_PREFIX}' are reserved for scheduled backups`);
-    return this.take(d.id, name, "manual", null);
+    if (name.startsWith(RESERVED_PREFIX)) throw badRequest(`backup names starting with '${RESERVED_PREFIX}' are reserved for backups the service takes`);
+    return this.take(d.id, name, "manual", null, planOf(plan).maxManualBackups);
   }
 
-  /** Reserves the name (and the minute) in the store, then lets the engine copy the database. */
-  /** `retentionSeconds`: a scheduled backup's, counted from its creation; null keeps it until deleted. */
-  private async take(databaseId: string, name: string, source: "manual" | "scheduled", retentionSeconds: number | null): Promise<BackupRecord> {
+  /**
+   * Reserves the name (and the minute) in the store, then lets the engine copy the database.
+   * `retentionSeconds`: a scheduled backup's, counted from its creation; null keeps it until deleted.
+   * `manualLimit`: manual backups the database may hold (rule 3: scheduled ones are not counted).
+   */
+  private async take(databaseId: string, name: string, source: "manual" | "scheduled", retentionSeconds: number | null, manualLimit = 0): Promise<BackupRecord> {
     const d = { id: databaseId };
     const unavailable = await this.engine.copiesUnavailable();
     if (unavailable) throw new HttpError(503, { error: `backups are unavailable: ${unavailable}` });
@@ -176,13 +178,16 @@ export class BackupsService {
         const [taken] = await tx.query(`select 1 from database_backups where database_id = $1 and name = $2 and status <> 'deleted'`, [d.id, name]);
         if (taken) throw conflict(`a backup named '${name}' already exists`);
         if (source === "manual") {
-          const [last] = await tx.query<{ at: Date | string | null }>(`select max(created_at) as at from database_backups where database_id = $1`, [d.id]);
+          const [last] = await tx.query<{ at: Date | string | null }>(
+            `select max(created_at) as at from database_backups where database_id = $1 and restore_id is null`,
+            [d.id],
+          );
           if (last?.at && now.getTime() - new Date(last.at).getTime() < BACKUP_SPACING_MS)
             throw conflict("a backup of this database was taken less than a minute ago");
           const [{ n }] = (await tx.query(`select count(*)::int as n from database_backups where database_id = $1 and source = 'manual' and status <> 'deleted'`, [
             d.id,
           ])) as [{ n: number }];
-          if (n >= MANUAL_BACKUP_LIMIT) throw forbidden(`backup limit reached: ${MANUAL_BACKUP_LIMIT} manual backups per database (scheduled ones are not counted)`);
+          if (n >= manualLimit) throw forbidden(`backup limit reached: ${manualLimit} manual backups per database (scheduled ones are not counted)`);
         }
         const [r] = await tx.query(
           `insert into database_backups (id, database_id, name, source, status, expires_at, created_at) values ($1, $2, $3, $4, 'creating', $5, $6) returning *`,
@@ -230,6 +235,69 @@ export class BackupsService {
     rmSync(join(this.dir, databaseId), { recursive: true, force: true });
   }
 
+  // ---- pre-restore states -------------------------------------------------------------------------
+
+  /**
+   * The pre-restore states a database holds (rule 6 counts them): the data each completed restore
+   * replaced, kept as a backup named `service-pre-restore-...` until its retention ends or it is
+   * deleted. `tx` reads them inside a caller's transaction.
+   */
+  async preRestoreStates(databaseId: string, tx: Sql = this.store): Promise<BackupRecord[]> {
+    const rows = await tx.query(
+      `select * from database_backups where database_id = $1 and restore_id is not null and status in ('creating', 'ready') order by created_at, id`,
+      [databaseId],
+    );
+    return rows.map(toBackup);
+  }
+
+  /**
+   * Reserves the pre-restore state of a restore about to replace the database's data: where the engine
+   * puts the replaced data, `ready` (its size) lists it as a backup, `discard` forgets it (nothing was
+   * replaced). Null when the restore keeps one already (a retry after a failed attempt: what that
+   * attempt replaced was kept the first time).
+   */
+  async reservePreRestore(r: { id: string; database_id: string; keep_seconds: number }): Promise<{
+    path: string;
+    ready: (sizeBytes: number) => Promise<void>;
+    discard: () => Promise<void>;
+  } | null> {
+    const [held] = await this.store.query(`select 1 from database_backups where restore_id = $1 and status = 'ready'`, [r.id]);
+    if (held) return null;
+    // What an attempt Kiln stopped in the middle of left behind.
+    for (const stale of await this.store.query(`delete from database_backups where restore_id = $1 and status = 'creating' returning *`, [r.id]))
+      rmSync(this.pathOf(toBackup(stale)), { recursive: true, force: true });
+    const now = this.clock.now();
+    const stamp = now.toISOString().replace(/[-:]/g, "").replace("T", "-").slice(0, 15);
+    let name = `${PRE_RESTORE_PREFIX}${stamp}`;
+    const [clash] = await this.store.query(`select 1 from database_backups where database_id = $1 and name = $2 and status <> 'deleted'`, [r.database_id, name]);
+    if (clash) name = `${name}-${r.id.slice(-8).toLowerCase()}`;
+    const [row] = await this.store.query(
+      `insert into database_backups (id, database_id, name, source, status, restore_id, created_at) values ($1, $2, $3, 'scheduled', 'creating', $4, $5) returning *`,
+      [newId(), r.database_id, name, r.id, now.toISOString()],
+    );
+    const b = toBackup(row!);
+    const path = this.pathOf(b);
+    mkdirSync(join(this.dir, b.database_id), { recursive: true });
+    rmSync(path, { recursive: true, force: true });
+    return {
+      path,
+      ready: async (sizeBytes) => {
+        const at = this.clock.now();
+        await this.store.query(`update database_backups set status = 'ready', size_bytes = $2, created_at = $3, expires_at = $4 where id = $1 and status = 'creating'`, [
+          b.id,
+          sizeBytes,
+          at.toISOString(),
+          new Date(at.getTime() + r.keep_seconds * 1000).toISOString(),
+        ]);
+        this.onChange();
+      },
+      discard: async () => {
+        await this.store.query(`delete from database_backups where id = $1 and status = 'creating'`, [b.id]);
+        rmSync(path, { recursive: true, force: true });
+      },
+    };
+  }
+
   // ---- the schedule -------------------------------------------------------------------------------
 
   async schedule(d: DatabaseRecord) {
@@ -245,7 +313,7 @@ export class BackupsService {
 
   /** Replaces the schedule wholesale; retention defaults to the plan's and is clamped to it (rule 5). */
   async replaceSchedule(d: DatabaseRecord, plan: PlanName, entries: ScheduleEntry[]) {
-    const max = BACKUP_RETENTION_SECONDS[plan];
+    const max = planOf(plan).backupRetentionSeconds;
     const now = this.clock.nowMs();
     await this.store.transaction(async (tx) => {
       const [db] = await tx.query(`select status from databases where id = $1 for update`, [d.id]);

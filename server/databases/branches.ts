@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { plan as planOf } from "../accounts/plans";
 import type { Clock } from "../clock";
 import type { PlanName } from "../config";
 import { badRequest, conflict, forbidden, HttpError, notFound } from "../http/errors";
@@ -11,8 +12,6 @@ import type { DueWork } from "./timers";
 import { roleName, type DatabaseRecord, type DatabasesService } from "./service";
 import type { QueryOperation } from "./query-builder";
 
-/** Branches per database, every state counted (spec: Limits). */
-export const BRANCH_LIMITS: Record<PlanName, number> = { hobby: 10, superagent: 25 };
 export const BRANCH_TTL = { min: 3600, max: 2_592_000, default: 604_800 } as const;
 export const BRANCH_NAME = /^[a-z0-9_]{1,64}$/;
 
@@ -178,7 +177,7 @@ export class BranchesService {
     const ttl = input.ttl_seconds ?? BRANCH_TTL.default;
     const unavailable = await this.engine.copiesUnavailable();
     if (unavailable) throw new HttpError(503, { error: `branching is unavailable: ${unavailable}` });
-    const limit = BRANCH_LIMITS[plan];
+    const { maxBranchesPerDatabase: limit, label } = planOf(plan);
     const now = this.clock.now();
     let row: BranchRecord;
     try {
@@ -189,7 +188,7 @@ export class BranchesService {
         const [taken] = await tx.query(`select 1 from database_branches where database_id = $1 and name = $2 and ${LIVE}`, [d.id, input.name]);
         if (taken) throw conflict(`a branch named '${input.name}' already exists in this database`);
         const [{ n }] = (await tx.query(`select count(*)::int as n from database_branches where database_id = $1 and ${LIVE}`, [d.id])) as [{ n: number }];
-        if (n >= limit) throw forbidden(`branch limit reached: the ${plan.toUpperCase()} plan allows ${limit} branches per database, in every state`);
+        if (n >= limit) throw forbidden(`branch limit reached: the ${label} plan allows ${limit} branches per database, in every state`);
         const [r] = await tx.query(
           `insert into database_branches (id, database_id, project_id, name, status, client_password, ttl_seconds, expires_at, storage_bytes, created_at, updated_at)
            values ($1, $2, $3, $4, 'provisioning', $5, $6, $7, 0, $8, $8) returning *`,
@@ -315,6 +314,8 @@ export class BranchesService {
       // Tests hold a build until the platform clock moves a minute on (KILN_FAULTS=branch-build-delay:N),
       // or Kiln stops.
       if (this.fault("branch-build-delay")) await Promise.race([this.clock.sleep(60_000), this.stopping.promise]);
+      // Kiln is stopping: no new copy starts (the branch stays provisioning; `resume` builds it at the next start).
+      if (this.draining) return;
       const still = async () => {
         const [cur] = await this.store.query(`select status, generation from database_branches where id = $1`, [b.id]);
         return cur?.status === "provisioning" && cur.generation === b.generation;
@@ -366,8 +367,10 @@ export class BranchesService {
   }
 
   private readonly stopping = Promise.withResolvers<void>();
+  private draining = false;
 
   async drain(): Promise<void> {
+    this.draining = true;
     this.stopping.resolve();
     await Promise.allSettled([...this.inFlight]);
   }

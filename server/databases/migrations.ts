@@ -118,4 +118,14 @@ export const DATABASES_MIGRATIONS: Migration[] = [
       create index database_restores_due on database_restores (next_attempt_at) where status = 'pending';
     `,
   },
+  {
+    // A pre-restore state: the data a restore replaced, kept as a backup of the restore that replaced it
+    // (restore_id), for the plan's retention at the time the restore was asked for (keep_seconds).
+    id: "databases/004-pre-restore-states",
+    sql: `
+      alter table database_backups add column restore_id text;
+      alter table database_restores add column keep_seconds integer not null default 0;
+      create index database_backups_pre_restore on database_backups (database_id) where restore_id is not null and status = 'ready';
+    `,
+  },
 ];

@@ -1,9 +1,14 @@
+import { existsSync, readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { plan as planOf } from "../accounts/plans";
 import type { Clock } from "../clock";
-import { badRequest, conflict, notFound } from "../http/errors";
+import type { PlanName } from "../config";
+import { badRequest, conflict, HttpError, notFound } from "../http/errors";
 import { newId } from "../ids";
 import type { ControlStore, Row } from "../store/store";
 import { RestoreNotStarted, type DatabaseEngine } from "../backends/databases/engine";
 import type { BackupRecord, BackupsService } from "./backups";
+import type { ClockJournal } from "./clock-journal";
 import type { DatabaseRecord } from "./service";
 import type { DueWork } from "./timers";
 
@@ -26,6 +31,8 @@ export interface RestoreRecord {
   backup_name: string | null;
   restore_to: string | null;
   attempts: number;
+  /** How long the pre-restore state this restore keeps is held (the plan's, when it was asked for). */
+  keep_seconds: number;
   error: string | null;
   completed_at: string | null;
   created_at: string;
@@ -43,6 +50,7 @@ function toRestore(r: Row): RestoreRecord {
     backup_name: r.backup_name ?? null,
     restore_to: r.restore_to ? new Date(r.restore_to).toISOString() : null,
     attempts: r.attempts,
+    keep_seconds: r.keep_seconds ?? 0,
     error: r.error ?? null,
     completed_at: r.completed_at ? new Date(r.completed_at).toISOString() : null,
     created_at: new Date(r.created_at).toISOString(),
@@ -71,6 +79,8 @@ export class RestoresService {
     private readonly backups: BackupsService,
     private readonly log: { error: (m: string, e?: unknown) => void },
     private readonly fault: (name: string) => boolean = () => false,
+    /** Platform instants to real ones, for the production engine's point in time (its WAL carries real time). */
+    private readonly journal: ClockJournal | null = null,
   ) {}
 
   view(r: RestoreRecord) {
@@ -115,7 +125,7 @@ export class RestoresService {
     const walStart = pit.walStart(d.id);
     const out = [];
     for (const b of await this.backups.list(d)) {
-      if (new Date(b.created_at).getTime() <= since) continue;
+      if (b.restore_id || new Date(b.created_at).getTime() <= since) continue;
       const base = pit.baseOf(this.backups.pathOf(b));
       if (!base || walStart === null || base.startLsn < walStart) continue;
       out.push({ backup: b, endMs: base.endMs, startLsn: base.startLsn });
@@ -123,11 +133,24 @@ export class RestoresService {
     return out.sort((a, b) => a.endMs - b.endMs);
   }
 
-  /** The instants `restore_to` may name now (epoch ms): from the end of the oldest base to now; null when there is none. */
+  /**
+   * The instants `restore_to` may name now (epoch ms, platform clock), or null. Embedded: from the end
+   * of the oldest usable backup to now. Production: from the end of the oldest kept base backup of the
+   * server (or the database's creation, if later) to the last instant the WAL archive was known
+   * complete, both mapped from real time to the platform clock.
+   */
   async window(d: DatabaseRecord): Promise<{ earliest: number; latest: number } | null> {
-    const bases = await this.bases(d);
-    if (bases.length === 0) return null;
-    return { earliest: Math.ceil(bases[0]!.endMs), latest: this.clock.nowMs() };
+    if (this.engine.pointInTime) {
+      const bases = await this.bases(d);
+      if (bases.length === 0) return null;
+      return { earliest: Math.ceil(bases[0]!.endMs), latest: this.clock.nowMs() };
+    }
+    const server = this.engine.serverPointInTime;
+    const range = server?.range();
+    if (!range || !this.journal) return null;
+    const earliest = Math.max(Math.ceil(this.journal.platformAt(range.earliestMs)), new Date(d.created_at).getTime());
+    const latest = Math.min(Math.floor(this.journal.platformAt(range.latestMs)), this.clock.nowMs());
+    return earliest <= latest ? { earliest, latest } : null;
   }
 
   /**
@@ -143,49 +166,78 @@ export class RestoresService {
     }
   }
 
-  /** Rule 6. */
-  async create(d: DatabaseRecord, input: { backup_name?: string; restore_to?: string }): Promise<RestoreRecord> {
+  /**
+   * Rule 6: 400 both targets or neither, or an instant outside the window; 404 backup; 409 a restore
+   * running, the database not active, a backup being taken, or the plan's pre-restore states all held;
+   * 503 when the engine cannot restore here.
+   */
+  async create(d: DatabaseRecord, plan: PlanName, input: { backup_name?: string; restore_to?: string }): Promise<RestoreRecord> {
     const byBackup = input.backup_name !== undefined;
     if (byBackup === (input.restore_to !== undefined)) throw badRequest("give exactly one of backup_name or restore_to");
+    const unavailable = await this.engine.copiesUnavailable();
+    if (unavailable) throw new HttpError(503, { error: `restores are unavailable: ${unavailable}` });
     let base: BackupRecord | null = null;
     if (!byBackup) {
       const at = new Date(input.restore_to!).getTime();
-      const bases = await this.bases(d);
-      if (bases.length === 0)
+      const server = this.engine.serverPointInTime?.status();
+      if (server?.state === "unavailable") throw new HttpError(503, { error: `point-in-time restore is unavailable: ${server.reason}` });
+      const window = await this.window(d);
+      if (!window)
         throw badRequest(
-          "restore_to is outside the restore window: there is none (it opens with the first backup taken since the last restore; the production engine has no point-in-time restore)",
+          `restore_to is outside the restore window: there is none (${
+            server?.state === "off"
+              ? server.reason
+              : this.engine.pointInTime
+                ? "it opens with the first backup taken since the last restore"
+                : "it opens once the first base backup of the server is archived"
+          })`,
         );
-      const earliest = Math.ceil(bases[0]!.endMs);
-      const latest = this.clock.nowMs();
-      if (at < earliest || at > latest) throw badRequest(`restore_to is outside the restore window (${new Date(earliest).toISOString()} to ${new Date(latest).toISOString()})`);
-      // The latest base that ended at or before the instant.
-      base = bases.filter((b) => b.endMs <= at).pop()!.backup;
+      if (at < window.earliest || at > window.latest)
+        throw badRequest(`restore_to is outside the restore window (${new Date(window.earliest).toISOString()} to ${new Date(window.latest).toISOString()})`);
+      // Embedded: the latest base that ended at or before the instant.
+      if (this.engine.pointInTime)
+        base = (await this.bases(d))
+          .filter((b) => b.endMs <= at)
+          .pop()!.backup;
     }
+    const { maxPreRestoreStates, preRestoreRetentionSeconds } = planOf(plan);
     const now = this.clock.now();
     const r = await this.store.transaction(async (tx) => {
       const [db] = await tx.query(`select status from databases where id = $1 for update`, [d.id]);
       if (!db || db.status === "deleted") throw notFound("database not found");
       if (db.status === "restoring") throw conflict("a restore of this database is already in progress");
       if (db.status !== "active") throw conflict(`the database is ${db.status}`);
-      const [b] = base
-        ? await tx.query(`select * from database_backups where id = $1 and status = 'ready'`, [base.id])
-        : await tx.query(`select * from database_backups where database_id = $1 and name = $2 and status = 'ready'`, [d.id, input.backup_name]);
-      if (!b) throw notFound("backup not found");
+      let b: Record<string, any> | null = null;
+      if (byBackup || base) {
+        [b] = base
+          ? await tx.query(`select * from database_backups where id = $1 and status = 'ready'`, [base.id])
+          : await tx.query(`select * from database_backups where database_id = $1 and name = $2 and status = 'ready'`, [d.id, input.backup_name]);
+        if (!b) throw notFound("backup not found");
+      }
       const [busy] = await tx.query(`select 1 from database_backups where database_id = $1 and status = 'creating'`, [d.id]);
       if (busy) throw conflict("another operation on this database is running: a backup is being taken");
+      const held = await this.backups.preRestoreStates(d.id, tx);
+      if (held.length >= maxPreRestoreStates) {
+        const next = held.map((x) => x.expires_at).filter((x): x is string => !!x).sort()[0];
+        throw conflict(
+          `too many pre-restore states held: ${held.length} of ${maxPreRestoreStates} (each restore keeps the data it replaced as a backup: ${held.map((x) => x.name).join(", ")}); ` +
+            `delete one (DELETE .../backups/<name>)${next ? ` or wait until ${next}, when the oldest expires` : ""}`,
+        );
+      }
       // Tests hold the first attempt until the platform clock moves a minute on (KILN_FAULTS=restore-start-delay:N).
       const firstAttempt = this.fault("restore-start-delay") ? new Date(now.getTime() + 60_000) : now;
       const [row] = await tx.query(
-        `insert into database_restores (id, database_id, project_id, kind, status, backup_id, backup_name, restore_to, next_attempt_at, created_at, updated_at)
-         values ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $9) returning *`,
+        `insert into database_restores (id, database_id, project_id, kind, status, backup_id, backup_name, restore_to, keep_seconds, next_attempt_at, created_at, updated_at)
+         values ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10, $10) returning *`,
         [
           newId(),
           d.id,
           d.project_id,
-          base ? "point_in_time" : "snapshot",
-          b.id,
-          b.name,
-          base ? new Date(input.restore_to!).toISOString() : null,
+          byBackup ? "snapshot" : "point_in_time",
+          b?.id ?? null,
+          byBackup ? b!.name : null,
+          byBackup ? null : new Date(input.restore_to!).toISOString(),
+          preRestoreRetentionSeconds,
           firstAttempt.toISOString(),
           now.toISOString(),
         ],
@@ -248,12 +300,23 @@ export class RestoresService {
     };
     try {
       const b = r.backup_id ? await this.backups.byId(r.backup_id) : null;
-      if (!b || b.status !== "ready") throw new RestoreNotStarted("the backup no longer exists");
+      const server = r.kind === "point_in_time" && !this.engine.pointInTime ? this.engine.serverPointInTime : undefined;
+      if (!server && (!b || b.status !== "ready")) throw new RestoreNotStarted("the backup no longer exists");
       if (this.fault("restore-fail")) throw new Error("injected fault: restore-fail");
-      if (r.kind === "point_in_time") {
-        if (!this.engine.pointInTime) throw new RestoreNotStarted("point-in-time restore is not available on this engine");
-        await this.engine.pointInTime.restoreTo(r.database_id, this.backups.pathOf(b), new Date(r.restore_to!).getTime());
-      } else await this.engine.restore(r.database_id, this.backups.pathOf(b));
+      // The data this restore replaces is kept (the pre-restore state), once per restore.
+      const keep = await this.backups.reservePreRestore(r);
+      try {
+        let kept: number | null;
+        if (r.kind === "snapshot") kept = await this.engine.restore(r.database_id, this.backups.pathOf(b!), keep?.path);
+        else if (this.engine.pointInTime) kept = await this.engine.pointInTime.restoreTo(r.database_id, this.backups.pathOf(b!), new Date(r.restore_to!).getTime(), keep?.path);
+        else if (server && this.journal) kept = await server.restoreTo(r.database_id, this.journal.realAt(new Date(r.restore_to!).getTime()), keep?.path);
+        else throw new RestoreNotStarted("point-in-time restore is not available on this engine");
+        if (keep) await (kept !== null ? keep.ready(kept) : keep.discard());
+      } catch (err) {
+        // Replaced in part: what was kept before the failure stays (a later attempt keeps nothing more).
+        if (keep) await (!(err instanceof RestoreNotStarted) && existsSync(keep.path) ? keep.ready(sizeOnDisk(keep.path)) : keep.discard());
+        throw err;
+      }
       await finish({ status: "completed", completed_at: this.clock.now().toISOString(), next_attempt_at: null }, "active");
     } catch (err) {
       const message = String((err as Error).message ?? err).slice(0, 2000);
@@ -267,4 +330,13 @@ export class RestoresService {
       else await finish({ status: "exhausted", error: message, next_attempt_at: null }, "failed");
     }
   }
+}
+
+/** Bytes a file or folder takes. */
+function sizeOnDisk(path: string): number {
+  const st = statSync(path);
+  if (!st.isDirectory()) return st.size;
+  let total = 0;
+  for (const e of readdirSync(path)) total += sizeOnDisk(join(path, e));
+  return total;
 }

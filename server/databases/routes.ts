@@ -105,10 +105,10 @@ export function databaseRoutes(r: AreaRouter<DatabaseRouteDeps>): void {
     method: "DELETE",
     path: "/projects/{projectId}/databases/{databaseName}",
     tag,
-    summary: "Delete a database permanently; its connections end",
+    summary: "Delete a database permanently; its connections end (409 while a restore runs, 503 when that cannot be determined)",
     auth: write,
     params: databaseParams,
-    responses: { 204: { description: "deleted" }, ...errors },
+    responses: { 204: { description: "deleted" }, ...errors, 503: errorSchema },
     handler: async ({ deps, project, params }) => {
       await deps.databases.delete(project.id, params.databaseName);
       return reply.noContent();
@@ -119,10 +119,10 @@ export function databaseRoutes(r: AreaRouter<DatabaseRouteDeps>): void {
     method: "POST",
     path: "/projects/{projectId}/databases/{databaseName}/reset-password",
     tag,
-    summary: "New client password; open connections continue, new ones need it",
+    summary: "New client password; open connections continue, new ones need it (409 while a restore runs, 503 when that cannot be determined)",
     auth: write,
     params: databaseParams,
-    responses: { 200: { description: "new credentials", schema: resetPasswordSchema }, ...errors },
+    responses: { 200: { description: "new credentials", schema: resetPasswordSchema }, ...errors, 503: errorSchema },
     handler: async ({ deps, project, params }) => reply.ok(await deps.databases.resetPassword(project.id, params.databaseName)),
   });
 

@@ -3,7 +3,7 @@ import { plan as planOf } from "../accounts/plans";
 import type { PlanName } from "../config";
 import { badRequest, conflict, forbidden, HttpError, notFound } from "../http/errors";
 import { newId } from "../ids";
-import type { ControlStore, Row } from "../store/store";
+import type { ControlStore, Row, Sql } from "../store/store";
 import { TtlCache } from "../store/ttl-cache";
 import { DatabaseQueryError, LINT_SQL, type AccessMode, type DatabaseEngine } from "../backends/databases/engine";
 import type { DatabaseActivity } from "./activity";
@@ -211,13 +211,57 @@ export class DatabasesService {
   async delete(projectId: string, name: string): Promise<void> {
     const d = await this.get(projectId, name);
     this.forget(d.id);
-    // Not while a restore runs (rule 8); checked and changed in one statement.
-    const [r] = await this.store.query(`update databases set status = 'deleting', updated_at = $2 where id = $1 and status <> 'restoring' returning id`, [
-      d.id,
-      this.now().toISOString(),
-    ]);
-    if (!r) throw conflict("the database is being restored; delete it once the restore has ended");
+    // Not while a restore runs (rule 8): checked and changed in one transaction.
+    await this.unlessRestoring(d.id, "delete it", async (tx) => {
+      await tx.query(`update databases set status = 'deleting', updated_at = $2 where id = $1`, [d.id, this.now().toISOString()]);
+    });
     await this.finishDelete(d.id);
+  }
+
+  /**
+   * Rule 8: delete and reset-password answer 409 while a restore of the database runs and 503 when that
+   * cannot be determined: another operation held the database's row for KILN_RESTORE_STATE_TIMEOUT_MS
+   * (5 s), the control store failed or did not answer within 10 s more, or the
+   * database and its restores disagree (marked restoring with no restore pending or running, or the
+   * other way round). `change` runs in the same transaction, the database's row locked, when no restore
+   * runs; it gets the database's status.
+   */
+  private async unlessRestoring<T>(id: string, what: string, change: (tx: Sql, status: string) => Promise<T>): Promise<T> {
+    const timeoutMs = Number(process.env.KILN_RESTORE_STATE_TIMEOUT_MS) || 5000;
+    const undetermined = (why: string) =>
+      new HttpError(503, { error: `whether a restore of this database is running cannot be determined now (${why}); try again shortly` });
+    if (this.fault("restore-state-unavailable")) throw undetermined("injected fault: restore-state-unavailable");
+    let abandoned = false;
+    const work = this.store.transaction(async (tx) => {
+      await tx.query(`set local lock_timeout = ${Math.max(1, Math.floor(timeoutMs))}`);
+      const [db] = await tx.query(`select status from databases where id = $1 for update`, [id]);
+      if (!db || db.status === "deleted") throw notFound("database not found");
+      const [{ n }] = (await tx.query(`select count(*)::int as n from database_restores where database_id = $1 and status in ('pending', 'running')`, [id])) as [{ n: number }];
+      const restoring = db.status === "restoring";
+      if (restoring !== n > 0)
+        throw undetermined(restoring ? "it is marked restoring, but no restore of it is pending or running" : "a restore of it is pending or running, but it is not marked restoring");
+      if (restoring) throw conflict(`the database is being restored; ${what} once the restore has ended`);
+      // Answered 503 already (the timeout below): change nothing.
+      if (abandoned) throw undetermined("timed out");
+      return change(tx, db.status);
+    });
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(undetermined(`the control store did not answer within ${timeoutMs + 10_000} ms`)), timeoutMs + 10_000);
+    });
+    try {
+      return await Promise.race([work, timeout]);
+    } catch (err) {
+      abandoned = true;
+      if (err instanceof HttpError) throw err;
+      // A lock wait that ran out (55P03), a lost connection: the state could not be read.
+      this.log.error(`database ${id}: reading its restore state failed`, err);
+      const code = (err as { code?: string }).code;
+      throw undetermined(code === "55P03" ? `its state was held by another operation for over ${timeoutMs} ms` : "the control store failed");
+    } finally {
+      clearTimeout(timer);
+      work.catch(() => {});
+    }
   }
 
   private async finishDelete(id: string): Promise<void> {
@@ -230,15 +274,12 @@ export class DatabasesService {
 
   async resetPassword(projectId: string, name: string) {
     const d = await this.get(projectId, name);
-    if (d.status === "restoring") throw conflict("the database is being restored");
-    if (d.status !== "active") throw conflict(`the database is ${d.status}`);
     const password = newPassword();
-    const [r] = await this.store.query(`update databases set client_password = $2, updated_at = $3 where id = $1 returning *`, [
-      d.id,
-      password,
-      this.now().toISOString(),
-    ]);
-    const updated = toRecord(r!);
+    const updated = await this.unlessRestoring(d.id, "reset its password", async (tx, status) => {
+      if (status !== "active") throw conflict(`the database is ${status}`);
+      const [r] = await tx.query(`update databases set client_password = $2, updated_at = $3 where id = $1 returning *`, [d.id, password, this.now().toISOString()]);
+      return toRecord(r!);
+    });
     this.forget(d.id);
     return {
       message: "password reset: new connections must use the new password; open connections continue",

@@ -297,13 +297,14 @@ describe("point in time", () => {
     expect((await k.api("GET", `${dbPath(project.id)}/backups`)).body.restore_window).toBeDefined();
   });
 
-  test.skipIf(STORE !== "postgres")("production: no restore window; restore_to is a 400", async () => {
+  // Production point in time is on only with KILN_POSTGRES_PITR=on (database-restores.test.ts tests it).
+  test.skipIf(STORE !== "postgres")("production, point in time off (the default): no restore window; restore_to is a 400 saying how to turn it on", async () => {
     const { project } = await setup();
     await backup(k, project.id, "base");
     expect((await k.api("GET", `${dbPath(project.id)}/backups`)).body.restore_window).toBeUndefined();
     const r = await k.api("POST", `${dbPath(project.id)}/restores`, { body: { restore_to: new Date(await clockNow(k)).toISOString() } });
     expect(r.status).toBe(400);
-    expect(r.body.error).toMatch(/outside the restore window/);
+    expect(r.body.error).toMatch(/outside the restore window: there is none .*KILN_POSTGRES_PITR=on/);
   });
 });
 

@@ -484,7 +484,7 @@ describe("the branch query API", () => {
 
 describe("branching unavailable", () => {
   // The production engine copies with pg_dump and pg_restore; KILN_PG_BIN names the only folder it looks in.
-  test.skipIf(STORE !== "postgres")("503 on the production engine without pg_dump; backups too", async () => {
+  test.skipIf(STORE !== "postgres")("503 on the production engine without pg_dump; backups and restores too", async () => {
     const kb = await startKiln({ env: { KILN_PG_BIN: "/nonexistent" } });
     try {
       const { project } = await setup(kb);
@@ -494,6 +494,11 @@ describe("branching unavailable", () => {
       expect((await kb.api("GET", branchPath(project.id))).body.data).toEqual([]);
       const b = await kb.api("POST", `/projects/${project.id}/databases/app/backups`, { body: { name: "x" } });
       expect(b.status).toBe(503);
+      // Restores (rule 6's 503): the database stays as it is.
+      const r2 = await kb.api("POST", `/projects/${project.id}/databases/app/restores`, { body: { backup_name: "x" } });
+      expect(r2.status).toBe(503);
+      expect(r2.body).toEqual({ error: expect.stringMatching(/restores are unavailable: .*pg_dump/) });
+      expect((await kb.api("GET", `/projects/${project.id}/databases/app`)).body.status).toBe("active");
     } finally {
       await kb.stop();
       removeDir(kb.dataDir);

@@ -59,7 +59,8 @@ function freePort(): Promise<number> {
   });
 }
 
-export async function startPgServer(opts: { bin?: string } = {}): Promise<PgServer> {
+/** `noReplication`: pg_hba.conf admits no replication connection (initdb's default admits local ones). */
+export async function startPgServer(opts: { bin?: string; noReplication?: boolean } = {}): Promise<PgServer> {
   const bin = opts.bin ?? (await findPgBin());
   if (!bin) throw new Error("PostgreSQL binaries not found (set KILN_PG_BIN)");
   const pgCtl = join(bin, "pg_ctl");
@@ -109,6 +110,10 @@ export async function startPgServer(opts: { bin?: string } = {}): Promise<PgServ
       "fsync = off", "synchronous_commit = off", "full_page_writes = off",
       "max_connections = 600", "shared_buffers = 32MB", "",
     ].join("\n"));
+    if (opts.noReplication) {
+      const hba = join(data, "pg_hba.conf");
+      writeFileSync(hba, readFileSync(hba, "utf8").split("\n").filter((l) => !/^\s*(local|host)\s+replication\b/.test(l)).join("\n"));
+    }
     await run(pgCtl, ["start", "-D", data, "-l", log, "-w", "-t", "30"], dir, 40_000);
 
     const deadline = Date.now() + 30_000;

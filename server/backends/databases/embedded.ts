@@ -1,5 +1,5 @@
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { createFromTemplate, fingerprintOf, type TemplateSpec } from "../../store/template";
 import {
   DATABASE_SETUP_SQL,
@@ -12,7 +12,7 @@ import {
   type PointInTime,
   type QueryResult,
 } from "./engine";
-import { coldCopy, divergenceOfDir, fingerprintDir, hotCopy, SNAPSHOT_INFO, type SnapshotInfo } from "./snapshot";
+import { coldCopy, divergenceOfDir, fingerprintDir, hotCopy, SNAPSHOT_INFO, trace, type SnapshotInfo } from "./snapshot";
 import { listSegments, parseLsn, readCommits, segmentNumber, truncateWal } from "./wal";
 import type { WireBackend, WireClient, WireControl } from "./wire/listener";
 import { PgliteThread } from "./pglite-thread";
@@ -40,6 +40,13 @@ interface OpenInstance {
   /** Snapshots being taken of it: it is not closed for idleness meanwhile. */
   pins: number;
 }
+
+/**
+ * CPU priority of a branch build's first open (KILN_BRANCH_BUILD_NICE; 0, the default: as any database
+ * thread, and it stays open). Measured on this machine, a nice build thread did not lower the parent's
+ * p99 beyond the noise of a shared machine, and made builds slower under load (docs/databases.md).
+ */
+const BUILD_NICENESS = Number(process.env.KILN_BRANCH_BUILD_NICE ?? 0);
 
 /** Attempts at a snapshot before giving up (a client's CHECKPOINT or a session restart mid-copy spoils one). */
 const SNAPSHOT_ATTEMPTS = 3;
@@ -223,13 +230,22 @@ export class EmbeddedEngine implements DatabaseEngine {
     rmSync(target, { recursive: true, force: true });
     renameSync(tmp, target);
     // Opening replays the WAL the snapshot carries; a checkpoint then puts the result in its files,
-    // which the fingerprint describes.
+    // which the fingerprint describes. With KILN_BRANCH_BUILD_NICE=N this first open runs on a thread
+    // of lower CPU priority, closed after the build (the branch opens as usual at its first use).
     let t0 = performance.now();
-    await this.checkpoint(childId);
-    if (process.env.KILN_TRACE_SNAPSHOT) console.error(`fork: open and checkpoint ${(performance.now() - t0).toFixed(1)} ms`);
+    if (BUILD_NICENESS > 0) {
+      const db = await PgliteThread.open(target, DATABASE_CONF, this.o.clockOffset ?? (() => 0), { niceness: BUILD_NICENESS });
+      try {
+        await runOverProtocol(db, [], PRIVILEGES_UPGRADE_SQL, []);
+        await runOverProtocol(db, [], "checkpoint", []);
+      } finally {
+        await db.close();
+      }
+    } else await this.checkpoint(childId);
+    trace("fork: open and checkpoint", t0);
     t0 = performance.now();
     const fp = await fingerprintDir(target);
-    if (process.env.KILN_TRACE_SNAPSHOT) console.error(`fork: fingerprint ${(performance.now() - t0).toFixed(1)} ms`);
+    trace("fork: fingerprint", t0);
     return fp;
   }
 
@@ -254,19 +270,25 @@ export class EmbeddedEngine implements DatabaseEngine {
     return dirSize(path);
   }
 
-  async restore(id: string, path: string): Promise<void> {
-    await this.replaceWith(id, async (incoming) => {
-      if (!existsSync(join(path, "PG_VERSION"))) throw new Error("the backup no longer exists: its files are gone");
-      await coldCopy(path, incoming);
-    });
+  async restore(id: string, path: string, keepAt?: string): Promise<number | null> {
+    return this.replaceWith(
+      id,
+      async (incoming) => {
+        if (!existsSync(join(path, "PG_VERSION"))) throw new Error("the backup no longer exists: its files are gone");
+        await coldCopy(path, incoming);
+      },
+      keepAt,
+    );
   }
 
   /**
    * Replaces the database's folder with one `fill` prepares beside it, once that opens (PostgreSQL
    * replays what it carries). Until the swap nothing is touched (RestoreNotStarted); a folder that
-   * does not open is undone and the old one put back (RestoreNotStarted too).
+   * does not open is undone and the old one put back (RestoreNotStarted too). With `keepAt`, the
+   * replaced folder (closed, so a consistent data dir) becomes the pre-restore state there instead of
+   * being removed; its size is returned.
    */
-  private async replaceWith(id: string, fill: (incoming: string) => Promise<void>): Promise<void> {
+  private async replaceWith(id: string, fill: (incoming: string) => Promise<void>, keepAt?: string): Promise<number | null> {
     const target = this.dirOf(id);
     const incoming = `${target}.restore-${process.pid}`;
     const aside = `${target}.pre-restore-${process.pid}`;
@@ -292,7 +314,21 @@ export class EmbeddedEngine implements DatabaseEngine {
       renameSync(aside, target);
       throw new RestoreNotStarted(`the restored copy could not be opened: ${(err as Error).message}`);
     }
-    rmSync(aside, { recursive: true, force: true });
+    if (!keepAt) {
+      rmSync(aside, { recursive: true, force: true });
+      return null;
+    }
+    // The pre-restore state: the old folder as it was closed (a restore of it replays its WAL). What
+    // it carried of an earlier snapshot's identity goes, so it never passes for a point-in-time base.
+    for (const f of [SNAPSHOT_INFO, "backup_label", "backup_label.old"]) rmSync(join(aside, f), { force: true });
+    mkdirSync(dirname(keepAt), { recursive: true });
+    try {
+      renameSync(aside, keepAt);
+    } catch {
+      await coldCopy(aside, keepAt);
+      rmSync(aside, { recursive: true, force: true });
+    }
+    return dirSize(keepAt);
   }
 
   /**
@@ -330,10 +366,10 @@ export class EmbeddedEngine implements DatabaseEngine {
       const keepSeg = Math.floor(keep / segs.segmentBytes);
       for (const f of readdirSync(wal)) if (/^[0-9A-F]{24}$/.test(f) && segmentNumber(f, segs.segmentBytes) < keepSeg) rmSync(join(wal, f), { force: true });
     },
-    restoreTo: async (id, basePath, atMs) => {
+    restoreTo: async (id, basePath, atMs, keepAt) => {
       const base = this.pointInTime.baseOf(basePath);
       if (!base || !existsSync(join(basePath, "PG_VERSION"))) throw new RestoreNotStarted("the backup no longer exists");
-      await this.replaceWith(id, async (incoming) => {
+      return this.replaceWith(id, async (incoming) => {
         await coldCopy(basePath, incoming);
         // The database's WAL from the base's start on (the base carries only what its copy needed).
         const live = join(this.dirOf(id), "pg_wal");
@@ -346,7 +382,7 @@ export class EmbeddedEngine implements DatabaseEngine {
         if (end < base.endLsn) throw new Error("the WAL since the backup is incomplete");
         const cut = commits.find((c) => c.lsn >= base.endLsn && c.atMs > atMs);
         if (cut) truncateWal(join(incoming, "pg_wal"), cut.lsn);
-      });
+      }, keepAt);
     },
   };
 

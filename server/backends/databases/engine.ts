@@ -60,11 +60,15 @@ export interface DatabaseEngine {
   backup(id: string, path: string): Promise<number>;
   /**
    * Replaces `id`'s data with the backup at `path`. Clients are ended. If it throws before the swap
-   * (`RestoreNotStarted`), the database is untouched.
+   * (`RestoreNotStarted`), the database is untouched. With `keepAt`, the data it replaces is kept there
+   * first (a backup `restore` accepts: the pre-restore state); it returns that copy's size in bytes
+   * (null without `keepAt`). A pre-restore state that cannot be kept is a RestoreNotStarted.
    */
-  restore(id: string, path: string): Promise<void>;
-  /** Point-in-time restore, where the engine keeps the WAL for it (embedded); absent otherwise. */
+  restore(id: string, path: string, keepAt?: string): Promise<number | null>;
+  /** Point-in-time restore from the database's own backups and WAL (embedded); absent otherwise. */
   readonly pointInTime?: PointInTime;
+  /** Point-in-time restore from the engine's own base backups and WAL archive of the server (production); absent otherwise. */
+  readonly serverPointInTime?: ServerPointInTime;
   close(): Promise<void>;
 }
 
@@ -85,7 +89,22 @@ export interface PointInTime {
    * committed after that instant (which, and everything after it, is discarded). RestoreNotStarted
    * when it cannot (nothing replaced).
    */
-  restoreTo(id: string, basePath: string, atMs: number): Promise<void>;
+  restoreTo(id: string, basePath: string, atMs: number, keepAt?: string): Promise<number | null>;
+}
+
+/**
+ * Point-in-time restore of one database of a PostgreSQL server the engine does not own: the engine
+ * archives the server's WAL and takes base backups of it, and restores an instant by recovering a
+ * throwaway copy of the server to it. Times are real time (epoch ms on Kiln's clock; the engine
+ * corrects for the server's clock): the caller maps platform-clock instants to them.
+ */
+export interface ServerPointInTime {
+  /** Why it cannot run here (503), null when it can; `off` when it was not turned on. */
+  status(): { state: "on" } | { state: "off"; reason: string } | { state: "unavailable"; reason: string };
+  /** The real instants it can restore now: from the end of the oldest kept base backup to the last moment the archive was known complete; null before the first base. */
+  range(): { earliestMs: number; latestMs: number } | null;
+  /** Replaces `id`'s data with its state at real instant `atMs` (as `restore`, `keepAt` keeps what it replaces). RestoreNotStarted when nothing was replaced. */
+  restoreTo(id: string, atMs: number, keepAt?: string): Promise<number | null>;
 }
 
 /** A restore failed before it replaced anything: the database holds what it held. */

@@ -17,6 +17,7 @@ async function handle(m: ThreadRequest): Promise<void> {
   try {
     switch (m.op) {
       case "open": {
+        if (m.niceness) lowerPriority(m.niceness);
         // PostgreSQL's wall clock (CLOCK_REALTIME reads Date.now() in PGlite) keeps the platform's time.
         const offset = new Float64Array(m.clock);
         const realNow = Date.now;
@@ -37,6 +38,21 @@ async function handle(m: ThreadRequest): Promise<void> {
     }
   } catch (err) {
     reply({ id: m.id, ok: false, message: (err as Error)?.message ?? String(err), code: sqlState(err) });
+  }
+}
+
+/** This thread's nice value (Linux, per thread); where that is not possible it runs as it is. */
+function lowerPriority(niceness: number): void {
+  try {
+    const { dlopen, FFIType } = require("bun:ffi") as typeof import("bun:ffi");
+    const libc = dlopen("libc.so.6", {
+      gettid: { args: [], returns: FFIType.i32 },
+      setpriority: { args: [FFIType.i32, FFIType.u32, FFIType.i32], returns: FFIType.i32 },
+    });
+    libc.symbols.setpriority(0 /* PRIO_PROCESS: with a thread id, that thread */, libc.symbols.gettid(), niceness);
+    libc.close();
+  } catch {
+    // no glibc here
   }
 }
 

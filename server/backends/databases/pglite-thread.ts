@@ -27,7 +27,7 @@ export interface PgliteSession {
 export class SessionKilled extends Error {}
 
 export type ThreadRequest =
-  | { id: number; op: "open"; dataDir: string; module: WebAssembly.Module; conf: string[]; channel: SharedArrayBuffer; clock: SharedArrayBuffer }
+  | { id: number; op: "open"; dataDir: string; module: WebAssembly.Module; conf: string[]; channel: SharedArrayBuffer; clock: SharedArrayBuffer; niceness?: number }
   | { id: number; op: "exec"; bytes: Uint8Array }
   | { id: number; op: "close" };
 
@@ -83,10 +83,15 @@ export class PgliteThread implements PgliteSession {
     private readonly dataDir: string,
     private readonly conf: string[],
     private readonly clockOffset: () => number,
+    private readonly niceness?: number,
   ) {}
 
-  static async open(dataDir: string, conf: string[] = [], clockOffset: () => number = () => 0): Promise<PgliteThread> {
-    const t = new PgliteThread(dataDir, conf, clockOffset);
+  /**
+   * `niceness`: the thread runs at this lower CPU priority (Linux: the thread's own nice value), for
+   * background work that must not take CPU from databases serving clients (a branch's first open).
+   */
+  static async open(dataDir: string, conf: string[] = [], clockOffset: () => number = () => 0, opts: { niceness?: number } = {}): Promise<PgliteThread> {
+    const t = new PgliteThread(dataDir, conf, clockOffset, opts.niceness);
     await t.start();
     return t;
   }
@@ -121,7 +126,7 @@ export class PgliteThread implements PgliteSession {
       };
       try {
         this.clock[0] = this.clockOffset();
-        await this.call(w, { op: "open", dataDir: this.dataDir, module, conf: this.conf, channel, clock: this.clock.buffer as SharedArrayBuffer });
+        await this.call(w, { op: "open", dataDir: this.dataDir, module, conf: this.conf, channel, clock: this.clock.buffer as SharedArrayBuffer, niceness: this.niceness });
       } catch (e) {
         w.terminate();
         throw e;

@@ -1,5 +1,5 @@
-import { existsSync, readdirSync, rmSync, statSync } from "node:fs";
-import { join } from "node:path";
+import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
+import { dirname, join } from "node:path";
 import postgres from "postgres";
 import {
   DATABASE_SETUP_SQL,
@@ -12,9 +12,16 @@ import {
   type AccessMode,
   type DatabaseEngine,
   type QueryResult,
+  type ServerPointInTime,
 } from "./engine";
+import { ServerPitr } from "./pitr";
 import { openProxy } from "./pg-proxy";
 import type { WireBackend, WireClient, WireControl } from "./wire/listener";
+
+function hours(v: string | undefined, fallback: number): number {
+  const n = Number(v);
+  return (v && Number.isFinite(n) && n > 0 ? n : fallback) * 3_600_000;
+}
 
 /** Server-side name of a Kiln database. */
 export function serverDatabaseName(id: string): string {
@@ -38,7 +45,19 @@ export class PostgresEngine implements DatabaseEngine {
   private readonly url: URL;
   private version: number | null = null;
 
-  constructor(adminUrl: string) {
+  private pitr: ServerPitr | null = null;
+
+  constructor(
+    adminUrl: string,
+    private readonly opts: {
+      /**
+       * Point-in-time restore (`KILN_POSTGRES_PITR=on`): where Kiln keeps the server's WAL archive and
+       * base backups. Off (undefined): `restore_to` is refused.
+       */
+      pitrDir?: string;
+      log?: { error: (m: string, e?: unknown) => void };
+    } = {},
+  ) {
     this.url = new URL(adminUrl);
     this.admin = postgres(adminUrl, { max: 2, onnotice: () => {}, idle_timeout: 30 });
   }
@@ -46,7 +65,38 @@ export class PostgresEngine implements DatabaseEngine {
   async init(): Promise<void> {
     const [r] = await this.admin.unsafe(`select current_setting('server_version_num')::int / 10000 as v`);
     this.version = Number(r!.v);
+    if (this.opts.pitrDir) {
+      this.pitr = new ServerPitr({
+        url: this.url,
+        dir: this.opts.pitrDir,
+        serverMajor: this.version,
+        admin: this.admin,
+        env: () => ({ ...this.toolEnv(""), PGDATABASE: decodeURIComponent(this.url.pathname.slice(1)) || "postgres" }),
+        log: this.opts.log ?? { error: (m, e) => console.error(m, e) },
+        baseIntervalMs: hours(process.env.KILN_POSTGRES_PITR_BASE_HOURS, 24),
+        retentionMs: hours(process.env.KILN_POSTGRES_PITR_RETENTION_HOURS, 168),
+      });
+      await this.pitr.start().catch((err) => this.opts.log?.error("point-in-time restore could not start", err));
+    }
   }
+
+  /**
+   * Point-in-time restore of one database by recovering a throwaway copy of the server (see pitr.ts):
+   * `off` unless Kiln was started with KILN_POSTGRES_PITR=on.
+   */
+  readonly serverPointInTime: ServerPointInTime = {
+    status: () =>
+      this.pitr?.status() ?? {
+        state: "off",
+        reason: "point-in-time restore is off on the production engine: it archives the whole server's WAL and takes base backups of the whole server, so it is turned on deliberately (KILN_POSTGRES_PITR=on)",
+      },
+    range: () => this.pitr?.range() ?? null,
+    restoreTo: async (id, atMs, keepAt) => {
+      if (!this.pitr) throw new RestoreNotStarted("point-in-time restore is off on this engine");
+      await this.pgTools();
+      return this.pitr.restoreTo(serverDatabaseName(id), atMs, keepAt, (dump, keep) => this.restore(id, dump, keep));
+    },
+  };
 
   serverVersions(): number[] {
     return this.version ? [this.version] : [];
@@ -329,23 +379,38 @@ export class PostgresEngine implements DatabaseEngine {
     return statSync(path).size;
   }
 
-  async restore(id: string, path: string): Promise<void> {
-    // Into a database of its own first: until the swap, the database is untouched.
+  async restore(id: string, path: string, keepAt?: string): Promise<number | null> {
+    // Into a database of its own first: until the swap, the database is untouched. The pre-restore
+    // state (a pg_dump of the database as it is, no client connected) is taken meanwhile.
     const incoming = `${id}_restore`;
     try {
       if (!existsSync(path)) throw new Error("the backup no longer exists: its file is gone");
-      const { restore } = await this.pgTools();
+      const { dump, restore } = await this.pgTools();
       await this.createEmpty(incoming);
-      await this.runTool([restore, "--exit-on-error", "--dbname", serverDatabaseName(incoming), path], incoming);
+      const results = await Promise.allSettled([
+        this.runTool([restore, "--exit-on-error", "--dbname", serverDatabaseName(incoming), path], incoming),
+        keepAt
+          ? (async () => {
+              mkdirSync(dirname(keepAt), { recursive: true });
+              await this.runTool([dump, "--format=custom", "--file", keepAt], id).catch((err) => {
+                throw new Error(`the pre-restore state could not be kept: ${(err as Error).message}`);
+              });
+            })()
+          : Promise.resolve(),
+      ]);
+      for (const r of results) if (r.status === "rejected") throw r.reason;
     } catch (err) {
       await this.dropServerDatabase(incoming).catch(() => {});
+      if (keepAt) rmSync(keepAt, { force: true });
       throw new RestoreNotStarted((err as Error).message);
     }
     await this.dropServerDatabase(id);
     await this.admin.unsafe(`alter database ${ident(serverDatabaseName(incoming))} rename to ${ident(serverDatabaseName(id))}`);
+    return keepAt ? statSync(keepAt).size : null;
   }
 
   async close(): Promise<void> {
+    await this.pitr?.stop().catch(() => {});
     for (const p of this.pools.values()) await p.end({ timeout: 2 }).catch(() => {});
     this.pools.clear();
     await this.admin.end({ timeout: 2 });

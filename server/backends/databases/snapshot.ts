@@ -1,6 +1,6 @@
-import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
-import { copyFile, cp, open, stat, writeFile } from "node:fs/promises";
-import { join, relative } from "node:path";
+import { mkdirSync, readdirSync, rmSync } from "node:fs";
+import { copyFile, cp, writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import type { PgliteSession } from "./pglite-thread";
 import { runOverProtocol } from "./protocol-query";
 
@@ -30,7 +30,9 @@ const SKIP_TOP = new Set(["pg_wal", "postmaster.pid", "postmaster.opts", "backup
 const SEGMENT = /^[0-9A-F]{24}$/;
 
 const TRACE = !!process.env.KILN_TRACE_SNAPSHOT;
-const trace = (what: string, t0: number) => TRACE && console.error(`snapshot: ${what} ${(performance.now() - t0).toFixed(1)} ms`);
+/** A phase's duration, and when it ended (epoch ms, to line up with a client's own timings). */
+export const trace = (what: string, t0: number) =>
+  TRACE && console.error(`${what} ${(performance.now() - t0).toFixed(1)} ms (ended at ${Date.now()})`);
 
 /** Where a snapshot's copy began and ended in the WAL, and when it ended (the database's clock: the platform's). */
 export interface SnapshotInfo {
@@ -61,12 +63,12 @@ export async function hotCopy(exclusive: Exclusive, from: string, to: string): P
       started = true;
       return r.rows[0]!.seg as string;
     });
-    trace("start (checkpoint)", t0);
+    trace("snapshot: start (checkpoint)", t0);
     t0 = performance.now();
     mkdirSync(to, { recursive: true });
     const entries = readdirSync(from).filter((e) => !SKIP_TOP.has(e));
     await copyEntries(from, to, entries);
-    trace("copy", t0);
+    trace("snapshot: copy", t0);
     t0 = performance.now();
     mkdirSync(join(to, "pg_wal", "archive_status"), { recursive: true });
     mkdirSync(join(to, "pg_wal", "summaries"), { recursive: true });
@@ -85,7 +87,7 @@ export async function hotCopy(exclusive: Exclusive, from: string, to: string): P
       for (const f of needed) await copyFile(join(wal, f), join(to, "pg_wal", f));
       return { labelfile, endLsn: lsn, endMs: at };
     });
-    trace("stop and WAL", t0);
+    trace("snapshot: stop and WAL", t0);
     await writeFile(join(to, "backup_label"), label);
     const info: SnapshotInfo = { startLsn: /START WAL LOCATION: (\S+)/.exec(label)![1]!, endLsn, endMs };
     await writeFile(join(to, SNAPSHOT_INFO), JSON.stringify(info));
@@ -122,87 +124,6 @@ async function copyEntries(from: string, to: string, entries: string[]): Promise
   for (const e of entries) await cp(join(from, e), join(to, e), { recursive: true, force: true });
 }
 
-// ---- divergence ----------------------------------------------------------------------------------
+// ---- divergence: page-hash.ts (a module of its own, so its process loads nothing else) ---------------
 
-/** PostgreSQL's page size (PGlite's build uses the default). */
-export const PAGE_BYTES = 8192;
-
-/** A relation's main fork segment under base/: `<relfilenode>` or `<relfilenode>.<n>`. */
-const RELATION_FILE = /^\d+(\.\d+)?$/;
-
-interface FileFingerprint {
-  size: number;
-  mtimeMs: number;
-  /** xxHash32 of each page, base64 of a Uint32Array. */
-  pages: string;
-}
-type DirFingerprint = Record<string, FileFingerprint>;
-
-function relationFiles(dir: string): string[] {
-  const base = join(dir, "base");
-  if (!existsSync(base)) return [];
-  const out: string[] = [];
-  for (const db of readdirSync(base)) {
-    const d = join(base, db);
-    if (!statSync(d).isDirectory()) continue;
-    for (const f of readdirSync(d)) if (RELATION_FILE.test(f)) out.push(join(d, f));
-  }
-  return out;
-}
-
-/** Pages read and hashed per step: between steps the event loop serves everyone else (a 1 GB file is one step of a few ms at a time). */
-const CHUNK_PAGES = 512;
-
-/** xxHash32 of each 8 KB page of a file, read in 4 MB steps. */
-async function pageHashes(path: string, size: number): Promise<Uint32Array> {
-  const out = new Uint32Array(Math.ceil(size / PAGE_BYTES));
-  const buf = new Uint8Array(CHUNK_PAGES * PAGE_BYTES);
-  const fh = await open(path, "r");
-  try {
-    let page = 0;
-    for (;;) {
-      const { bytesRead } = await fh.read(buf, 0, buf.length, page * PAGE_BYTES);
-      if (bytesRead <= 0) break;
-      for (let at = 0; at < bytesRead && page < out.length; at += PAGE_BYTES) out[page++] = Bun.hash.xxHash32(buf.subarray(at, Math.min(at + PAGE_BYTES, bytesRead)));
-      if (bytesRead < buf.length) break;
-    }
-    return out.subarray(0, page);
-  } finally {
-    await fh.close();
-  }
-}
-
-/** Page hashes of every relation file of a data dir whose files are current (closed, or checkpointed). */
-export async function fingerprintDir(dir: string): Promise<string> {
-  const fp: DirFingerprint = {};
-  for (const path of relationFiles(dir)) {
-    const s = await stat(path);
-    const hashes = await pageHashes(path, s.size);
-    fp[relative(dir, path)] = { size: s.size, mtimeMs: s.mtimeMs, pages: Buffer.from(hashes.buffer, hashes.byteOffset, hashes.byteLength).toString("base64") };
-  }
-  return JSON.stringify(fp);
-}
-
-/**
- * Bytes of relation pages in `dir` that differ from the fingerprint (changed pages, and pages of
- * files that grew or are new). Files untouched since the fingerprint (same size and mtime) are not read.
- */
-export async function divergenceOfDir(dir: string, fingerprint: string): Promise<number> {
-  const fp = JSON.parse(fingerprint) as DirFingerprint;
-  let pages = 0;
-  for (const path of relationFiles(dir)) {
-    const key = relative(dir, path);
-    const old = fp[key];
-    const s = await stat(path).catch(() => null);
-    if (!s) continue;
-    if (old && old.size === s.size && old.mtimeMs === s.mtimeMs) continue;
-    const now = await pageHashes(path, s.size);
-    if (!old) {
-      pages += now.length;
-      continue;
-    }
-    const before = new Uint32Array(new Uint8Array(Buffer.from(old.pages, "base64")).buffer);
-    for (let i = 0; i < now.length; i++) if (i >= before.length || before[i] !== now[i]) pages++;
-  }
-  return pages * PAGE_BYTES;
-}
+export { divergenceOfDir, fingerprintDir, PAGE_BYTES } from "./page-hash";
