@@ -83,7 +83,8 @@ describe("the container runtime", () => {
     await eventually(() => workersOf(k, v1.id), (list) => list.length === 0);
   });
 
-  test("containers of a Kiln killed outright are removed by the next start; a clean stop leaves none", async () => {
+  // Two Kilns, two builds and two container starts: more than the default minute on a loaded machine.
+  test("containers of a Kiln killed outright are removed by the next start; a clean stop leaves none", { timeout: 180_000 }, async () => {
     const first = await startKiln();
     const p = await createProject(first);
     const sk = (await first.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
