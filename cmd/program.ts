@@ -9,6 +9,7 @@ import { authCommand, mailCommand, usersCommand } from "./commands/end-users";
 import { databasesCommand } from "./commands/databases";
 import { emulatorsCommand } from "./commands/emulators";
 import { functionsCommand } from "./commands/functions";
+import { durableCommand } from "./commands/durable";
 import { clockCommand } from "./commands/clock";
 import { schedulersCommand } from "./commands/schedulers";
 import { deploymentsCommand, logsCommand, metricsCommand, usageCommand } from "./commands/observability";
@@ -33,6 +34,7 @@ export function buildProgram(): Command {
   usersCommand(program);
   databasesCommand(program);
   functionsCommand(program);
+  durableCommand(program);
   schedulersCommand(program);
   logsCommand(program);
   metricsCommand(program);
