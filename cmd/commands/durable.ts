@@ -1,5 +1,5 @@
-import { readFileSync, statSync } from "node:fs";
 import type { Command } from "commander";
+import { archiveOf } from "./functions";
 import { ApiError, type Client } from "../client";
 import { output, printObject, printTable } from "../output";
 import { act, qs, requireProject, stopOnSignals } from "./shared";
@@ -46,17 +46,6 @@ interface Execution {
 
 const FINISHED = new Set(["completed", "failed", "stopped"]);
 const STATUSES = ["queued", "running", "sleeping", "completed", "failed", "stopped"];
-
-/** A folder becomes a tar.gz on the fly (installed dependency folders left out); a file is sent as is (as `kiln functions deploy`). */
-async function archiveOf(path: string): Promise<Uint8Array> {
-  if (!statSync(path).isDirectory()) return readFileSync(path);
-  const tar = await import("tar");
-  const skip = /(^|\/)(node_modules|python_deps|\.venv|vendor|\.git)(\/|$)/;
-  const chunks: Buffer[] = [];
-  const stream = tar.c({ gzip: true, cwd: path, portable: true, filter: (p: string) => !skip.test(p.replace(/^\.\//, "")) }, ["."]);
-  for await (const c of stream as AsyncIterable<Buffer>) chunks.push(c);
-  return Buffer.concat(chunks);
-}
 
 const collection = (project: string) => `/projects/${encodeURIComponent(project)}/durable-functions`;
 

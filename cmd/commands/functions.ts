@@ -5,7 +5,7 @@ import { output, printObject, printTable } from "../output";
 import { act, requireProject } from "./shared";
 
 /** A folder becomes a tar.gz on the fly (installed dependency folders left out); a file is sent as is. */
-async function archiveOf(path: string): Promise<Uint8Array> {
+export async function archiveOf(path: string): Promise<Uint8Array> {
   if (!statSync(path).isDirectory()) return readFileSync(path);
   const tar = await import("tar");
   const skip = /(^|\/)(node_modules|python_deps|\.venv|vendor|\.git)(\/|$)/;
