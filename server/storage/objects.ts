@@ -80,6 +80,31 @@ function candidateOf(o: Pick<ObjectRow, "bucket_id" | "name" | "owner_id" | "siz
   return { bucket_id: o.bucket_id, name: o.name, owner_id: o.owner_id, size: Number(o.size), mime_type: o.mime_type, is_public: o.is_public, metadata: o.metadata };
 }
 
+/**
+ * The request's web stream into busboy, with backpressure, without a Node stream around it (a layer
+ * of objects per chunk). The whole body is read even after a refusal, as piping did: busboy discards it.
+ */
+async function feed(body: ReadableStream<Uint8Array>, bb: busboy.Busboy): Promise<void> {
+  const reader = body.getReader();
+  for (;;) {
+    // busboy gave up on a malformed body: stop reading it, as an unpiped stream would.
+    if (bb.destroyed) return void (await reader.cancel().catch(() => {}));
+    const { done, value } = await reader.read();
+    if (done) break;
+    if (!bb.write(value) && !bb.destroyed)
+      await new Promise<void>((resolve) => {
+        const go = () => {
+          bb.off("drain", go);
+          bb.off("close", go);
+          resolve();
+        };
+        bb.on("drain", go);
+        bb.on("close", go);
+      });
+  }
+  if (!bb.destroyed) bb.end();
+}
+
 /** A parsed `Range` header: one range, inclusive; suffix ranges count from the end. */
 export type RangeRequest = { kind: "none" } | { kind: "range"; start: number; end: number } | { kind: "unsatisfiable" };
 
@@ -207,9 +232,10 @@ export class ObjectsService {
         });
         bb.on("error", () => fail(badRequest("the multipart body could not be read")));
         bb.on("close", () => void pending.then(() => (failed ? undefined : resolve()), fail));
-        const body = Readable.fromWeb(request.body as unknown as import("node:stream/web").ReadableStream);
-        body.on("error", () => fail(badRequest("request body could not be read: the connection ended before it was complete")));
-        body.pipe(bb);
+        void feed(request.body!, bb).catch(() => {
+          fail(badRequest("request body could not be read: the connection ended before it was complete"));
+          bb.destroy(); // ends the file stream too, so its put gives up
+        });
       });
       if (!fileInfo) throw badRequest("invalid request: the multipart field 'file' is required");
       const file: { size: number; md5: string; mime: string } = fileInfo;
@@ -294,10 +320,10 @@ export class ObjectsService {
     const headers = { ...base, "Content-Length": String(length), ...(slice ? { "Content-Range": `bytes ${slice.start}-${slice.end}/${size}` } : {}) };
     const status = slice ? 206 : 200;
     if (head || length === 0) return new Response(null, { status, headers });
-    // A sized Blob (files) goes out with Content-Length and sendfile; a stream (S3) goes out chunked.
-    const body = (await this.blobs.blob?.(o.blob_key, slice)) ?? (await this.blobs.get(o.blob_key, slice));
+    // A file goes out with sendfile; an S3 object as the S3 response's own stream (or, small, as bytes).
+    const body = this.blobs.body ? await this.blobs.body(o.blob_key, slice) : await this.blobs.get(o.blob_key, slice);
     if (!body) throw new HttpError(500, { error: "the object's bytes are missing" });
-    return new Response(body instanceof Blob ? body : (Readable.toWeb(body) as unknown as ReadableStream), { status, headers });
+    return new Response(body instanceof Blob || body instanceof ReadableStream ? body : (Readable.toWeb(body) as unknown as ReadableStream), { status, headers });
   }
 
   async delete(caller: StorageCaller, bucket: BucketRow, path: string): Promise<void> {

@@ -15,6 +15,13 @@ export const MAX_PART = 25 * MB;
 export const MAX_PARTS = 10_000;
 export const SESSION_TTL_MS = 7 * 86_400_000;
 
+/**
+ * A part written in place into the session's file is recorded with this blob key: the file's key and
+ * the offset, after a `:` (never in a blob key, so it can name no blob of its own).
+ */
+const inPlaceKey = (dataKey: string, offset: number) => `${dataKey}:${offset}`;
+const isInPlace = (blobKey: string) => blobKey.includes(":");
+
 interface SessionRow extends Row {
   id: string;
   project_id: string;
@@ -51,6 +58,9 @@ export function partSizeFor(totalSize: number, requested?: number): number {
  * Sessions older than 7 days are removed by a job on the platform clock.
  */
 export class UploadsService {
+  /** Parts (`<session>/<n>`) being written in place by a request of this process. */
+  private readonly writingInPlace = new Set<string>();
+
   constructor(
     private readonly store: ControlStore,
     private readonly clock: Clock,
@@ -62,6 +72,11 @@ export class UploadsService {
 
   private partKey(s: Pick<SessionRow, "project_id" | "bucket_id" | "id">, n: number): string {
     return `${s.project_id}/${s.bucket_id}/uploads/${s.id}/${n}`;
+  }
+
+  /** The session's one file, where the blob store writes parts in place (`putAt`). */
+  private dataKey(s: Pick<SessionRow, "project_id" | "bucket_id" | "id">): string {
+    return `${s.project_id}/${s.bucket_id}/uploads/${s.id}/data`;
   }
 
   async create(caller: StorageCaller, bucket: BucketRow, path: string, body: { content_type: string; total_size: number; part_size?: number; metadata?: Record<string, unknown>; upsert?: boolean }) {
@@ -138,32 +153,51 @@ export class UploadsService {
     const declared = Number(request.headers.get("content-length") ?? NaN);
     if (Number.isFinite(declared) && declared !== expected) throw badRequest(`part ${n} must be ${expected} bytes (it is ${declared})`);
     if (!request.body && expected > 0) throw badRequest(`part ${n} must be ${expected} bytes (it is empty)`);
-    // Each upload of a part gets its own blob: a re-upload replaces the part only once it is whole.
-    const key = `${this.partKey(s, n)}.${newId()}`;
-    let put: { size: number; md5: string };
+    const body = request.body ?? Readable.from([]);
+    // Where the blob store can (files), a part's first accepted upload goes straight into the
+    // session's one file at its offset (completion is then a link, not a copy): only while no row
+    // holds the part (bytes accepted there are never written over) and no other request of this
+    // process writes it. Kiln alone writes the files of its data dir. Any other upload of a part
+    // gets a blob of its own and replaces the part only once it is whole.
+    const claim = `${s.id}/${n}`;
+    let inPlace = false;
+    if (this.blobs.putAt && !this.writingInPlace.has(claim)) {
+      this.writingInPlace.add(claim);
+      const [had] = await this.store.query(`select 1 from storage_upload_parts where session_id = $1 and part_number = $2`, [s.id, n]);
+      if (had) this.writingInPlace.delete(claim);
+      else inPlace = true;
+    }
     try {
-      put = await this.blobs.put(key, request.body ? Readable.fromWeb(request.body as unknown as import("node:stream/web").ReadableStream) : Readable.from([]), { maxBytes: expected });
-    } catch (err) {
-      if (err instanceof BlobTooLarge) throw badRequest(`part ${n} must be ${expected} bytes (more arrived)`);
-      throw err;
+      const key = inPlace ? inPlaceKey(this.dataKey(s), (n - 1) * Number(s.part_size)) : `${this.partKey(s, n)}.${newId()}`;
+      let put: { size: number; md5: string };
+      try {
+        put = inPlace ? await this.blobs.putAt!(this.dataKey(s), (n - 1) * Number(s.part_size), body, { maxBytes: expected }) : await this.blobs.put(key, body, { maxBytes: expected });
+      } catch (err) {
+        if (err instanceof BlobTooLarge) throw badRequest(`part ${n} must be ${expected} bytes (more arrived)`);
+        throw err;
+      }
+      const dropNew = () => (inPlace ? Promise.resolve() : this.blobs.delete(key));
+      if (put.size !== expected) {
+        await dropNew();
+        throw badRequest(`part ${n} must be ${expected} bytes (it is ${put.size})`);
+      }
+      const [old] = await this.store.query<{ blob_key: string }>(`select blob_key from storage_upload_parts where session_id = $1 and part_number = $2`, [s.id, n]);
+      const written = await this.store.query(
+        `insert into storage_upload_parts (session_id, part_number, size, etag, blob_key, uploaded_at) select $1, $2, $3, $4, $5, $6
+          where exists (select 1 from storage_upload_sessions where id = $1)
+         on conflict (session_id, part_number) do update set size = excluded.size, etag = excluded.etag, blob_key = excluded.blob_key, uploaded_at = excluded.uploaded_at returning session_id`,
+        [s.id, n, put.size, put.md5, key, this.clock.now().toISOString()],
+      );
+      if (!written.length) {
+        await dropNew();
+        throw notFound("upload session not found");
+      }
+      if (old && old.blob_key !== key && !isInPlace(old.blob_key)) await this.blobs.delete(old.blob_key).catch(() => {});
+      return { part_number: n, etag: put.md5, size: put.size };
+    } finally {
+      // Held until the row is written: from then on the row keeps others out of the range.
+      if (inPlace) this.writingInPlace.delete(claim);
     }
-    if (put.size !== expected) {
-      await this.blobs.delete(key);
-      throw badRequest(`part ${n} must be ${expected} bytes (it is ${put.size})`);
-    }
-    const [old] = await this.store.query<{ blob_key: string }>(`select blob_key from storage_upload_parts where session_id = $1 and part_number = $2`, [s.id, n]);
-    const written = await this.store.query(
-      `insert into storage_upload_parts (session_id, part_number, size, etag, blob_key, uploaded_at) select $1, $2, $3, $4, $5, $6
-        where exists (select 1 from storage_upload_sessions where id = $1)
-       on conflict (session_id, part_number) do update set size = excluded.size, etag = excluded.etag, blob_key = excluded.blob_key, uploaded_at = excluded.uploaded_at returning session_id`,
-      [s.id, n, put.size, put.md5, key, this.clock.now().toISOString()],
-    );
-    if (!written.length) {
-      await this.blobs.delete(key);
-      throw notFound("upload session not found");
-    }
-    if (old && old.blob_key !== key) await this.blobs.delete(old.blob_key).catch(() => {});
-    return { part_number: n, etag: put.md5, size: put.size };
   }
 
   /** Every part present with its size: the parts become the object (ETag as S3 gives multipart objects). */
@@ -184,7 +218,16 @@ export class UploadsService {
     if (Number(s.total_size) > limit.bytes) throw limit.error();
     const objectId = existing?.id ?? newId();
     const key = this.objects.blobKey(bucket, objectId);
-    const { size } = await this.blobs.assemble(key, parts.map((p) => p.blob_key), { contentType: s.content_type });
+    const partSize = Number(s.part_size);
+    const { size } =
+      this.blobs.finishAt && parts.some((p) => isInPlace(p.blob_key))
+        ? await this.blobs.finishAt(
+            this.dataKey(s),
+            key,
+            Number(s.total_size),
+            parts.filter((p) => !isInPlace(p.blob_key)).map((p) => ({ key: p.blob_key, offset: (p.part_number - 1) * partSize })),
+          )
+        : await this.blobs.assemble(key, parts.map((p) => p.blob_key), { contentType: s.content_type });
     if (size !== Number(s.total_size)) {
       await this.blobs.delete(key);
       throw new HttpError(500, { error: `assembled ${size} bytes, expected ${s.total_size}` });

@@ -347,7 +347,9 @@ describe("limits", () => {
       expect((await download(kk, service, b.name, "f")).status).toBe(200); // 3000 served: over, but this one was allowed
       const refused = await download(kk, service, b.name, "f");
       expect(refused.status).toBe(429);
-      expect(Number(refused.headers.get("retry-after"))).toBeGreaterThan(3590);
+      // Seconds to the month's turn: the clock started an hour before it and runs on at the real rate
+      // (set-up on a loaded machine has taken over 10 s).
+      expect(Number(refused.headers.get("retry-after"))).toBeGreaterThan(3000);
       expect(Number(refused.headers.get("retry-after"))).toBeLessThanOrEqual(3600);
       expect(JSON.parse(text(refused.bytes)).error).toMatch(/bandwidth allowance for 2030-01 is spent/);
       await kk.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds: 3601 } });

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { Readable } from "node:stream";
 import { Client } from "minio";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BlobTooLarge, type BlobStore } from "../../server/backends/blobs/blob-store";
+import { BlobTooLarge, type BlobStore, BufferPool } from "../../server/backends/blobs/blob-store";
 import { FilesystemBlobStore } from "../../server/backends/blobs/filesystem";
 import { S3BlobStore, type S3BlobStoreOptions } from "../../server/backends/blobs/s3";
 import { startS3Server, type S3Server } from "../support/s3-server";
@@ -384,5 +384,68 @@ describe("S3BlobStore specifics", () => {
     } finally {
       await store.close();
     }
+  });
+});
+
+describe("FilesystemBlobStore: resumable parts in place (putAt, finishAt)", () => {
+  let dir: string;
+  let store: FilesystemBlobStore;
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), "kiln-blobs-at-"));
+    store = new FilesystemBlobStore(dir);
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("writes ranges in place in any order, patches re-uploaded ones and links the file at the end", async () => {
+    const parts = [randomBytes(3 * MiB), randomBytes(3 * MiB), randomBytes(1234)];
+    const offsets = [0, 3 * MiB, 6 * MiB];
+    // Out of order, the last first; two at once (the file is made once, by whichever comes first).
+    expect(await store.putAt!("s/up/data", offsets[2], Readable.from([parts[2]]), { maxBytes: parts[2].length })).toEqual({ size: parts[2].length, md5: md5(parts[2]) });
+    const both = await Promise.all([0, 1].map((i) => store.putAt!("s/up/data", offsets[i], Readable.from([parts[i]]))));
+    expect(both).toEqual([0, 1].map((i) => ({ size: parts[i].length, md5: md5(parts[i]) })));
+    // Part 2 uploaded again: a blob of its own, copied in at the end.
+    const again = randomBytes(3 * MiB);
+    await store.put("s/up/2.v2", Readable.from([again]));
+    const whole = Buffer.concat([parts[0], again, parts[2]]);
+    expect(await store.finishAt!("s/up/data", "p/object", whole.length, [{ key: "s/up/2.v2", offset: offsets[1] }])).toEqual({ size: whole.length });
+    expect(md5(await readAll(await store.get("p/object")))).toBe(md5(whole));
+    // The object stays when the session's files go.
+    await store.deletePrefix("s/up/");
+    expect(md5(await readAll(await store.get("p/object")))).toBe(md5(whole));
+  }, 60_000);
+
+  it("writes nothing of a range past maxBytes; finishAt checks the size and makes nothing on a mismatch", async () => {
+    const err = await store.putAt!("s/bad/data", 0, Readable.from([Buffer.from("too long")]), { maxBytes: 5 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BlobTooLarge);
+    expect(await store.stat("s/bad/data")).toEqual({ size: 0 });
+    expect(await store.putAt!("s/bad/data", 0, Readable.from([Buffer.from("whole")]), { maxBytes: 5 })).toEqual({ size: 5, md5: md5(Buffer.from("whole")) });
+    expect(await store.finishAt!("s/bad/data", "p/bad", 5, [])).toEqual({ size: 5 });
+    expect((await readAll(await store.get("p/bad"))).toString()).toBe("whole");
+    await expect(store.finishAt!("s/bad/data", "p/bad2", 6, [])).rejects.toThrow(/holds 5 bytes, not 6/);
+    expect(await store.stat("p/bad2")).toBeNull();
+  });
+});
+
+describe("BufferPool", () => {
+  it("reuses buffers, bounds what is out, serves waiters in turn, and lets one oversized request through alone", async () => {
+    const pool = new BufferPool(3 * MiB);
+    const a = pool.tryTake(MiB)!;
+    const b = await pool.take(MiB);
+    const c = await pool.take(MiB);
+    expect(pool.tryTake(MiB)).toBeNull();
+    let got: Buffer | null = null;
+    const waiting = pool.take(MiB).then((x) => (got = x));
+    await Promise.resolve();
+    expect(got).toBeNull();
+    pool.give(b);
+    await waiting;
+    expect(got).toBe(b); // the same memory again
+    for (const x of [a, c, got!]) pool.give(x);
+    expect(pool.usage).toMatchObject({ out: 0, waiting: 0 });
+    const big = pool.tryTake(5 * MiB)!; // more than the limit, but nothing else is out
+    expect(big.length).toBe(5 * MiB);
+    expect(pool.tryTake(MiB)).toBeNull();
+    pool.give(big);
+    expect(pool.usage.kept).toBeLessThanOrEqual(3 * MiB);
   });
 });
