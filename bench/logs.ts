@@ -10,11 +10,16 @@
 // recorded before it, returns. Throughput cost: the same load against a function that prints
 // nothing, 10 lines and 100 lines per invocation. Search: 100 searches each through the HTTP API,
 // sequential, after the store holds LINES lines. Tail: a function prints a line carrying Date.now(); the
-// latency is the SSE event's arrival minus that instant (one machine, one clock).
+// latency is the SSE event's arrival minus that instant (one machine, one clock). CPU during ingest:
+// per line, from /proc, of Kiln's main thread, its log store thread (the embedded profile's only Bun
+// Worker in this run), its other threads (garbage collector, JIT), the function workers, this client
+// and (DATABASE_URL on this machine) the PostgreSQL backends serving Kiln: the figure to compare when
+// the machine is not quiet.
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import postgres from "postgres";
 import { pct, startKiln, TOKEN } from "./support";
 
 const LINES = Number(process.env.LINES ?? 1_000_000);
@@ -32,6 +37,42 @@ exports.handler = async (e) => {
   }
   return "ok";
 };`;
+
+/** CPU seconds (user + system) so far of Kiln's threads by name, of its function workers, of this client and of PostgreSQL backends (`pgPids`). */
+function cpuNow(kilnPid: number, pgPids: number[] = []): Map<string, number> {
+  const out = new Map<string, number>();
+  const ticks = (stat: string) => {
+    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(f[11]) + Number(f[12])) / 100;
+  };
+  const add = (k: string, v: number) => out.set(k, (out.get(k) ?? 0) + v);
+  try {
+    for (const t of readdirSync(`/proc/${kilnPid}/task`)) {
+      const name = readFileSync(`/proc/${kilnPid}/task/${t}/comm`, "utf8").trim();
+      const v = ticks(readFileSync(`/proc/${kilnPid}/task/${t}/stat`, "utf8"));
+      add(t === String(kilnPid) ? "kiln main thread" : name === "Worker" ? "kiln log store thread" : "kiln other threads (GC, JIT)", v);
+    }
+    // Descendants: the sandboxes and the function workers in them.
+    const parent = new Map<number, number>();
+    for (const d of readdirSync("/proc")) {
+      if (!/^\d+$/.test(d)) continue;
+      try {
+        const st = readFileSync(`/proc/${d}/stat`, "utf8");
+        parent.set(Number(d), Number(st.slice(st.lastIndexOf(")") + 2).split(" ")[1]));
+      } catch {}
+    }
+    const under = (pid: number) => {
+      for (let p = parent.get(pid); p !== undefined && p > 1; p = parent.get(p)) if (p === kilnPid) return true;
+      return false;
+    };
+    for (const pid of parent.keys()) if (under(pid)) try { add("function workers", ticks(readFileSync(`/proc/${pid}/stat`, "utf8"))); } catch {}
+    add("bench client", ticks(readFileSync(`/proc/self/stat`, "utf8")));
+    for (const pid of pgPids) try { add("postgres backends", ticks(readFileSync(`/proc/${pid}/stat`, "utf8"))); } catch {}
+  } catch {
+    // not Linux
+  }
+  return out;
+}
 
 async function main() {
   const dir = mkdtempSync(join(tmpdir(), "kiln-bench-logs-"));
@@ -91,6 +132,11 @@ async function main() {
   let logged = 0;
   let invocations = 0;
   let producing = 0;
+  // The production profile's database: its backends (Kiln's connections) on this machine, when it is local.
+  const pg = process.env.DATABASE_URL ? postgres(process.env.DATABASE_URL, { max: 1, onnotice: () => {} }) : null;
+  const backends = async () => (pg ? (await pg`select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()`).map((r) => Number(r.pid)) : []);
+  const pgPids = await backends();
+  const cpu0 = cpuNow(proc.pid!, pgPids);
   const t0 = performance.now();
   while (logged < LINES) {
     const round = Math.min(150_000, LINES - logged);
@@ -108,6 +154,9 @@ async function main() {
     await search({ limit: 1 });
   }
   const stored = performance.now();
+  const cpu1 = cpuNow(proc.pid!, pgPids);
+  const pgAfter = await backends();
+  await pg?.end();
   const ingestRate = logged / ((stored - t0) / 1000);
   const producedRate = logged / (producing / 1000);
   const dropped = (await search({ q: '"log lines were dropped"', limit: 1000 })).data.length;
@@ -171,6 +220,12 @@ async function main() {
   console.log(`logs benchmark, ${profile}, ${CONCURRENCY} concurrent clients`);
   console.log(`invoke throughput by lines logged per invocation: 0 -> ${rps[0]!.toFixed(0)}/s, 10 -> ${rps[10]!.toFixed(0)}/s (${f((1 - rps[10]! / rps[0]!) * 100)}% less), 100 -> ${rps[100]!.toFixed(0)}/s (${f((1 - rps[100]! / rps[0]!) * 100)}% less)`);
   console.log(`ingest: ${logged} lines from ${invocations} invocations of ${PER_INVOCATION} lines: logged at ${producedRate.toFixed(0)} lines/s while invoking, stored at ${ingestRate.toFixed(0)} lines/s overall (target >= 50000); ${dropped ? "some lines DROPPED" : "none dropped"}`);
+  const cpuRows = [...cpu1].map(([k, v]) => [k, v - (cpu0.get(k) ?? 0)] as const).filter(([, v]) => v > 0);
+  const cpuTotal = cpuRows.reduce((n, [, v]) => n + v, 0);
+  if (cpuRows.length)
+    console.log(
+      `   CPU during ingest (${f((stored - t0) / 1000)} s${pgAfter.some((x) => !pgPids.includes(x)) ? "; some PostgreSQL backends started meanwhile are not counted" : ""}): ${cpuRows.map(([k, v]) => `${k} ${f(v)} s (${f((v / logged) * 1e6)} µs/line)`).join(", ")}; all ${f(cpuTotal)} s = ${f((cpuTotal / logged) * 1e6)} µs a line`,
+    );
   const row = (name: string, r: { p50: number; p99: number; found: number }) => console.log(`search ${name}: p50 ${f(r.p50)} ms  p99 ${f(r.p99)} ms  (${r.found} entries)`);
   row(`free text, rare term ("zebra-needle", 1 line in 2,000) over ${logged} lines`, rare);
   row(`free text, common term ("payment")`, common);

@@ -19,6 +19,7 @@ export const logsArea = defineArea({
       log,
       dataDir: config.dataDir,
       retentionDays: () => config.logRetentionDays,
+      databaseUrl: config.databaseUrl,
     });
     return { logs };
   },

@@ -91,6 +91,8 @@ export class LogIngest {
       tail: TailHub;
       log: { error: (m: string, e?: unknown) => void; warn: (m: string) => void };
       maxPending?: number;
+      /** After each batch is in the store, its segments by project (other instances' tails hear of them); a failure is only logged. */
+      written?: (segments: Map<string, string[]>) => Promise<void>;
     },
   ) {
     this.loop = new FlushLoop(() => this.write(), (e) => d.log.error("log flush failed", e));
@@ -199,13 +201,15 @@ export class LogIngest {
       // Between batches the main thread serves requests.
       if (!first) await new Promise((r) => setImmediate(r));
       const batch = this.pending.splice(0, BATCH);
+      let segments: Map<string, string[]>;
       try {
-        await store.append(batch);
+        segments = await store.append(batch);
         this.counters.written += batch.length;
       } catch (err) {
         this.pending.unshift(...batch);
         throw err;
       }
+      if (this.d.written) await this.d.written(segments).catch((err) => this.d.log.error("log lines written, but other instances' tails could not be told", err));
     }
   }
 

@@ -1,5 +1,5 @@
 /// <reference lib="webworker" />
-// The body of the embedded log store's thread: one PGlite database (with pg_trgm) driven by
+// The body of the embedded log store's thread: one PGlite database driven by
 // messages from `LogDbThread`. Searches, COPYs and index upkeep run here, off Kiln's main thread.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
@@ -10,11 +10,14 @@ import { PGLITE_CONF, PgliteStore } from "../store/pglite-store";
 import { createFromTemplate } from "../store/template";
 import type { LogDbReply, LogDbRequest } from "./log-db";
 import { logDbTemplate } from "./log-db-template";
-import { LOG_SCHEMA, TEXT_INDEX_SQL } from "./migrations";
+import { LOG_SCHEMA } from "./migrations";
+import { SqlLogStore, type StoredLine } from "./store";
 
 declare const self: Worker;
 
 let db: PGlite | null = null;
+/** The log store's write path, run here: segments, keys and COPY text off Kiln's main thread. */
+let writer: SqlLogStore | null = null;
 
 function reply(r: LogDbReply): void {
   self.postMessage(r);
@@ -27,11 +30,17 @@ async function handle(m: LogDbRequest): Promise<void> {
         // A new data dir is a copy of the template; the template is made here once per machine,
         // so even its initdb never holds Kiln's main thread.
         if (!existsSync(join(m.dataDir, "PG_VERSION"))) await createFromTemplate(logDbTemplate(), m.dataDir);
+        // pg_trgm: log stores made before segments have the extension (their trigram index is dropped by logs/003).
         db = new PGlite(m.dataDir, { pgliteWasmModule: m.module, postgresqlconf: PGLITE_CONF, extensions: { pg_trgm } } as ConstructorParameters<typeof PGlite>[0]);
         await db.waitReady;
         const store = new PgliteStore(db);
         await migrate(store, LOG_SCHEMA);
-        for (const stmt of TEXT_INDEX_SQL) await store.query(stmt);
+        const opened = db;
+        writer = new SqlLogStore(store, {
+          owned: false,
+          warn: () => {},
+          copy: async (table, columns, text) => void (await opened.query(`copy ${table} (${columns.join(", ")}) from '/dev/blob'`, [], { blob: new Blob([text]) })),
+        });
         return reply({ id: m.id, ok: true });
       }
       case "query": {
@@ -41,6 +50,10 @@ async function handle(m: LogDbRequest): Promise<void> {
       case "copy": {
         await db!.query(`copy ${m.table} (${m.columns.join(", ")}) from '/dev/blob'`, [], { blob: new Blob([m.text]) });
         return reply({ id: m.id, ok: true });
+      }
+      case "append": {
+        const written = await writer!.append(JSON.parse(m.lines) as StoredLine[]);
+        return reply({ id: m.id, ok: true, segments: [...written] });
       }
       case "close": {
         if (db && !db.closed) await db.close();

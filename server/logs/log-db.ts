@@ -1,13 +1,18 @@
 import { compiledPglite } from "../store/pglite-wasm";
 import { copyText, type ControlStore, type Row, type Sql } from "../store/store";
+import type { StoredLine } from "./store";
 
 export type LogDbRequest =
   | { id: number; op: "open"; dataDir: string; module: WebAssembly.Module }
   | { id: number; op: "query"; sql: string; params: unknown[] }
   | { id: number; op: "copy"; table: string; columns: readonly string[]; text: string }
+  /** A batch of lines (JSON of StoredLine[]) written by the thread's own log store (segments, keys, COPY). */
+  | { id: number; op: "append"; lines: string }
   | { id: number; op: "close" };
 
-export type LogDbReply = { id: number; ok: true; rows?: Record<string, unknown>[] } | { id: number; ok: false; message: string; code?: string };
+export type LogDbReply =
+  | { id: number; ok: true; rows?: Record<string, unknown>[]; segments?: Array<[string, string[]]> }
+  | { id: number; ok: false; message: string; code?: string };
 
 type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
 
@@ -25,9 +30,8 @@ export class LogDbError extends Error {
 
 /**
  * The embedded log store's database: a PGlite of its own (`<data-dir>/logs`) on its own thread, so
- * that writing lines (COPY plus the trigram index: tens of microseconds a line) and searching (up
- * to a scan of every line for a term the index cannot narrow) never hold Kiln's main thread, which
- * serves every request. It speaks the control store's interface, so the log store's SQL is one
+ * that writing lines (cutting them into segments, their keys, COPY: tens of microseconds a line) and
+ * searching never hold Kiln's main thread, which serves every request. It speaks the control store's interface, so the log store's SQL is one
  * text for both profiles. Opened at first use: a Kiln that never logs never starts it.
  */
 export class LogDbThread implements ControlStore {
@@ -106,6 +110,12 @@ export class LogDbThread implements ControlStore {
   async copyRows(table: string, columns: readonly string[], rows: ReadonlyArray<ReadonlyArray<string | null>>): Promise<void> {
     if (!rows.length) return;
     await this.call({ op: "copy", table, columns, text: copyText(rows) });
+  }
+
+  /** Writes a batch of lines on the thread (see SqlLogStore.append); the segments written, by project. */
+  async appendLines(lines: readonly StoredLine[]): Promise<Map<string, string[]>> {
+    const r = await this.call({ op: "append", lines: JSON.stringify(lines) });
+    return new Map(r.segments ?? []);
   }
 
   /** BEGIN … COMMIT on the thread's one session; every other call waits until it ends. */

@@ -44,8 +44,8 @@ export function logRoutes(r: AreaRouter<{ logs: LogsService }>): void {
     params: projectIdParams,
     query: logTailQuery,
     responses: { 200: { description: "an event stream of log entries", contentType: "text/event-stream" }, 429: errorSchema, ...errors },
-    handler: ({ deps, project, query, request }) => {
-      const stream = deps.logs.tailStream(
+    handler: async ({ deps, project, query, request }) => {
+      const stream = await deps.logs.tailStream(
         project.id,
         {
           resourceType: query.type ?? "function",

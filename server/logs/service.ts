@@ -6,9 +6,11 @@ import type { Logger } from "../log";
 import type { ControlStore } from "../store/store";
 import { entryView, type LogEntryView } from "./entries";
 import { LogIngest } from "./ingest";
+import { LogFanout } from "./fanout";
 import { LogDbThread } from "./log-db";
+import { pgCopyWriter } from "./pg-copy";
 import { parseQuery, QueryError, toPredicate, type QueryNode } from "./query";
-import { LINE_COLUMNS, SqlLogStore, type BuildLogSummary, type LineQuery, type ResourceType, type StoredLine } from "./store";
+import { SqlLogStore, type BuildLogSummary, type LineQuery, type ResourceType, type StoredLine } from "./store";
 import { TailHub, tailStream } from "./tail";
 
 export const DEFAULT_SEARCH_LIMIT = 100;
@@ -85,8 +87,10 @@ function timeBounds(f: LogFilter, where: string): { startMs?: number; endMs?: nu
  * move of logs kept by earlier versions). The store is opened at first use.
  */
 export class LogsService {
-  readonly tail = new TailHub();
+  readonly tail: TailHub;
   readonly ingest: LogIngest;
+  /** Production profile: lines other instances write reach this instance's tails (fanout.ts). */
+  private readonly fanout: LogFanout | null;
   private opening: Promise<SqlLogStore> | null = null;
   private retention: TimerHandle | null = null;
 
@@ -97,9 +101,24 @@ export class LogsService {
       log: Logger;
       dataDir: string;
       retentionDays: () => number;
+      /** The production profile's control database (several instances may share it). */
+      databaseUrl?: string;
     },
   ) {
-    this.ingest = new LogIngest({ store: () => this.store(), clock: d.clock, tail: this.tail, log: d.log });
+    const fanout =
+      d.control.kind === "postgres" && d.databaseUrl
+        ? new LogFanout({
+            url: d.databaseUrl,
+            db: async () => (await this.store()).database,
+            read: async (projectId, segs) => (await this.store()).linesOfSegments(projectId, segs),
+            tails: (projectId) => this.tail.count(projectId),
+            publish: (lines) => this.tail.publish(lines),
+            warn: (m) => d.log.warn(m),
+          })
+        : null;
+    this.fanout = fanout;
+    this.tail = new TailHub((projectId) => fanout?.tailsEnded(projectId));
+    this.ingest = new LogIngest({ store: () => this.store(), clock: d.clock, tail: this.tail, log: d.log, written: fanout ? (segs) => fanout.written(segs) : undefined });
   }
 
   /** The embedded profile's own database on its own thread; the production profile's control database. */
@@ -108,11 +127,13 @@ export class LogsService {
     const opening = (async () => {
       const warn = (m: string) => this.d.log.warn(m);
       if (this.d.control.kind === "postgres") {
-        const s = new SqlLogStore(this.d.control, { owned: false, warn });
+        const writer = this.d.databaseUrl ? pgCopyWriter(this.d.databaseUrl) : null;
+        const s = new SqlLogStore(this.d.control, { owned: false, warn, copy: writer?.copy, onClose: writer?.close });
         await s.prepare();
         return s;
       }
-      return new SqlLogStore(new LogDbThread(join(this.d.dataDir, "logs")), { owned: true, warn });
+      const thread = new LogDbThread(join(this.d.dataDir, "logs"));
+      return new SqlLogStore(thread, { owned: true, warn, appendElsewhere: (lines) => thread.appendLines(lines) });
     })();
     this.opening = opening;
     // A store that could not be prepared is tried again at the next use.
@@ -154,10 +175,18 @@ export class LogsService {
     return out;
   }
 
-  /** A live tail of the project's lines matching the filter (SSE); see `tailStream`. */
-  tailStream(projectId: string, f: LogFilter & { backlog: number }, signal: AbortSignal): ReadableStream<Uint8Array> {
+  /**
+   * A live tail of the project's lines matching the filter (SSE); see `tailStream`. In the
+   * production profile it also gets the lines other instances write (registered before it starts).
+   */
+  async tailStream(projectId: string, f: LogFilter & { backlog: number }, signal: AbortSignal): Promise<ReadableStream<Uint8Array>> {
     const base = this.lineQuery(projectId, f, "query field");
     if (this.tail.count(projectId) >= MAX_TAILS_PER_PROJECT) throw tooManyRequests(`at most ${MAX_TAILS_PER_PROJECT} live tails per project are open at once`, 5);
+    if (this.fanout) {
+      await this.fanout.tailOpened(projectId);
+      // Others may have opened meanwhile.
+      if (this.tail.count(projectId) >= MAX_TAILS_PER_PROJECT) throw tooManyRequests(`at most ${MAX_TAILS_PER_PROJECT} live tails per project are open at once`, 5);
+    }
     const match = base.where ? toPredicate(base.where) : () => true;
     const ids = base.resourceIds?.length ? new Set(base.resourceIds) : null;
     const deployments = base.deploymentIds?.length ? new Set(base.deploymentIds) : null;
@@ -185,6 +214,7 @@ export class LogsService {
   }
 
   async removeProject(projectId: string): Promise<void> {
+    this.tail.endProject(projectId);
     await this.ingest.flush();
     await (await this.store()).removeProject(projectId);
   }
@@ -216,26 +246,14 @@ export class LogsService {
    * reach in one transaction of the log store: a move cut short resumes where it stopped.
    */
   async importBatch(source: string, lines: readonly StoredLine[], position: string): Promise<void> {
-    const db = (await this.store()).database;
-    const json = JSON.stringify(lines.map((l) => ({ ...l, at: new Date(l.at).toISOString() })));
-    const cols = LINE_COLUMNS.join(", ");
-    await db.transaction(async (tx) => {
-      // Idempotent (a line already there, by its keyset, is skipped): two instances moving the same
-      // rows at once, or a move repeated after a crash, never duplicate a line.
-      await tx.query(
-        `insert into log_lines (${cols}) select ${cols} from jsonb_to_recordset($1::text::jsonb) as x(id text, project_id text, resource_type text, resource_id text,
-           resource_name text, stream text, deployment_id text, invocation_id text, region text, level text, structured boolean, body text, at timestamptz)
-         where not exists (select 1 from log_lines l where l.project_id = x.project_id and l.at = x.at and l.id = x.id)`,
-        [json],
-      );
-      await tx.query(`insert into log_imports (source, position) values ($1, $2) on conflict (source) do update set position = excluded.position`, [source, position]);
-    });
+    await (await this.store()).importBatch(source, lines, position);
   }
 
   async stop(): Promise<void> {
     this.retention?.cancel();
     this.tail.endAll();
     await this.ingest.stop();
+    await this.fanout?.stop();
     if (this.opening) await (await this.opening).close();
   }
 }

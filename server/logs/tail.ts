@@ -13,13 +13,19 @@ export interface TailSubscription {
 export class TailHub {
   private readonly byProject = new Map<string, Set<TailSubscription>>();
 
+  /** `onEmpty`: the last tail of a project ended. */
+  constructor(private readonly onEmpty: (projectId: string) => void = () => {}) {}
+
   subscribe(s: TailSubscription): () => void {
     let set = this.byProject.get(s.projectId);
     if (!set) this.byProject.set(s.projectId, (set = new Set()));
     set.add(s);
     return () => {
-      set.delete(s);
-      if (!set.size && this.byProject.get(s.projectId) === set) this.byProject.delete(s.projectId);
+      if (!set.delete(s)) return;
+      if (!set.size && this.byProject.get(s.projectId) === set) {
+        this.byProject.delete(s.projectId);
+        this.onEmpty(s.projectId);
+      }
     };
   }
 
@@ -34,6 +40,14 @@ export class TailHub {
       if (!set) continue;
       for (const s of set) if (s.accept(l)) s.deliver(l);
     }
+  }
+
+  /** The project is gone: its tails end. */
+  endProject(projectId: string): void {
+    const set = this.byProject.get(projectId);
+    if (!set) return;
+    for (const s of [...set]) s.end();
+    if (this.byProject.delete(projectId)) this.onEmpty(projectId);
   }
 
   endAll(): void {
@@ -72,11 +86,15 @@ export function tailStream(
   let unsubscribe = () => {};
   let heartbeat: ReturnType<typeof setInterval> | null = null;
   let closed = false;
+  /** Live lines held while the backlog is read; null once it was sent. */
+  let live: StoredLine[] | null = null;
+  /** Lines this client missed and has not yet been told of. */
+  let dropped = 0;
+  let send: (chunk: string) => boolean = () => false;
   return new ReadableStream<Uint8Array>(
     {
       start(controller) {
-        let live: StoredLine[] | null = [];
-        let dropped = 0;
+        live = [];
         const close = () => {
           if (closed) return;
           closed = true;
@@ -88,13 +106,17 @@ export function tailStream(
             // already closed by the client
           }
         };
-        const send = (chunk: string): boolean => {
+        send = (chunk: string): boolean => {
           if (closed) return false;
           if ((controller.desiredSize ?? 0) <= 0) return false;
           controller.enqueue(enc.encode(chunk));
           return true;
         };
+        // Ids sent from the backlog: a line another instance announces after it was read from the
+        // store is not sent twice.
+        const seen = new Set<string>();
         const deliver = (l: StoredLine) => {
+          if (seen.size && seen.has(l.id)) return;
           if (live) {
             // The backlog is still being read: hold a bounded number of live lines till then.
             if (live.length < MAX_HELD) live.push(l);
@@ -113,14 +135,13 @@ export function tailStream(
         void o
           .backlog()
           .then((stored) => {
-            const seen = new Set<string>();
             for (const l of stored.reverse()) {
               seen.add(l.id);
-              send(event("log", entryView(l), l.id));
+              if (!send(event("log", entryView(l), l.id))) dropped++;
             }
             const waiting = live ?? [];
             live = null;
-            for (const l of waiting) if (!seen.has(l.id)) deliver(l);
+            for (const l of waiting) deliver(l);
           })
           .catch((err) => {
             send(event("error", { error: `the backlog could not be read: ${(err as Error).message}` }));
@@ -128,6 +149,11 @@ export function tailStream(
             live = null;
             for (const l of waiting) deliver(l);
           });
+      },
+      // The client read enough for the queue to take more: tell it at once what it missed, rather
+      // than at the next matching line (which may be long in coming).
+      pull() {
+        if (!live && dropped && send(event("dropped", { count: dropped }))) dropped = 0;
       },
       cancel() {
         closed = true;

@@ -302,11 +302,19 @@ export class MetricsService {
 
   /** Per-minute rows older than KILN_METRICS_RETENTION_DAYS go, hourly on the platform clock (usage counters stay). */
   startRetention(): void {
-    this.retention = this.d.clock.every(
-      HOUR_MS,
-      () => this.d.store.query(`delete from metric_minutes where minute < $1`, [iso(this.d.clock.nowMs() - this.d.retentionDays() * DAY_MS)]),
-      "metrics retention",
-    );
+    this.retention = this.d.clock.every(HOUR_MS, () => this.sweep(), "metrics retention");
+  }
+
+  /**
+   * One retention pass. Completed minutes still in memory are written first, so that none older
+   * than the cutoff is written after the pass (when the clock jumps days, the one-second writes
+   * have not yet run for the minutes passed over).
+   */
+  async sweep(): Promise<void> {
+    await this.serial(async () => {
+      await this.write(false);
+      await this.d.store.query(`delete from metric_minutes where minute < $1`, [iso(this.d.clock.nowMs() - this.d.retentionDays() * DAY_MS)]);
+    });
   }
 
   async removeProject(projectId: string): Promise<void> {

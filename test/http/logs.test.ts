@@ -2,6 +2,7 @@
 // fields, the query grammar, cursors, time bounds, auth, build logs, retention on the platform clock,
 // and logs kept by earlier versions.
 import { PGlite } from "@electric-sql/pglite";
+import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm";
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import postgres from "postgres";
@@ -18,6 +19,8 @@ const CODE = {
     else if (l.out === "raw") process.stdout.write(l.text + "\\n");
     else console.log(l.text);
   }
+  // {flood: {lines, size}}: that many lines of about \`size\` characters each.
+  if (e && e.flood) for (let i = 0; i < e.flood.lines; i++) console.log("flood " + i + " " + "x".repeat(e.flood.size));
   if (e && e.fail) throw new Error("handler failed on purpose");
   return "ok";
 };`,
@@ -232,15 +235,18 @@ describe("log search", () => {
   });
 });
 
-/** An SSE reader over fetch: events as they arrive. */
-async function openTail(kk: TestKiln, projectId: string, query: Record<string, string>, token?: string) {
+/** An SSE reader over fetch: events as they arrive. `paused`: nothing is read until `resume()`. */
+async function openTail(kk: TestKiln, projectId: string, query: Record<string, string>, token?: string, o: { paused?: boolean } = {}) {
   const ctl = new AbortController();
   const res = await fetch(`${kk.url}/projects/${projectId}/logs/tail?${new URLSearchParams(query)}`, { headers: { authorization: `Bearer ${token ?? kk.token}` }, signal: ctl.signal });
   const events: Array<{ event: string; data: any; id?: string; at: number }> = [];
   let buffer = "";
   const waiters: Array<() => void> = [];
+  let resume = () => {};
+  const resumed = o.paused ? new Promise<void>((r) => (resume = r)) : Promise.resolve();
   const pump = (async () => {
     if (!res.ok) return;
+    await resumed;
     const reader = res.body!.getReader();
     const dec = new TextDecoder();
     try {
@@ -276,7 +282,7 @@ async function openTail(kk: TestKiln, projectId: string, query: Record<string, s
       });
     }
   };
-  return { res, events, until, close: async () => (ctl.abort(), await pump) };
+  return { res, events, until, resume, ended: pump, close: async () => (ctl.abort(), resume(), await pump) };
 }
 
 describe("live tail", () => {
@@ -315,6 +321,37 @@ describe("live tail", () => {
     await tail.close();
   });
 
+  test("a client that reads slower than lines come is told how many it missed (`event: dropped`) instead of Kiln queueing without bound", async () => {
+    const { p, invoke } = await setup();
+    const tail = await openTail(k, p.id, { q: "flood" }, undefined, { paused: true });
+    expect(tail.res.status).toBe(200);
+    // ~23 MB of matching events while the client reads nothing: far beyond the stream's 4 MB queue
+    // and what the sockets between hold (~5 MB here).
+    const INVOCATIONS = 25;
+    const PER = 100;
+    for (let i = 0; i < INVOCATIONS; i++) await invoke({ flood: { lines: PER, size: 9000 } });
+    tail.resume();
+    const count = () => {
+      const logs = tail.events.filter((e) => e.event === "log").length;
+      const dropped = tail.events.filter((e) => e.event === "dropped").reduce((n, e) => n + e.data.count, 0);
+      return { logs, dropped };
+    };
+    // Every line is either delivered or counted, and the count comes as soon as the client caught
+    // up, without waiting for another line.
+    await tail.until(() => count().logs + count().dropped === INVOCATIONS * PER, 30_000);
+    const { logs, dropped } = count();
+    expect(dropped).toBeGreaterThan(0);
+    // What reached the client is bounded by the queue (4 MB) and socket buffers, not all that was sent.
+    expect(logs * 9000).toBeLessThan(16 * 1024 * 1024);
+    // Delivered lines are whole, in order, and the stream goes on after the loss.
+    const firstDropped = tail.events.findIndex((e) => e.event === "dropped");
+    expect(tail.events.slice(0, firstDropped).every((e) => e.event === "log" && e.data.body.length > 9000)).toBe(true);
+    await invoke({ lines: [{ out: "log", text: "flood is over" }] });
+    await tail.until(() => tail.events.some((e) => e.event === "log" && e.data.body === "flood is over"));
+    expect(count().logs + count().dropped).toBe(INVOCATIONS * PER + 1);
+    await tail.close();
+  }, 120_000);
+
   test("the tail takes the search's filters as query parameters: errors are 400s with positions; auth as search", async () => {
     const { p, key } = await setup();
     const bad = await k.api("GET", `/projects/${p.id}/logs/tail?q=${encodeURIComponent("level:(error")}`);
@@ -339,6 +376,46 @@ describe("live tail", () => {
   });
 });
 
+describe.skipIf(STORE !== "postgres")("live tail across instances", () => {
+  test("a tail on one instance gets the lines of invocations another instance on the same PostgreSQL serves, each once", async () => {
+    const a = await startKiln();
+    const b = await startKiln({ databaseUrl: a.databaseUrl, env: { KILN_PLATFORM_TOKEN: a.token } });
+    try {
+      // A function built on each instance (function code lives in an instance's data dir).
+      const { p, fn, key } = await setup(a);
+      const onB_fn = await settled(b, p.id, (await deploy(b, p.id, { name: "talker-b", runtime: "nodejs22.x" }, tgz(CODE))).body.id);
+      expect(onB_fn.status).toBe("active");
+      const onA = await openTail(a, p.id, { q: "across OR level:error" });
+      const onB = await openTail(b, p.id, { q: "across" });
+      const invoke = async (kk: TestKiln, lines: unknown[]) => {
+        const r = await kk.api("POST", `/functions/${kk === a ? fn.id : onB_fn.id}/invoke`, { token: key, body: { payload: { lines } } });
+        expect(r.status, r.text).toBe(200);
+        return r.headers.get("x-service-invocation-id")!;
+      };
+      // Served by b: a's tail gets the matching lines once b has written them.
+      const inv = await invoke(b, [{ out: "log", text: "across one" }, { out: "log", text: "not this" }, { out: "error", text: "an error" }]);
+      await onA.until(() => onA.events.length >= 2);
+      expect(onA.events.map((e) => e.data.body)).toEqual(["across one", "an error"]);
+      for (const e of onA.events) expect(e.data).toMatchObject({ invocation_id: inv, resource: { type: "function", id: onB_fn.id, name: "talker-b" }, region: "local" });
+      // Served by a: b's tail gets it.
+      await invoke(a, [{ out: "log", text: "across two" }]);
+      await invoke(a, [{ out: "log", text: "across three" }]);
+      await onB.until(() => onB.events.some((e) => e.data.body === "across three"));
+      await onA.until(() => onA.events.some((e) => e.data.body === "across three"));
+      // Each line once on each tail: its own instance's lines are not announced back to it.
+      expect(onB.events.map((e) => e.data.body)).toEqual(["across one", "across two", "across three"]);
+      expect(onA.events.map((e) => e.data.body)).toEqual(["across one", "an error", "across two", "across three"]);
+      await onA.close();
+      await onB.close();
+    } finally {
+      await b.stop();
+      await a.stop();
+      removeDir(a.dataDir);
+      removeDir(b.dataDir);
+    }
+  }, 120_000);
+});
+
 describe("live tail and stopping", () => {
   test("an open tail does not hold up a graceful stop: the stream ends and Kiln exits 0", async () => {
     const kk = await startKiln();
@@ -357,7 +434,80 @@ describe("live tail and stopping", () => {
   });
 });
 
+/**
+ * Rows of a project left in Kiln's stores: log lines, per-minute metrics and usage counters. Read
+ * after Kiln stopped (an embedded database has one user at a time).
+ */
+async function storedRows(kk: TestKiln, projectId: string): Promise<{ log_lines: number; metric_minutes: number; usage_hours: number }> {
+  const count = "select count(*)::int as n from %s where project_id = $1";
+  if (STORE === "embedded") {
+    const logs = new PGlite(join(kk.dataDir, "logs"), { extensions: { pg_trgm } });
+    const control = new PGlite(join(kk.dataDir, "control"));
+    try {
+      const n = async (db: PGlite, table: string) => (await db.query<{ n: number }>(count.replace("%s", table), [projectId])).rows[0]!.n;
+      return { log_lines: await n(logs, "log_lines"), metric_minutes: await n(control, "metric_minutes"), usage_hours: await n(control, "usage_hours") };
+    } finally {
+      await logs.close();
+      await control.close();
+    }
+  }
+  const sql = postgres(kk.databaseUrl!, { max: 1, onnotice: () => {} });
+  try {
+    const n = async (table: string) => ((await sql.unsafe(count.replace("%s", table), [projectId])) as unknown as Array<{ n: number }>)[0]!.n;
+    return { log_lines: await n("log_lines"), metric_minutes: await n("metric_minutes"), usage_hours: await n("usage_hours") };
+  } finally {
+    await sql.end();
+  }
+}
+
 describe("the log store", () => {
+  test("deleting a project removes its log lines, metrics and usage; its search, tail and metrics then 404, its open tails end; other projects keep theirs", async () => {
+    const kk = await startKiln({ args: ["--controllable-clock"] });
+    const ids = { doomed: "", kept: "" };
+    try {
+      const doomed = await setup(kk, "doomed");
+      const kept = await setup(kk, "kept");
+      ids.doomed = doomed.p.id;
+      ids.kept = kept.p.id;
+      await doomed.invoke({ lines: [{ out: "log", text: "doomed line" }] });
+      await kept.invoke({ lines: [{ out: "log", text: "kept line" }] });
+      // A minute on: both projects' minutes are complete (and written to the store).
+      await advance(kk, 60);
+      expect(bodies(await doomed.search({ q: "line" }))).toEqual(["doomed line"]);
+      const metrics = (id: string) => kk.api("POST", `/projects/${id}/metrics/query`, { body: { time_range: { window: "1h" }, queries: [{ id: "n", metric: "request_count" }] } });
+      expect((await metrics(doomed.p.id)).body.results[0].values).toEqual([{ dimensions: {}, value: 1 }]);
+      const tail = await openTail(kk, doomed.p.id, {});
+      expect(tail.res.status).toBe(200);
+
+      expect((await kk.api("DELETE", `/projects/${doomed.p.id}`)).status).toBe(202);
+      await eventually(() => kk.api("GET", `/projects/${doomed.p.id}`), (r) => r.status === 404);
+      // Its open tail ended with the project.
+      await Promise.race([tail.ended, new Promise((_, fail) => setTimeout(() => fail(new Error("the deleted project's tail is still open")), 5000))]);
+      expect((await doomed.search({})).status).toBe(404);
+      expect((await metrics(doomed.p.id)).status).toBe(404);
+      expect((await kk.api("GET", `/projects/${doomed.p.id}/usage`)).status).toBe(404);
+      const t = await fetch(`${kk.url}/projects/${doomed.p.id}/logs/tail`, { headers: { authorization: `Bearer ${kk.token}` }, signal: AbortSignal.timeout(5000) });
+      expect(t.status).toBe(404);
+      await t.body?.cancel();
+      // The other project is untouched.
+      expect(bodies(await kept.search({ q: "line" }))).toEqual(["kept line"]);
+      expect((await metrics(kept.p.id)).body.results[0].values).toEqual([{ dimensions: {}, value: 1 }]);
+      await tail.close();
+    } finally {
+      expect(await kk.stop()).toBe(0);
+    }
+    try {
+      // Nothing of the deleted project is left in the stores; the other project's rows are there.
+      expect(await storedRows(kk, ids.doomed)).toEqual({ log_lines: 0, metric_minutes: 0, usage_hours: 0 });
+      const other = await storedRows(kk, ids.kept);
+      expect(other.log_lines).toBeGreaterThanOrEqual(2);
+      expect(other.metric_minutes).toBe(1);
+      expect(other.usage_hours).toBe(1);
+    } finally {
+      removeDir(kk.dataDir);
+    }
+  }, 120_000);
+
   test("retention: lines older than KILN_LOG_RETENTION_DAYS are deleted by an hourly cleanup on the platform clock", async () => {
     const kk = await startKiln({ args: ["--controllable-clock"], env: { KILN_LOG_RETENTION_DAYS: "1" } });
     try {
@@ -379,6 +529,105 @@ describe("the log store", () => {
       removeDir(kk.dataDir);
     }
   });
+
+  test("a log store made before segments (one row per line, a trigram index) is upgraded in place: its lines stay searchable with every filter, count in build summaries, and go by retention and with their project", async () => {
+    const kk = await startKiln({ args: ["--controllable-clock"], env: { KILN_LOG_RETENTION_DAYS: "1" } });
+    let again: TestKiln | undefined;
+    try {
+      const { p, fn, search } = await setup(kk, "upgraded");
+      const dep = (await kk.api("GET", `/projects/${p.id}/functions/${fn.id}/deployments`)).body.data[0];
+      const now = Date.parse((await kk.api("GET", "/_kiln/clock", { token: null })).body.now);
+      expect(await kk.stop()).toBe(0);
+
+      // What the previous version's log store held: its schema (logs/001 and the pg_trgm index) and
+      // 300 invocation lines from 30 to 20 hours ago (every 10th an error), 3 build lines.
+      const old = [
+        `create table if not exists kiln_schema (id text primary key, applied_at timestamptz not null default now())`,
+        `create table log_lines (id text not null, project_id text not null, resource_type text not null, resource_id text not null, resource_name text not null,
+           stream text not null, deployment_id text, invocation_id text, region text not null, level text not null, structured boolean not null, body text not null, at timestamptz not null)`,
+        `create index log_lines_newest on log_lines (project_id, at desc, id desc)`,
+        `create index log_lines_levels on log_lines (project_id, level, at desc, id desc) where level <> 'info'`,
+        `create index log_lines_builds on log_lines (deployment_id, at, id) where stream = 'build'`,
+        `create table log_imports (source text primary key, position text not null)`,
+        `insert into kiln_schema (id) values ('logs/001-log-lines')`,
+        `create extension if not exists pg_trgm`,
+        `create index log_lines_body_trgm on log_lines using gin (body gin_trgm_ops)`,
+      ];
+      const rows = [
+        ...Array.from({ length: 300 }, (_, i) => ({
+          id: `0old${String(i).padStart(16, "0")}`,
+          stream: "runtime",
+          invocation_id: "oldinv",
+          level: i % 10 === 0 ? "error" : "info",
+          body: `old line ${String(i).padStart(3, "0")}`,
+          at: new Date(now - 30 * 3_600_000 + i * 120_000).toISOString(),
+        })),
+        ...[1, 2, 3].map((i) => ({ id: `0oldbuild${i}00000000000`, stream: "build", invocation_id: null, level: "info", body: `old build ${i}`, at: new Date(now - 21 * 3_600_000 + i).toISOString() })),
+      ].map((r) => ({ ...r, project_id: p.id, resource_type: "function", resource_id: fn.id, resource_name: "upgraded", deployment_id: dep.id, region: "local", structured: false }));
+      const insert = `insert into log_lines select * from jsonb_populate_recordset(null::log_lines, $1::text::jsonb)`;
+      if (STORE === "embedded") {
+        removeDir(join(kk.dataDir, "logs"));
+        const db = new PGlite(join(kk.dataDir, "logs"), { extensions: { pg_trgm } });
+        for (const q of old) await db.query(q);
+        await db.query(insert, [JSON.stringify(rows)]);
+        await db.close();
+      } else {
+        const sql = postgres(kk.databaseUrl!, { max: 1, onnotice: () => {} });
+        await sql.unsafe(`drop table if exists log_lines, log_imports, log_segments, log_tails; drop sequence if exists log_segment_batches; delete from kiln_schema where id like 'logs/%'`);
+        for (const q of old) await sql.unsafe(q);
+        await sql.unsafe(insert, [JSON.stringify(rows)]);
+        await sql.end();
+      }
+
+      again = await startKiln({ dataDir: kk.dataDir, databaseUrl: kk.databaseUrl, args: ["--clock-start", new Date(now).toISOString()], env: { KILN_LOG_RETENTION_DAYS: "1" } });
+      const a = again;
+      const find = (body: Record<string, unknown>) => a.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function" }, ...body } });
+      const key = (await a.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "k2" } })).body.key;
+      await a.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { lines: [{ out: "log", text: "new line after the upgrade" }] } } });
+      // Old and new lines in one newest-first order, with free text, phrases, levels and invocation ids.
+      const all = await find({ q: "line -invocation", limit: 1000 });
+      expect(all.status, all.text).toBe(200);
+      expect(bodies(all)[0]).toBe("new line after the upgrade");
+      expect(bodies(all).slice(1)).toEqual(rows.filter((r) => r.stream === "runtime").map((r) => r.body).reverse());
+      expect(bodies(await find({ q: '"old line 12"' }))).toEqual(["old line 129", "old line 128", "old line 127", "old line 126", "old line 125", "old line 124", "old line 123", "old line 122", "old line 121", "old line 120"]);
+      expect(bodies(await find({ q: "level:error old", limit: 1000 }))).toHaveLength(30);
+      expect((await find({ q: "invocation.id:oldinv" })).body.data).toHaveLength(100);
+      // Paging through them: every line once, in order.
+      const paged: string[] = [];
+      let cursor: string | undefined;
+      do {
+        const r = await find({ q: "old line", limit: 70, cursor });
+        paged.push(...bodies(r));
+        cursor = r.body.next_cursor;
+      } while (cursor);
+      expect(paged).toEqual(bodies(all).slice(1));
+      // Old build lines: found by deployment and counted in the deployment history.
+      expect(bodies(await find({ resource: { type: "function", ids: [fn.id], deployments: { ids: [dep.id] } }, q: "old build" }))).toEqual(["old build 3", "old build 2", "old build 1"]);
+      const history = (await a.api("GET", `/projects/${p.id}/functions/${fn.id}/deployments`)).body.data[0];
+      expect(history.build_log.lines).toBe(3);
+      // Retention: an hour on, lines older than a day (those from before 23 h ago) are gone, the rest stay.
+      expect((await a.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds: 3600 } })).status).toBe(200);
+      // The sweep ran an hour after the start, which was a little after `now` (the clock also runs).
+      const later = Date.parse((await a.api("GET", "/_kiln/clock", { token: null })).body.now);
+      const runtime = rows.filter((r) => r.stream === "runtime");
+      const left = bodies(await find({ q: "old line", limit: 1000 }));
+      const must = runtime.filter((r) => Date.parse(r.at) >= later - 86_400_000).map((r) => r.body);
+      const may = runtime.filter((r) => Date.parse(r.at) >= now + 3_600_000 - 86_400_000).map((r) => r.body);
+      expect(must.length).toBeGreaterThan(50);
+      expect(may.length).toBeLessThan(150);
+      expect(left.length).toBeGreaterThanOrEqual(must.length);
+      expect(left).toEqual(may.reverse().slice(0, left.length));
+      // The project's deletion takes its old lines too.
+      expect((await a.api("DELETE", `/projects/${p.id}`)).status).toBe(202);
+      await eventually(() => a.api("GET", `/projects/${p.id}`), (r) => r.status === 404);
+      expect(await a.stop()).toBe(0);
+      expect((await storedRows(a, p.id)).log_lines).toBe(0);
+    } finally {
+      await again?.stop();
+      await kk.stop();
+      removeDir(kk.dataDir);
+    }
+  }, 180_000);
 
   test("lines survive a restart; logs kept by the previous version (function_logs, function_build_logs) are moved in and stay searchable", async () => {
     const kk = await startKiln();

@@ -38,7 +38,7 @@ describe("log ingest", () => {
   test("lines are stamped on the platform clock, NULs become U+FFFD, and a flush writes everything recorded", async () => {
     const written: StoredLine[] = [];
     const clock = new PlatformClock(() => {}, Date.now() + 86_400_000);
-    const { ingest } = ingestWith({ append: async (l) => void written.push(...l) }, { clock });
+    const { ingest } = ingestWith({ append: async (l) => (written.push(...l), new Map()) }, { clock });
     ingest.invocation(fn, "d1", "local", "inv1", [line("a\u0000b"), line('{"level":"warn","message":"m"}')]);
     await ingest.flush();
     expect(written.map((l) => [l.body, l.level, l.structured])).toEqual([
@@ -62,6 +62,7 @@ describe("log ingest", () => {
           taken();
           await gate;
           written.push(...l);
+          return new Map();
         },
       },
       { maxPending: 100 },
