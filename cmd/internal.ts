@@ -1,6 +1,4 @@
 import type { Command } from "commander";
-import { SCHEMA } from "../server/areas";
-import { controlTemplate, ensureTemplate } from "../server/store/template";
 
 /** Maintenance commands run by npm scripts, hidden from help. */
 export function internalCommand(program: Command): void {
@@ -10,6 +8,9 @@ export function internalCommand(program: Command): void {
     .description("make the embedded templates (control store, databases, log store) now (npm ci runs this) so the first `kiln start` is fast")
     .action(async () => {
       const t0 = performance.now();
+      // Loaded here, not at the top: the server's modules would cost every other CLI command ~0.3 s.
+      const { SCHEMA } = await import("../server/areas");
+      const { controlTemplate, ensureTemplate } = await import("../server/store/template");
       const { DATABASE_TEMPLATE } = await import("../server/backends/databases/embedded");
       const { logDbTemplate } = await import("../server/logs/log-db-template");
       for (const spec of [controlTemplate(SCHEMA), DATABASE_TEMPLATE, logDbTemplate()]) {

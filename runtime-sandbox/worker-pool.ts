@@ -82,6 +82,12 @@ export interface WorkerPoolOptions {
    * (root, or a delegated subtree); off: rlimits only. See cgroups.ts.
    */
   cgroups?: "auto" | "off";
+  /**
+   * How long a new worker may take to start and load the handler; default 10 s. A cold start is not the
+   * invocation's time (as on Lambda, whose init phase has its own 10 s): the time limit starts when the
+   * handler gets the event, so a slow container start on a busy machine does not turn into a 504.
+   */
+  initTimeoutMs?: number;
   log?: (msg: string) => void;
 }
 
@@ -94,6 +100,8 @@ interface Lease {
 interface Waiter {
   deadline: number;
   timeoutMessage: string;
+  /** The caller's own deadline, which also bounds a worker started for it. */
+  callerDeadline: number;
   resolve: (l: Lease) => void;
   reject: (e: FunctionError) => void;
   timer: ReturnType<typeof setTimeout>;
@@ -117,6 +125,8 @@ interface Group {
   drained: Array<() => void>;
 }
 
+const DEADLINE_PASSED = "the invocation's deadline passed";
+
 export class WorkerPool {
   /** What isolates local workers: a sandbox kind, "container", or "unavailable" (every invocation a 503). */
   readonly isolation: Isolation["kind"] | "container" | "unavailable";
@@ -128,6 +138,7 @@ export class WorkerPool {
   private readonly cgroupsOff: boolean;
   private readonly max: number;
   private readonly idleMs: number;
+  private readonly initTimeoutMs: number;
   private readonly hiddenPaths: string[];
   private readonly log: (msg: string) => void;
   private readonly groups = new Map<string, Group>();
@@ -140,6 +151,7 @@ export class WorkerPool {
   constructor(opts: WorkerPoolOptions = {}) {
     this.max = Math.max(1, opts.maxWorkersPerVersion ?? 4);
     this.idleMs = opts.idleMs ?? 60_000;
+    this.initTimeoutMs = opts.initTimeoutMs ?? 10_000;
     this.hiddenPaths = opts.hiddenPaths ?? [];
     this.log = opts.log ?? ((m) => console.error(m));
     this.containers = opts.containers ?? null;
@@ -172,11 +184,16 @@ export class WorkerPool {
     const runtime = await resolveRuntime(v.runtime);
     if (isMissing(runtime)) throw new FunctionError("runtime_missing", `runtime ${v.runtime} is not available on this machine; install ${runtime.missing}`);
     // The clock starts after the runtime is at hand: a first-use install of Node is not the function's time.
-    const byLimit = Date.now() + v.limits.timeoutMs;
-    const deadline = Math.min(ctx.deadlineMs ?? Infinity, byLimit);
-    const timeoutMessage = deadline < byLimit ? "the invocation's deadline passed" : `the function timed out after ${v.limits.timeoutMs} ms`;
+    const callerDeadline = ctx.deadlineMs ?? Infinity;
+    const limitMessage = `the function timed out after ${v.limits.timeoutMs} ms`;
     const g = this.groupFor(v, runtime);
-    const lease = await this.acquire(g, deadline, timeoutMessage);
+    // Waiting for a busy worker is bounded by the time limit; a cold start by the init budget (startFor).
+    const waitLimit = Date.now() + v.limits.timeoutMs;
+    const lease = await this.acquire(g, Math.min(callerDeadline, waitLimit), callerDeadline < waitLimit ? DEADLINE_PASSED : limitMessage, callerDeadline);
+    // The handler's time limit runs from here.
+    const byLimit = Date.now() + v.limits.timeoutMs;
+    const deadline = Math.min(callerDeadline, byLimit);
+    const timeoutMessage = deadline < byLimit ? DEADLINE_PASSED : limitMessage;
     let out: Outcome;
     try {
       out = await lease.worker.run(
@@ -292,17 +309,18 @@ export class WorkerPool {
     return [...g.workers].filter((w) => w.generation === g.generation && w.state !== "exited");
   }
 
-  private acquire(g: Group, deadline: number, timeoutMessage: string): Promise<Lease> {
+  private acquire(g: Group, deadline: number, timeoutMessage: string, callerDeadline: number): Promise<Lease> {
     const idle = this.current(g).find((w) => w.state === "idle" && !g.leased.has(w));
     if (idle) {
       g.leased.add(idle);
       return Promise.resolve({ worker: idle, cold: false });
     }
-    if (this.current(g).length < this.max) return this.startFor(g, deadline, timeoutMessage);
+    if (this.current(g).length < this.max) return this.startFor(g, callerDeadline);
     return new Promise<Lease>((resolve, reject) => {
       const waiter: Waiter = {
         deadline,
         timeoutMessage,
+        callerDeadline,
         resolve,
         reject,
         timer: setTimeout(() => {
@@ -315,9 +333,11 @@ export class WorkerPool {
   }
 
   /** A new worker, leased to the caller once its handler is loaded. */
-  private async startFor(g: Group, deadline: number, timeoutMessage: string): Promise<Lease> {
+  private async startFor(g: Group, callerDeadline: number): Promise<Lease> {
     const started = performance.now();
-    const w = this.spawn(g, deadline, timeoutMessage);
+    const byInit = Date.now() + this.initTimeoutMs;
+    const deadline = Math.min(callerDeadline, byInit);
+    const w = this.spawn(g, deadline, deadline < byInit ? DEADLINE_PASSED : `the function did not start within ${this.initTimeoutMs} ms (loading its code took too long)`);
     g.leased.add(w);
     try {
       await w.ready;
@@ -389,7 +409,7 @@ export class WorkerPool {
     if (!this.closed && g.waiters.length && this.current(g).length < this.max) {
       const waiter = g.waiters.shift()!;
       clearTimeout(waiter.timer);
-      this.startFor(g, waiter.deadline, waiter.timeoutMessage).then(waiter.resolve, waiter.reject);
+      this.startFor(g, waiter.callerDeadline).then(waiter.resolve, waiter.reject);
     }
     this.checkDrained(g);
   }

@@ -57,6 +57,8 @@ export interface Config {
   /** Limits of every function invocation. */
   functionMemoryMb: number;
   functionTimeoutMs: number;
+  /** A new worker's start (cold start) budget, apart from the time limit. */
+  functionInitTimeoutMs: number;
   /** CPU time one invocation may use (all its threads and processes); default: the time limit. */
   functionCpuSeconds: number;
   /** Standard functions per project (403 beyond). */
@@ -197,6 +199,7 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     allowUnsandboxedFunctions: Boolean(opts.allowUnsandboxedFunctions) || env.KILN_ALLOW_UNSANDBOXED_FUNCTIONS === "1",
     functionMemoryMb: intEnv("KILN_FUNCTION_MEMORY_MB", 256),
     functionTimeoutMs: intEnv("KILN_FUNCTION_TIMEOUT_MS", 30_000),
+    functionInitTimeoutMs: intEnv("KILN_FUNCTION_INIT_TIMEOUT_MS", 10_000),
     functionCpuSeconds: intEnv("KILN_FUNCTION_CPU_SECONDS", Math.max(1, Math.ceil(intEnv("KILN_FUNCTION_TIMEOUT_MS", 30_000) / 1000))),
     functionsDomain: (env.KILN_FUNCTIONS_DOMAIN || "fn.localhost").toLowerCase(),
     dbIdleCloseMs: intEnv("KILN_DB_IDLE_CLOSE_MS", 60_000),

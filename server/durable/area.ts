@@ -17,7 +17,7 @@ export const durableArea = defineArea({
   name: "durable-functions",
   migrations: DURABLE_MIGRATIONS,
   start: (deps: Needs) => {
-    const { store, functions, clock } = deps;
+    const { store, functions } = deps;
     const durable = new DurableEngine(deps, {
       leaseMs: Number(process.env.KILN_DURABLE_LEASE_MS ?? 30_000),
       maxConcurrent: Number(process.env.KILN_DURABLE_CONCURRENCY ?? 32),
@@ -26,13 +26,7 @@ export const durableArea = defineArea({
     });
     const executions = new ExecutionsReader(store);
     // A deleted durable function's unfinished executions stop with it (in the deleting transaction).
-    functions.onDelete(async (tx, functionId) => {
-      await tx.query(
-        `update durable_executions set status = 'stopped', error = 'the durable function was deleted', finished_at = $2, updated_at = $2, lease_owner = null, wake_at = null
-          where function_id = $1 and status in ('queued', 'running', 'sleeping')`,
-        [functionId, clock.now().toISOString()],
-      );
-    });
+    functions.onDelete((tx, functionId) => durable.stopFunction(tx, functionId));
     return { durable, executions };
   },
   routes: durableRoutes,

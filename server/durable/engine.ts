@@ -107,6 +107,35 @@ export class DurableEngine {
     return stopped;
   }
 
+  /**
+   * A deleted durable function's unfinished executions stop with it, in the deleting transaction, and
+   * are counted into usage as any stop is.
+   */
+  async stopFunction(tx: Sql, functionId: string): Promise<void> {
+    const now = iso(this.d.clock.nowMs());
+    const rows = await tx.query(
+      `update durable_executions set status = 'stopped', error = 'the durable function was deleted', finished_at = $2, updated_at = $2, lease_owner = null, lease_until = null, wake_at = null
+        where function_id = $1 and status in ('queued', 'running', 'sleeping') returning *`,
+      [functionId, now],
+    );
+    for (const r of rows) await this.count(tx, r, 0);
+  }
+
+  /**
+   * A segment that ran on after this instance lost the execution (stopped, or taken over after a
+   * lapsed lease) still used compute. On an execution still going it joins the total counted at the
+   * finish; on one already finished (a stop) it goes into usage now.
+   */
+  private async lateCompute(exec: Row, computeMs: number): Promise<void> {
+    if (!(computeMs > 0)) return;
+    await this.d.store.transaction(async (tx) => {
+      const [r] = await tx.query(`update durable_executions set compute_ms = compute_ms + $2 where id = $1 returning status, project_id`, [exec.id, computeMs]);
+      if (r && ["stopped", "completed", "failed"].includes(r.status)) {
+        await countUsage(tx, r.project_id, { durable_compute_mb_seconds: (computeMs / 1000) * this.d.config.functionMemoryMb }, this.d.clock.nowMs());
+      }
+    });
+  }
+
   // ---------------------------------------------------------------------------------------------
   // Claiming work.
 
@@ -300,7 +329,7 @@ export class DurableEngine {
       const out = await pool.invoke(version, eventOf(exec), { invocationId: `${exec.id}:${exec.segments}`, durable: { journal, onStep } });
       lines.unshift(...out.logs);
       computeMs = out.computeMs;
-      if (lost) return;
+      if (lost) return await this.lateCompute(exec, computeMs);
       const d = decision as Decision | null;
       if (d?.kind === "fail") {
         say("error", `execution failed: ${d.error}`);

@@ -33,7 +33,7 @@ export const functionsArea = defineArea({
     let pool: Promise<WorkerPool> | null = null;
     const functionPool = () =>
       (pool ??= import("../../runtime-sandbox/worker-pool").then(
-        (m) => new m.WorkerPool({ hiddenPaths: [config.dataDir], containers: containers ?? undefined, sandbox: sandbox.want, allowUnsandboxed: sandbox.allowUnsandboxed, log: (msg) => log.warn(msg) }),
+        (m) => new m.WorkerPool({ hiddenPaths: [config.dataDir], containers: containers ?? undefined, sandbox: sandbox.want, allowUnsandboxed: sandbox.allowUnsandboxed, initTimeoutMs: config.functionInitTimeoutMs, log: (msg) => log.warn(msg) }),
       ));
     const functions = new FunctionsService({
       store,

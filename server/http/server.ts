@@ -23,8 +23,12 @@ export function renderError(log: Logger, err: unknown, request: Request): Respon
  * service headers on every response, errors included.
  */
 
-/** Idle time allowed on a connection whose refused body is still being discarded. */
-const UNREAD_BODY_IDLE_SECONDS = 2;
+/**
+ * Idle time allowed on a connection whose refused body is still being discarded. Closing it while the
+ * client still sends resets the connection, and a reset throws away the 413 if the client has not read
+ * it yet: a busy client can pause a few seconds, so this is not shorter than that.
+ */
+const UNREAD_BODY_IDLE_SECONDS = 10;
 
 export function serveHttp(t: Transport, router: Router, byHost: HostRouter = () => null) {
   const meta = new WeakMap<Request, { ip: string; arrivedAt: number }>();

@@ -165,6 +165,11 @@ export class VariablesService {
   /** Local writes per project: a load that started before one must not install what it read. */
   private readonly writes = new Map<string, number>();
   private nextRevision = 1;
+  /**
+   * The revision of each snapshot dropped for idleness: reloaded with the same fingerprint it keeps its
+   * revision, so a quiet project (or a test moving the platform clock past IDLE_MS) keeps warm workers.
+   */
+  private readonly dropped = new Map<string, { fingerprint: string; revision: number }>();
   private timer: TimerHandle | null = null;
   private refreshing = false;
   private get revalidates(): boolean {
@@ -175,6 +180,7 @@ export class VariablesService {
     this.writes.set(projectId, (this.writes.get(projectId) ?? 0) + 1);
     this.snapshots.delete(projectId);
     this.loading.delete(projectId);
+    this.dropped.delete(projectId);
   }
 
   /** The project's snapshot when it is in memory and fresh (the warm invocation path: O(1)), else undefined. */
@@ -237,7 +243,8 @@ export class VariablesService {
       cur.checkedAt = Math.max(cur.checkedAt, started);
       s = cur;
     } else {
-      s = { revision: this.nextRevision++, values, fingerprint, checkedAt: started, usedAt: started };
+      const prior = this.dropped.get(projectId);
+      s = { revision: prior?.fingerprint === fingerprint ? prior.revision : this.nextRevision++, values, fingerprint, checkedAt: started, usedAt: started };
     }
     // A local write since the load began: what was read may predate it, so it is not kept.
     if ((this.writes.get(projectId) ?? 0) === writes) {
@@ -283,8 +290,10 @@ export class VariablesService {
       const now = this.clock.nowMs();
       const due: string[] = [];
       for (const [id, s] of this.snapshots) {
-        if (now - s.usedAt > IDLE_MS) this.snapshots.delete(id);
-        else if (this.revalidates && now - s.usedAt < ACTIVE_MS && now - s.checkedAt >= FRESH_MS / 4) due.push(id);
+        if (now - s.usedAt > IDLE_MS) {
+          this.snapshots.delete(id);
+          this.dropped.set(id, { fingerprint: s.fingerprint, revision: s.revision });
+        } else if (this.revalidates && now - s.usedAt < ACTIVE_MS && now - s.checkedAt >= FRESH_MS / 4) due.push(id);
       }
       if (!this.snapshots.size) this.stop();
       for (let i = 0; i < due.length; i += 200) {

@@ -116,10 +116,11 @@ describe("pgbench", () => {
     const r = await run("pgbench", [...args, cs.bench], { timeoutMs });
     const what = `pgbench ${args.join(" ")} (exit ${r.code}, ${r.ms} ms):\n${r.out}\n${r.err}`;
     expect(r.code, what).toBe(0);
-    const m = /number of transactions actually processed: (\d+)\/(\d+)/.exec(r.out);
+    // "N/M" with -t; a bare N with -T (a run for a duration).
+    const m = /number of transactions actually processed: (\d+)(?:\/(\d+))?/.exec(r.out);
     expect(m, what).not.toBeNull();
     expect(/number of failed transactions: (\d+)/.exec(r.out)?.[1], what).toBe("0");
-    expect(Number(m![1]), what).toBe(Number(m![2]));
+    if (m![2] !== undefined) expect(Number(m![1]), what).toBe(Number(m![2]));
     return Number(m![1]);
   }
 
@@ -157,7 +158,8 @@ describe("pgbench", () => {
     const db = sqlClient(cs.bench);
     const before = (await db`select count(*)::int as n from pgbench_history`)[0]!.n as number;
     let finished = false;
-    const bench = pgbench(["-n", "-M", "prepared", "-c", "2", "-j", "1", "-t", "1500"], 30_000).finally(() => (finished = true));
+    // For a duration, not a count: a loaded machine makes it slower, never makes it miss the check.
+    const bench = pgbench(["-n", "-M", "prepared", "-c", "2", "-j", "1", "-T", "15"], 60_000).finally(() => (finished = true));
     // Once it is past preparing (the step that used to deadlock), another client must still get answers.
     // (Raced with pgbench itself: if it hangs holding a transaction, its kill ends the wait with its output.)
     const history = async () => (await db`select count(*)::int as n from pgbench_history`)[0]!.n as number;
@@ -167,12 +169,12 @@ describe("pgbench", () => {
     expect(during.ms).toBeLessThan(5_000);
     expect(finished, "pgbench had already finished: the check did not run beside it").toBe(false);
     const n = await bench;
-    expect(n).toBe(3000);
+    expect(n).toBeGreaterThanOrEqual(50);
     processed += n;
-  }, 60_000);
+  }, 90_000);
 
   test("after every run: sum(abalance) = sum(tbalance) = sum(bbalance) and pgbench_history has one row per processed transaction", async () => {
-    expect(processed).toBe(10 + 3 * 50 * (1 + 2 + 8 + 16) + 3000);
+    expect(processed).toBeGreaterThan(10 + 3 * 50 * (1 + 2 + 8 + 16));
     const db = sqlClient(cs.bench);
     const [s] = await db`select (select sum(abalance) from pgbench_accounts)::bigint::text as a, (select sum(tbalance) from pgbench_tellers)::bigint::text as t,
       (select sum(bbalance) from pgbench_branches)::bigint::text as b, (select count(*) from pgbench_history)::int as h,

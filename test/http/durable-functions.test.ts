@@ -355,11 +355,23 @@ def handler(event, step):
     await active(k, p.id, busy);
     const run = await k.api("POST", `/durable-functions/${busy}/executions`, { token: sk, body: { input: {} } });
     await eventually(() => k.api("GET", `/projects/${p.id}/durable-functions/${busy}/executions/${run.body.id}`), (r) => r.body.steps?.length === 1, 30_000);
+    const computeNow = async () => (await k.api("GET", `/projects/${p.id}/usage`)).body.metrics.find((m: any) => m.metric === "Durable Compute (MB-Seconds)").total as number;
     expect((await k.api("POST", `/projects/${p.id}/durable-functions/${busy}/executions/${run.body.id}/stop`)).body.status).toBe("stopped");
+    const atStop = await computeNow();
     await new Promise((r) => setTimeout(r, 2500)); // the slow step's own 1.5 s (wall time inside the worker)
     const after = (await k.api("GET", `/projects/${p.id}/durable-functions/${busy}/executions/${run.body.id}`)).body;
     expect(after.status).toBe("stopped");
     expect(after.steps.map((x: any) => x.name)).toEqual(["one"]);
+    // The segment that ran on after the stop still counts: at least its 1.5 s at the function's memory.
+    await eventually(computeNow, (c) => c - atStop >= 1.5 * 256 * 0.9, 20_000);
+
+    // Deleting the function stops its unfinished executions, each counted once into usage.
+    const executionsNow = async () => (await k.api("GET", `/projects/${p.id}/usage`)).body.metrics.find((m: any) => m.metric === "Durable Executions").total as number;
+    const sleeper = await k.api("POST", `/durable-functions/${id}/executions`, { token: sk, body: { input: {} } });
+    await settledExecution(p.id, id, sleeper.body.id, ["sleeping"]);
+    const before = await executionsNow();
+    expect((await k.api("DELETE", `/projects/${p.id}/durable-functions/${id}`)).status).toBe(202);
+    expect(await eventually(executionsNow, (n) => n !== before)).toBe(before + 1);
   });
 
   test("re-run from a step: a new execution reuses the journal before it and runs the rest again", async () => {

@@ -95,6 +95,31 @@ describe("project variables at scale", () => {
   });
 });
 
+// The variables snapshot of a quiet project is dropped after 5 minutes (platform clock); reloaded
+// unchanged, it keeps its revision, so the warm worker stays (it used to restart every worker after
+// any clock move past 5 minutes).
+describe("a quiet spell on the platform clock", () => {
+  test("10 minutes without invocations keep the warm worker; a change afterwards still reaches it", { timeout: 120_000 }, async () => {
+    const p = await createProject(k);
+    const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "backend" } })).body.key as string;
+    expect((await k.api("POST", `/projects/${p.id}/variables`, { body: { name: "GREETING", value: "hi" } })).status).toBe(201);
+    const code = tgz({ "index.js": "const me = Math.random(); exports.handler = async () => ({ me, v: process.env.GREETING ?? null });" });
+    const fn = await settled(k, p.id, (await deploy(k, p.id, { name: "quiet", runtime: "nodejs22.x" }, code)).body.id);
+    const invoke = async () => {
+      const r = await k.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: {} } });
+      if (r.status !== 200) throw new Error(`invoke: ${r.status} ${r.text}`);
+      return r.body as { me: number; v: string };
+    };
+    const first = await invoke();
+    expect(first.v).toBe("hi");
+    await advance(k, 600);
+    const after = await invoke();
+    expect(after).toMatchObject({ me: first.me, v: "hi" });
+    expect((await k.api("PATCH", `/projects/${p.id}/variables/GREETING`, { body: { value: "hello" } })).status).toBe(200);
+    expect((await invoke()).v).toBe("hello");
+  });
+});
+
 // Production profile: a write on one Kiln instance reaches invocations on another sharing the
 // PostgreSQL store within the caches' 2 s, as before.
 describe.skipIf(STORE !== "postgres")("project variables across Kiln instances", () => {

@@ -87,7 +87,7 @@ describe.each(Object.keys(engines))("migrations on the %s engine", (engine) => {
     const fresh = await engines[engine]!();
     expect(await migrate(fresh, SCHEMA)).toBe(SCHEMA.length);
     expect(await shape(old)).toEqual(await shape(fresh));
-  }, 60_000);
+  }, 180_000); // two PGlite initdbs and two full migrations: 10-40 s on a loaded 2-core runner
 
   test("an unknown legacy version (a store from a newer Kiln) is refused, not guessed at", async () => {
     const store = await engines[engine]!();
