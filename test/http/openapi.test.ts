@@ -86,14 +86,23 @@ describe("OpenAPI description", () => {
 
 describe("OpenAPI fetch ration", () => {
   test("30 fetches a minute per address, then 429 with Retry-After", async () => {
-    await withKiln({}, async (k) => {
-      for (let i = 0; i < 30; i++) expect((await fetch(`${k.url}/openapi.${i % 2 ? "json" : "yaml"}`)).status).toBe(200);
-      const r = await fetch(`${k.url}/openapi.json`);
-      expect(r.status).toBe(429);
-      expect(Number(r.headers.get("retry-after"))).toBeGreaterThan(0);
-      expect((await r.json()).error).toEqual(expect.any(String));
-      // Other routes are unaffected.
-      expect((await fetch(`${k.url}/healthz`)).status).toBe(200);
-    });
+    // Fixed windows aligned to the minute (the spec's): 31 fetches that straddle a minute's end fall in
+    // two windows, so such a round does not count and is done again on a new Kiln (fresh counters).
+    const minute = () => Math.floor(Date.now() / 60_000);
+    for (let round = 0; ; round++) {
+      const done = await withKiln({}, async (k) => {
+        const first = minute();
+        for (let i = 0; i < 30; i++) expect((await fetch(`${k.url}/openapi.${i % 2 ? "json" : "yaml"}`)).status).toBe(200);
+        const r = await fetch(`${k.url}/openapi.json`);
+        if (minute() !== first && round < 2) return false;
+        expect(r.status).toBe(429);
+        expect(Number(r.headers.get("retry-after"))).toBeGreaterThan(0);
+        expect((await r.json()).error).toEqual(expect.any(String));
+        // Other routes are unaffected.
+        expect((await fetch(`${k.url}/healthz`)).status).toBe(200);
+        return true;
+      });
+      if (done) break;
+    }
   });
 });
