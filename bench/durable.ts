@@ -226,7 +226,7 @@ async function main() {
       `  step to step inside a running segment (journal write + worker round trip): p50 ${f(median(stepGap))} ms`,
       `replay of a ${REPLAY_STEPS}-step journal, medians of ${REPLAY_ROUNDS}: clock advance to completion ${median(replay).toFixed(0)} ms vs ${median(baseline).toFixed(0)} ms with no journal: replay ${(median(replay) - median(baseline)).toFixed(0)} ms   (target < 1000 ms)`,
       `  (the first run writing that journal: ${median(writing).toFixed(0)} ms, ${f(median(writing) / REPLAY_STEPS)} ms per step)`,
-      `  wake with no journal after a 1 min sleep ${median(baseline).toFixed(0)} ms, after a 1 h sleep ${median(hourWake).toFixed(0)} ms (a 1 h advance drops the variables snapshot: a cold worker)`,
+      `  wake with no journal after a 1 min sleep ${median(baseline).toFixed(0)} ms, after a 1 h sleep ${median(hourWake).toFixed(0)} ms`,
     );
   } finally {
     if (kiln && kiln.proc.exitCode === null && kiln.proc.signalCode === null) {

@@ -81,6 +81,8 @@ export interface Config {
   s3?: { endPoint: string; bucket: string; accessKey: string; secretKey: string; region?: string; prefix?: string };
   /** Log lines older than this many days are deleted by the log store's cleanup (platform clock). */
   logRetentionDays: number;
+  /** Finished durable executions (and their journals) are kept this long after they finish. */
+  durableRetentionDays: number;
   /** Per-minute metrics are kept this many days (the longest metrics window is 7). */
   metricsRetentionDays: number;
   /** Check every response against its declared schema (tests turn this on). */
@@ -191,6 +193,7 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     maxJsonDepth: boundedIntEnv("KILN_MAX_JSON_DEPTH", 128, 1, 1000),
     maxFunctions: intEnv("KILN_FUNCTION_LIMIT", 10_000),
     logRetentionDays: positiveIntEnv("KILN_LOG_RETENTION_DAYS", 7),
+    durableRetentionDays: positiveIntEnv("KILN_DURABLE_RETENTION_DAYS", 30),
     metricsRetentionDays: boundedIntEnv("KILN_METRICS_RETENTION_DAYS", 8, 8, 3650),
     functionRuntime,
     dockerHost: opts.dockerHost ?? (env.KILN_DOCKER_HOST || undefined),

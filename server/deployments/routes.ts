@@ -7,7 +7,7 @@ import type { DeploymentsService } from "./service";
 export const deploymentItemSchema = z.object({
   id: z.string(),
   project_id: z.string(),
-  resource: z.object({ type: z.enum(["function", "frontend"]), id: z.string(), name: z.string() }),
+  resource: z.object({ type: z.enum(["function", "durable_function", "frontend"]), id: z.string(), name: z.string() }),
   kind: z.enum(["deploy", "delete"]),
   status: z.enum(["queued", "building", "succeeded", "failed", "superseded"]),
   runtime: z.string().nullable(),

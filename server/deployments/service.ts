@@ -6,7 +6,7 @@ import { isoTime, isoTimeOrNull, type ControlStore } from "../store/store";
 export interface DeploymentView {
   id: string;
   project_id: string;
-  resource: { type: "function" | "frontend"; id: string; name: string };
+  resource: { type: "function" | "durable_function" | "frontend"; id: string; name: string };
   kind: "deploy" | "delete";
   status: "queued" | "building" | "succeeded" | "failed" | "superseded";
   runtime: string | null;
@@ -39,14 +39,14 @@ export class DeploymentsService {
     const from = `from function_deployments d join projects p on p.id = d.project_id join functions f on f.id = d.function_id where ${where.join(" and ")}`;
     const [{ total }] = (await this.store.query(`select count(*)::int as total ${from}`, params)) as [{ total: number }];
     const rows = await this.store.query(
-      `select d.id, d.project_id, d.function_id, f.name, d.kind, d.status, d.runtime, d.batch_id, d.error, d.created_at, d.started_at, d.finished_at ${from}
+      `select d.id, d.project_id, d.function_id, f.name, f.kind as function_kind, d.kind, d.status, d.runtime, d.batch_id, d.error, d.created_at, d.started_at, d.finished_at ${from}
         order by d.created_at desc, d.id desc limit $${params.length + 1} offset $${params.length + 2}`,
       [...params, o.limit, (o.page - 1) * o.limit],
     );
     const data = rows.map((r) => ({
       id: r.id as string,
       project_id: r.project_id as string,
-      resource: { type: "function" as const, id: r.function_id as string, name: r.name as string },
+      resource: { type: r.function_kind === "durable" ? ("durable_function" as const) : ("function" as const), id: r.function_id as string, name: r.name as string },
       kind: r.kind as DeploymentView["kind"],
       status: r.status as DeploymentView["status"],
       runtime: (r.runtime as string | null) ?? null,

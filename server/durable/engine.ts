@@ -47,6 +47,7 @@ type Decision = { kind: "sleep" | "retry"; wakeAt: number } | { kind: "fail"; er
 export class DurableEngine {
   readonly instanceId = newId();
   private timer: TimerHandle | null = null;
+  private retention: TimerHandle | null = null;
   private armedFor: number | null = null;
   private pumping = false;
   private again = false;
@@ -152,13 +153,35 @@ export class DurableEngine {
       this.poll = setInterval(() => this.pump(), this.o.pollMs);
       this.poll.unref?.();
     }
+    this.retention = this.d.clock.every(3_600_000, () => this.sweep().catch((e) => this.d.log.error("durable executions: retention sweep failed", e)), "durable retention");
     this.pump();
+  }
+
+  /**
+   * Retention on the platform clock: every hour, executions that finished more than
+   * KILN_DURABLE_RETENTION_DAYS ago go with their journals, a batch at a time.
+   */
+  async sweep(): Promise<number> {
+    const cutoff = iso(this.d.clock.nowMs() - this.d.config.durableRetentionDays * 86_400_000);
+    let removed = 0;
+    for (;;) {
+      const n = await this.d.store.transaction(async (tx) => {
+        const ids = (await tx.query(`select id from durable_executions where finished_at < $1 order by finished_at limit 500`, [cutoff])).map((r) => r.id as string);
+        if (!ids.length) return 0;
+        await tx.query(`delete from durable_steps where execution_id = any($1::text[])`, [ids]);
+        await tx.query(`delete from durable_executions where id = any($1::text[])`, [ids]);
+        return ids.length;
+      });
+      removed += n;
+      if (n < 500 || this.stopping) return removed;
+    }
   }
 
   /** At stop: nothing new is claimed; what runs here is given back (`queued`), its segment abandoned. */
   async drain(): Promise<void> {
     this.stopping = true;
     this.timer?.cancel();
+    this.retention?.cancel();
     if (this.renew) clearInterval(this.renew);
     if (this.poll) clearInterval(this.poll);
     await this.d.store

@@ -44,4 +44,9 @@ export const DURABLE_MIGRATIONS: Migration[] = [
       );
     `,
   },
+  {
+    // The hourly retention sweep finds finished executions by age.
+    id: "durable/002-finished-index",
+    sql: `create index durable_executions_finished on durable_executions (finished_at) where finished_at is not null;`,
+  },
 ];

@@ -204,6 +204,10 @@ async def handler(event, step):
     expect((await deployDurable(k, p.id, { name: "same-name", runtime: "nodejs22.x" }, tgz({ "index.js": "exports.handler = async () => 2;" }))).status).toBe(200);
     const deps = (await k.api("GET", `/projects/${p.id}/durable-functions/${dur.body.id}/deployments`)).body.data;
     expect(deps.length).toBe(2);
+    // GET /deployments (across projects) tells the two collections apart.
+    const all = (await k.api("GET", `/deployments?project_id=${p.id}&limit=100`)).body.data as Array<{ resource: { type: string; id: string } }>;
+    expect(new Set(all.filter((d) => d.resource.id === dur.body.id).map((d) => d.resource.type))).toEqual(new Set(["durable_function"]));
+    expect(new Set(all.filter((d) => d.resource.id === std.body.id).map((d) => d.resource.type))).toEqual(new Set(["function"]));
     // Deletion: 202, then 404.
     await active(k, p.id, dur.body.id);
     expect((await k.api("DELETE", `/projects/${p.id}/durable-functions/${dur.body.id}`)).status).toBe(202);
@@ -398,6 +402,23 @@ def handler(event, step):
     expect(second.output.c).toBe(second.output.a + second.output.b);
     expect((await k.api("POST", `/projects/${p.id}/durable-functions/${id}/executions/${ex.body.id}/rerun`, { body: { from_step: "zzz" } })).status).toBe(400);
     expect((await k.api("POST", `/projects/${p.id}/durable-functions/${id}/executions/${ex.body.id}/rerun`, { body: {} })).status).toBe(400);
+  });
+
+  test("finished executions are kept 30 days (KILN_DURABLE_RETENTION_DAYS), then removed with their journals; unfinished ones stay", async () => {
+    const id = (await deployDurable(k, p.id, { name: "kept", runtime: "nodejs22.x" }, tgz({ "index.js": `exports.handler = async (e, step) => { await step.run("a", () => 1); if (e.nap) await step.sleep("nap", "40d"); return "done"; };` }))).body.id;
+    await active(k, p.id, id);
+    const done = (await k.api("POST", `/durable-functions/${id}/executions`, { token: sk, body: { input: {} } })).body.id;
+    const napping = (await k.api("POST", `/durable-functions/${id}/executions`, { token: sk, body: { input: { nap: true } } })).body.id;
+    await settledExecution(p.id, id, done);
+    await settledExecution(p.id, id, napping, ["sleeping"]);
+    const get = (eid: string) => k.api("GET", `/projects/${p.id}/durable-functions/${id}/executions/${eid}`);
+    await advance(29 * 86_400);
+    expect((await get(done)).body.status).toBe("completed");
+    await advance(2 * 86_400);
+    expect((await get(done)).status).toBe(404);
+    expect((await get(napping)).body).toMatchObject({ status: "sleeping", steps: [{ name: "a" }, { name: "nap" }] });
+    const list = (await k.api("GET", `/projects/${p.id}/durable-functions/${id}/executions`)).body;
+    expect(list.data.map((e: any) => e.id)).toEqual([napping]);
   });
 
   test("schedulers on durable functions start executions with the payload plus __service_schedule; usage counts executions, steps and compute at finish", async () => {
