@@ -189,6 +189,10 @@ describe("consistency while the parent serves", () => {
     expect(errors).toEqual([]);
     expect(during).toBeGreaterThan(0);
     const bc = connect(b.connection_string);
+    // The branch's first open replays the WAL written during the copy: those pages are the parent's
+    // doing, not the branch's, so a connection that reads no table leaves it at 0 bytes of divergence.
+    expect((await bc`select 1 as one`)[0]!.one).toBe(1);
+    expect((await k.api("GET", branchPath(project.id, "app", "snap"))).body.storage_bytes).toBe(0);
     const [s] = await bc`select sum(balance)::int8 as total, count(*)::int as n from accounts`;
     expect(Number(s!.total)).toBe(2_000_000);
     expect(s!.n).toBe(2000);

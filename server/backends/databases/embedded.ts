@@ -1,4 +1,4 @@
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { createFromTemplate, fingerprintOf, type TemplateSpec } from "../../store/template";
 import {
@@ -12,6 +12,7 @@ import {
   type PointInTime,
   type QueryResult,
 } from "./engine";
+import { refreshFingerprint } from "./page-hash";
 import { coldCopy, divergenceOfDir, fingerprintDir, hotCopy, SNAPSHOT_INFO, trace, type SnapshotInfo } from "./snapshot";
 import { listSegments, parseLsn, readCommits, segmentNumber, truncateWal } from "./wal";
 import type { WireBackend, WireClient, WireControl } from "./wire/listener";
@@ -42,11 +43,12 @@ interface OpenInstance {
 }
 
 /**
- * CPU priority of a branch build's first open (KILN_BRANCH_BUILD_NICE; 0, the default: as any database
- * thread, and it stays open). Measured on this machine, a nice build thread did not lower the parent's
- * p99 beyond the noise of a shared machine, and made builds slower under load (docs/databases.md).
+ * A fork is not opened when it is built: its first open replays the WAL the copy carries (see fork).
+ * Until then FORK_PENDING is in its folder; FORK_FINGERPRINT is its page fingerprint, brought up to
+ * date at that first open. Neither is copied into snapshots (snapshot.ts SKIP_TOP).
  */
-const BUILD_NICENESS = Number(process.env.KILN_BRANCH_BUILD_NICE ?? 0);
+export const FORK_PENDING = "kiln-fork-pending";
+export const FORK_FINGERPRINT = "kiln-fork-fingerprint.json";
 
 /** Attempts at a snapshot before giving up (a client's CHECKPOINT or a session restart mid-copy spoils one). */
 const SNAPSHOT_ATTEMPTS = 3;
@@ -127,6 +129,12 @@ export class EmbeddedEngine implements DatabaseEngine {
           await db.close().catch(() => {});
           // Not the caller's SQL error: a failure to reach the database (500 on the query API).
           throw new Error(`database ${id}: privileges upgrade failed: ${(err as Error).message}`);
+        }
+        try {
+          await this.finishFork(id, db);
+        } catch (err) {
+          await db.close().catch(() => {});
+          throw new Error(`branch ${id}: finishing its first open failed: ${(err as Error).message}`);
         }
         const inst = { db, mux: new PgliteSessionMux(db, { idleInTransactionTimeoutMs: this.o.idleInTransactionTimeoutMs }), lastUsed: Date.now(), pins: 0 };
         this.open.set(id, inst);
@@ -226,27 +234,29 @@ export class EmbeddedEngine implements DatabaseEngine {
     const tmp = `${target}.fork-${process.pid}`;
     rmSync(tmp, { recursive: true, force: true });
     await this.snapshot(parentId, tmp);
+    // The branch is active once its copy is complete and fingerprinted; it is not opened here. Its first
+    // open (at first use, like any database closed for idleness) replays the WAL the copy carries, and
+    // finishFork then re-hashes the pages that replay rewrote, before any client gets the instance.
+    const t0 = performance.now();
+    const fp = await fingerprintDir(tmp);
+    trace("fork: fingerprint", t0);
+    writeFileSync(join(tmp, FORK_FINGERPRINT), fp);
+    writeFileSync(join(tmp, FORK_PENDING), "");
     await this.closeInstance(childId, "the branch is being reset");
     rmSync(target, { recursive: true, force: true });
     renameSync(tmp, target);
-    // Opening replays the WAL the snapshot carries; a checkpoint then puts the result in its files,
-    // which the fingerprint describes. With KILN_BRANCH_BUILD_NICE=N this first open runs on a thread
-    // of lower CPU priority, closed after the build (the branch opens as usual at its first use).
-    let t0 = performance.now();
-    if (BUILD_NICENESS > 0) {
-      const db = await PgliteThread.open(target, DATABASE_CONF, this.o.clockOffset ?? (() => 0), { niceness: BUILD_NICENESS });
-      try {
-        await runOverProtocol(db, [], PRIVILEGES_UPGRADE_SQL, []);
-        await runOverProtocol(db, [], "checkpoint", []);
-      } finally {
-        await db.close();
-      }
-    } else await this.checkpoint(childId);
-    trace("fork: open and checkpoint", t0);
-    t0 = performance.now();
-    const fp = await fingerprintDir(target);
-    trace("fork: fingerprint", t0);
     return fp;
+  }
+
+  /** At a fork's first open, after the WAL replay: a checkpoint, then the fingerprint brought up to date. */
+  private async finishFork(id: string, db: PgliteThread): Promise<void> {
+    const dir = this.dirOf(id);
+    if (!existsSync(join(dir, FORK_PENDING))) return;
+    await runOverProtocol(db, [], "checkpoint", []);
+    const fp = await refreshFingerprint(dir, readFileSync(join(dir, FORK_FINGERPRINT), "utf8"));
+    writeFileSync(join(dir, `${FORK_FINGERPRINT}.tmp`), fp);
+    renameSync(join(dir, `${FORK_FINGERPRINT}.tmp`), join(dir, FORK_FINGERPRINT));
+    rmSync(join(dir, FORK_PENDING), { force: true });
   }
 
   private async checkpoint(id: string): Promise<void> {
@@ -255,10 +265,15 @@ export class EmbeddedEngine implements DatabaseEngine {
   }
 
   async divergenceBytes(id: string, fingerprint: string): Promise<number> {
-    if (!existsSync(join(this.dirOf(id), "PG_VERSION"))) return 0;
+    const dir = this.dirOf(id);
+    if (!existsSync(join(dir, "PG_VERSION"))) return 0;
+    // A fork never opened since it was made holds nothing of its own yet.
+    if (existsSync(join(dir, FORK_PENDING))) return 0;
     // Pages still in an open instance's buffers are written first.
     if (this.open.has(id)) await this.checkpoint(id);
-    return divergenceOfDir(this.dirOf(id), fingerprint);
+    // The fingerprint as its first open left it (the replay of the copy's WAL is not the branch's doing).
+    const local = existsSync(join(dir, FORK_FINGERPRINT)) ? readFileSync(join(dir, FORK_FINGERPRINT), "utf8") : fingerprint;
+    return divergenceOfDir(dir, local);
   }
 
   async disconnect(id: string, reason: string): Promise<void> {

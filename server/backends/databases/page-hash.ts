@@ -95,6 +95,28 @@ export function divergenceOfDirSync(dir: string, fingerprint: string): number {
   return pages * PAGE_BYTES;
 }
 
+/**
+ * The fingerprint brought up to date for files changed since it was taken (other size or mtime):
+ * those are hashed again, new files added, removed ones dropped; the rest is kept as it was. A fork
+ * uses it after the branch's first open, whose WAL replay rewrote the few pages written during the copy.
+ */
+export function refreshFingerprintSync(dir: string, fingerprint: string): string {
+  const fp = JSON.parse(fingerprint) as DirFingerprint;
+  const out: DirFingerprint = {};
+  for (const path of relationFiles(dir)) {
+    const key = relative(dir, path);
+    const s = statSync(path);
+    const old = fp[key];
+    if (old && old.size === s.size && old.mtimeMs === s.mtimeMs) {
+      out[key] = old;
+      continue;
+    }
+    const hashes = pageHashesSync(path, s.size);
+    out[key] = { size: s.size, mtimeMs: s.mtimeMs, pages: Buffer.from(hashes.buffer, hashes.byteOffset, hashes.byteLength).toString("base64") };
+  }
+  return JSON.stringify(out);
+}
+
 const PAGE_HASH_MAIN = new URL("./page-hash-main.ts", import.meta.url).pathname;
 
 /**
@@ -129,4 +151,9 @@ export async function fingerprintDir(dir: string): Promise<string> {
 /** `divergenceOfDirSync` in the page-hash process. */
 export async function divergenceOfDir(dir: string, fingerprint: string): Promise<number> {
   return Number(await inPageHashProcess(["divergence", dir], fingerprint, () => String(divergenceOfDirSync(dir, fingerprint))));
+}
+
+/** `refreshFingerprintSync` in the page-hash process. */
+export async function refreshFingerprint(dir: string, fingerprint: string): Promise<string> {
+  return inPageHashProcess(["refresh", dir], fingerprint, () => refreshFingerprintSync(dir, fingerprint));
 }

@@ -25,7 +25,7 @@ import { runOverProtocol } from "./protocol-query";
 export type Exclusive = <T>(fn: (db: PgliteSession) => Promise<T>) => Promise<T>;
 
 /** Files and folders never copied (PostgreSQL's own list for base backups, as they apply to PGlite). */
-const SKIP_TOP = new Set(["pg_wal", "postmaster.pid", "postmaster.opts", "backup_label", "tablespace_map", "backup_label.old", "recovery.signal", "standby.signal", "kiln-snapshot.json"]);
+const SKIP_TOP = new Set(["pg_wal", "postmaster.pid", "postmaster.opts", "backup_label", "tablespace_map", "backup_label.old", "recovery.signal", "standby.signal", "kiln-snapshot.json", "kiln-fork-pending", "kiln-fork-fingerprint.json", "kiln-fork-fingerprint.json.tmp"]);
 
 const SEGMENT = /^[0-9A-F]{24}$/;
 
