@@ -9,33 +9,18 @@
 // Run: npm run bench:branches   (ENGINE=postgres runs the production engine on a throwaway PostgreSQL)
 // The loaded parent is checkpointed and the filesystem synced before measuring (see below).
 // Targets: branch active in < 1 s at 100 MB; parent p99 during a branch create within 2x of before.
-import { spawn, type ChildProcess } from "node:child_process";
+
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import postgres from "postgres";
 import { startPgServer } from "../test/support/postgres-server";
-import { BUN, pct, ROOT, TOKEN } from "./support";
+import { pct, startKiln as startKilnWith, TOKEN } from "./support";
 
 const SIZES = (process.env.SIZES ?? "10,100,1000").split(",").map(Number);
 const ENGINE = process.env.ENGINE ?? "embedded";
 
-async function startKiln(dataDir: string, args: string[]): Promise<{ url: string; proc: ChildProcess }> {
-  const proc = spawn(BUN, [join(ROOT, "cmd/kiln.ts"), "start", "--port", "0", "--pg-port", "0", "--data-dir", dataDir, ...args], {
-    cwd: ROOT,
-    env: { ...process.env, KILN_PLATFORM_TOKEN: TOKEN, KILN_LOG: "quiet", ...(ENGINE === "postgres" ? { KILN_POSTGRES_PITR: "on" } : {}) },
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  const url = await new Promise<string>((ok) => {
-    let out = "";
-    proc.stdout!.on("data", (d) => {
-      out += d;
-      const m = /Kiln listening on (\S+)/.exec(out);
-      if (m) ok(m[1]!);
-    });
-  });
-  return { url, proc };
-}
+const startKiln = (dataDir: string, args: string[]) => startKilnWith(dataDir, args, ENGINE === "postgres" ? { KILN_POSTGRES_PITR: "on" } : {});
 
 const ms = (x: number) => `${x.toFixed(x < 10 ? 1 : 0)} ms`;
 

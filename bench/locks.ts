@@ -15,14 +15,14 @@
 // operations, so no request is refused and the quota's own cost (a counter update per request: in
 // memory, or in the operation's own statement on PostgreSQL) is part of every figure. The load generator is fetch in this process,
 // which shares the 2 cores with Kiln.
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import postgres from "postgres";
 import { startPgServer } from "../test/support/postgres-server";
-import { BUN, pct, ROOT, TOKEN } from "./support";
+import { pct, startKiln as startKilnWith, TOKEN } from "./support";
 
 const CLIENTS = Number(process.env.CLIENTS ?? 8);
 const SECONDS = Number(process.env.DURATION ?? 3);
@@ -34,21 +34,7 @@ const BUDGET = 560;
 type Op = "acquire" | "renew" | "release";
 const OPS: Op[] = ["acquire", "renew", "release"];
 
-async function startKiln(dataDir: string, databaseUrl?: string): Promise<{ url: string; proc: ChildProcess }> {
-  const args = [join(ROOT, "cmd/kiln.ts"), "start", "--port", "0", "--pg-port", "0", "--data-dir", dataDir];
-  if (databaseUrl) args.push("--database-url", databaseUrl, "--postgres-url", databaseUrl);
-  const proc = spawn(BUN, args, { cwd: ROOT, env: { ...process.env, KILN_PLATFORM_TOKEN: TOKEN, KILN_LOG: "quiet" }, stdio: ["ignore", "pipe", "inherit"] });
-  const url = await new Promise<string>((ok, fail) => {
-    let out = "";
-    proc.stdout!.on("data", (d) => {
-      out += d;
-      const m = /Kiln listening on (\S+)/.exec(out);
-      if (m) ok(m[1]!);
-    });
-    proc.once("exit", (code) => fail(new Error(`kiln exited with ${code} before listening`)));
-  });
-  return { url, proc };
-}
+const startKiln = (dataDir: string, databaseUrl?: string) => startKilnWith(dataDir, databaseUrl ? ["--database-url", databaseUrl, "--postgres-url", databaseUrl] : []);
 
 interface Figures {
   latency: Record<Op, number[]>;

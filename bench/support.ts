@@ -9,19 +9,21 @@ export const BUN = join(ROOT, "node_modules/.bin/bun");
 export const TOKEN = "pk-benchbenchbenchbenchbench";
 
 /** `kiln start` on free ports in `dataDir` (and `args`), resolved once it prints its listening line. */
-export async function startKiln(dataDir: string, args: string[] = []): Promise<{ url: string; proc: ChildProcess }> {
+export async function startKiln(dataDir: string, args: string[] = [], env: Record<string, string> = {}): Promise<{ url: string; proc: ChildProcess }> {
   const proc = spawn(BUN, [join(ROOT, "cmd/kiln.ts"), "start", "--port", "0", "--pg-port", "0", "--data-dir", dataDir, ...args], {
     cwd: ROOT,
-    env: { ...process.env, KILN_PLATFORM_TOKEN: TOKEN, KILN_LOG: "quiet" },
+    env: { ...process.env, KILN_PLATFORM_TOKEN: TOKEN, KILN_LOG: "quiet", ...env },
     stdio: ["ignore", "pipe", "inherit"],
   });
-  const url = await new Promise<string>((ok) => {
+  // A Kiln that exits before it listens (a bad flag, a busy port) fails the bench instead of hanging it.
+  const url = await new Promise<string>((ok, fail) => {
     let out = "";
     proc.stdout!.on("data", (d) => {
       out += d;
       const m = /Kiln listening on (\S+)/.exec(out);
       if (m) ok(m[1]!);
     });
+    proc.once("exit", (code, signal) => fail(new Error(`kiln start exited (${signal ?? code}) before listening:\n${out}`)));
   });
   return { url, proc };
 }

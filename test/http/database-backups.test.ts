@@ -36,7 +36,7 @@ async function setup(kiln: TestKiln = k) {
 const dbPath = (projectId: string, db = "app") => `/projects/${projectId}/databases/${db}`;
 
 async function names(url: string) {
-  const c = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 5 });
+  const c = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 30 });
   try {
     return (await c`select name from items order by id`).map((r) => r.name as string);
   } finally {
@@ -338,7 +338,7 @@ describe("restores held by a fault until the clock moves", () => {
     expect(during.body.status).toBe("restoring");
     expect(during.body.connection_string).toBeUndefined();
     await expect(c`select 1`).rejects.toThrow();
-    const fresh = postgres(db.connection_string, { max: 1, onnotice: () => {}, connect_timeout: 5 });
+    const fresh = postgres(db.connection_string, { max: 1, onnotice: () => {}, connect_timeout: 30 });
     await expect(fresh`select 1`).rejects.toThrow(/password authentication failed/);
     await fresh.end({ timeout: 1 });
     expect((await kr.api("POST", "/databases/app/query/select", { token: sk, body: { table: "items" } })).status).toBe(409);

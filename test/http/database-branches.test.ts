@@ -50,7 +50,7 @@ async function setup(kiln: TestKiln = k, token?: string) {
 }
 
 async function names(url: string) {
-  const c = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 5 });
+  const c = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 30 });
   try {
     return (await c`select name from items order by id`).map((r) => r.name as string);
   } finally {
@@ -59,7 +59,7 @@ async function names(url: string) {
 }
 
 async function refused(url: string): Promise<string> {
-  const c = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 5 });
+  const c = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 30 });
   try {
     await c`select 1`;
     return "connected";

@@ -9,7 +9,9 @@ afterAll(async () => {
 
 /** One connection to `url`, ended after the file's tests. */
 export function connect(url: string, opts: postgres.Options<{}> = {}) {
-  const c = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 5, ...opts });
+  // postgres.js's own default connect timeout: a database's first connection opens it (a branch's
+  // replays its WAL first), which takes seconds on a loaded 2-core runner.
+  const c = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 30, ...opts });
   clients.push(c);
   return c;
 }

@@ -303,12 +303,12 @@ describe("workers", () => {
     expect(new Set(runs.map((r) => r.me)).size).toBe(3);
     expect(results.filter((r) => r.coldStart).length).toBe(3);
     expect(p.stats()).toEqual({ workers: 3, byVersion: { [v.key]: 3 } });
-    // The fourth started only after one of the others ended, on that worker.
-    const byStart = [...runs].sort((a, b) => a.start - b.start);
-    const last = byStart[3]!;
-    const firstEnd = Math.min(...byStart.slice(0, 3).map((r) => r.end));
-    expect(last.start).toBeGreaterThanOrEqual(firstEnd);
-    expect(byStart.slice(0, 3).some((r) => r.me === last.me && r.end <= last.start)).toBe(true);
+    // The fourth waited for a worker: one of the three ran two calls, one after the other. (Not "the
+    // fourth by start time": on a busy machine a worker can finish a call and take the queued one
+    // before another worker's cold start is over.)
+    const shared = runs.filter((r) => runs.filter((x) => x.me === r.me).length === 2).sort((a, b) => a.start - b.start);
+    expect(shared).toHaveLength(2);
+    expect(shared[1]!.start).toBeGreaterThanOrEqual(shared[0]!.end);
   });
 
   test("a cold start has its own budget: slow loading is not the invocation's time, a hang is stopped", async () => {

@@ -153,7 +153,22 @@ export async function divergenceOfDir(dir: string, fingerprint: string): Promise
   return Number(await inPageHashProcess(["divergence", dir], fingerprint, () => String(divergenceOfDirSync(dir, fingerprint))));
 }
 
-/** `refreshFingerprintSync` in the page-hash process. */
+/** Changed bytes up to which a refresh runs on this thread: a few files, hashed in milliseconds. */
+const REFRESH_HERE_BYTES = 32 * 1024 * 1024;
+
+/**
+ * `refreshFingerprintSync`; here when little changed (the usual first open of a fork: the pages written
+ * during its copy), which spares a branch's first client a process start at nice 10 on a busy machine;
+ * in the page-hash process when a large file changed.
+ */
 export async function refreshFingerprint(dir: string, fingerprint: string): Promise<string> {
+  const fp = JSON.parse(fingerprint) as DirFingerprint;
+  let changed = 0;
+  for (const path of relationFiles(dir)) {
+    const s = statSync(path);
+    const old = fp[relative(dir, path)];
+    if (!old || old.size !== s.size || old.mtimeMs !== s.mtimeMs) changed += s.size;
+  }
+  if (changed <= REFRESH_HERE_BYTES) return refreshFingerprintSync(dir, fingerprint);
   return inPageHashProcess(["refresh", dir], fingerprint, () => refreshFingerprintSync(dir, fingerprint));
 }
