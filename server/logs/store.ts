@@ -347,12 +347,19 @@ export class SqlLogStore implements LogStore {
     return written;
   }
 
-  /** The segments a search may find matches in, newest first: conditions on segments, then on their keys. */
-  private segmentFilter(q: LineQuery, params: unknown[]): string[] {
+  /** The project, resource type and stream (build lines of those deployments, or runtime lines): segments and lines alike. */
+  private streamFilter(q: LineQuery, params: unknown[]): string[] {
     params.push(q.projectId, q.resourceType);
     const where = [`project_id = $${params.length - 1}`, `resource_type = $${params.length}`];
+    // Literal streams, as the segments have them.
     if (q.deploymentIds?.length) where.push(`stream = 'build'`, `deployment_id in (${placeholders(params, q.deploymentIds)})`);
     else where.push(`stream = 'runtime'`);
+    return where;
+  }
+
+  /** The segments a search may find matches in, newest first: conditions on segments, then on their keys. */
+  private segmentFilter(q: LineQuery, params: unknown[]): string[] {
+    const where = this.streamFilter(q, params);
     if (q.startMs !== undefined) where.push(`max_at >= $${params.push(iso(q.startMs))}`);
     if (q.endMs !== undefined) where.push(`min_at <= $${params.push(iso(q.endMs))}`);
     if (q.before) where.push(`min_at <= $${params.push(q.before.at)}`);
@@ -361,11 +368,7 @@ export class SqlLogStore implements LogStore {
 
   /** Conditions on lines: every filter of the query (the keys only narrowed the segments). */
   private lineFilter(q: LineQuery, params: unknown[]): string[] {
-    params.push(q.projectId, q.resourceType);
-    const where = [`project_id = $${params.length - 1}`, `resource_type = $${params.length}`];
-    // Literal streams, as the segments have them.
-    if (q.deploymentIds?.length) where.push(`stream = 'build'`, `deployment_id in (${placeholders(params, q.deploymentIds)})`);
-    else where.push(`stream = 'runtime'`);
+    const where = this.streamFilter(q, params);
     if (q.resourceIds?.length) where.push(`resource_id in (${placeholders(params, q.resourceIds)})`);
     if (q.startMs !== undefined) where.push(`at >= $${params.push(iso(q.startMs))}`);
     if (q.endMs !== undefined) where.push(`at <= $${params.push(iso(q.endMs))}`);

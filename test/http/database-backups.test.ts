@@ -5,52 +5,11 @@ import { join } from "node:path";
 import postgres from "postgres";
 import { describe, expect, test } from "vitest";
 import { connect } from "../support/database-clients";
+import { activeDatabase, advance, backup, clockNow, dbPath, itemNames as names, itemsDatabase } from "../support/databases";
 import { createProject, eventually, STORE, useCli, useKiln, type TestKiln } from "../support/kiln";
 
 const k = useKiln({ args: ["--controllable-clock"] });
-
-const advance = async (kiln: TestKiln, seconds: number) => {
-  const r = await kiln.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds } });
-  if (r.status !== 200) throw new Error(`advance: ${r.status} ${r.text}`);
-  return new Date(r.body.now).getTime();
-};
-const clockNow = async (kiln: TestKiln) => new Date((await kiln.api("GET", "/_kiln/clock", { token: null })).body.now).getTime();
-
-async function activeDatabase(kiln: TestKiln, projectId: string, name = "app", token?: string) {
-  const r = await kiln.api("POST", `/projects/${projectId}/databases`, { body: { name }, token });
-  if (r.status !== 201) throw new Error(`create database: ${r.status} ${r.text}`);
-  const d = await eventually(() => kiln.api("GET", `/projects/${projectId}/databases/${r.body.name}`, { token }), (x) => x.body.status !== "provisioning");
-  if (d.body.status !== "active") throw new Error(`database ${d.body.status}`);
-  return d.body as { id: string; database_name: string; connection_string: string };
-}
-
-async function setup(kiln: TestKiln = k) {
-  const project = await createProject(kiln);
-  const db = await activeDatabase(kiln, project.id);
-  const c = connect(db.connection_string);
-  await c`create table items (id int primary key, name text not null)`;
-  await c`insert into items values (1, 'before')`;
-  return { project, db, c };
-}
-
-const dbPath = (projectId: string, db = "app") => `/projects/${projectId}/databases/${db}`;
-
-async function names(url: string) {
-  const c = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 30 });
-  try {
-    return (await c`select name from items order by id`).map((r) => r.name as string);
-  } finally {
-    await c.end({ timeout: 1 });
-  }
-}
-
-/** Takes a manual backup (moving the clock a minute on first, past the spacing rule). */
-async function backup(kiln: TestKiln, projectId: string, name: string) {
-  await advance(kiln, 61);
-  const r = await kiln.api("POST", `${dbPath(projectId)}/backups`, { body: { name } });
-  if (r.status !== 201) throw new Error(`backup: ${r.status} ${r.text}`);
-  return r.body as { name: string; size_bytes: number; created_at: string };
-}
+const setup = (kiln: TestKiln = k) => itemsDatabase(kiln);
 
 async function waitRestore(kiln: TestKiln, projectId: string, id: string) {
   return (await eventually(() => kiln.api("GET", `${dbPath(projectId)}/restores/${id}`), (x) => !["pending", "running"].includes(x.body.status), 30_000)).body;
@@ -412,7 +371,6 @@ describe("restore attempts that fail", () => {
     expect(done.error).toMatch(/restore-fail/);
     expect(await names(db.connection_string)).toEqual(["before"]);
   });
-
 
   test("the history keeps the 50 newest", async () => {
     const { project, db } = await setup(kf);

@@ -3,6 +3,7 @@
 // and the branch twin of the query API. Runs on both engines (embedded PGlite, PostgreSQL).
 import postgres from "postgres";
 import { describe, expect, test } from "vitest";
+import { itemNames as names } from "../support/databases";
 import { connect, withApp } from "../support/database-clients";
 import { createProject, createToken, eventually, startKiln, removeDir, STORE, useCli, useKiln, type TestKiln } from "../support/kiln";
 
@@ -49,14 +50,6 @@ async function setup(kiln: TestKiln = k, token?: string) {
   return { project, db, c, sk };
 }
 
-async function names(url: string) {
-  const c = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 30 });
-  try {
-    return (await c`select name from items order by id`).map((r) => r.name as string);
-  } finally {
-    await c.end({ timeout: 1 });
-  }
-}
 
 async function refused(url: string): Promise<string> {
   const c = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 30 });

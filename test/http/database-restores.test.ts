@@ -8,50 +8,11 @@ import { join } from "node:path";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { connect } from "../support/database-clients";
+import { advance, backup, clockNow, dbPath, itemNames as names, itemsDatabase as setup } from "../support/databases";
 import { startPgServer, findPgBin, type PgServer } from "../support/postgres-server";
 import { createProject, eventually, startKiln, STORE, useKiln, type TestKiln } from "../support/kiln";
 
-const advance = async (kiln: TestKiln, seconds: number) => {
-  const r = await kiln.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds } });
-  if (r.status !== 200) throw new Error(`advance: ${r.status} ${r.text}`);
-  return new Date(r.body.now).getTime();
-};
-const clockNow = async (kiln: TestKiln) => new Date((await kiln.api("GET", "/_kiln/clock", { token: null })).body.now).getTime();
-const dbPath = (projectId: string, db = "app") => `/projects/${projectId}/databases/${db}`;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function activeDatabase(kiln: TestKiln, projectId: string, name = "app") {
-  const r = await kiln.api("POST", `/projects/${projectId}/databases`, { body: { name } });
-  if (r.status !== 201) throw new Error(`create database: ${r.status} ${r.text}`);
-  const d = await eventually(() => kiln.api("GET", `/projects/${projectId}/databases/${r.body.name}`), (x) => x.body.status !== "provisioning", 30_000);
-  if (d.body.status !== "active") throw new Error(`database ${d.body.status}`);
-  return d.body as { id: string; database_name: string; connection_string: string; created_at: string };
-}
-
-async function setup(kiln: TestKiln) {
-  const project = await createProject(kiln);
-  const db = await activeDatabase(kiln, project.id);
-  const c = connect(db.connection_string, { connect_timeout: 30 });
-  await c`create table items (id int primary key, name text not null)`;
-  await c`insert into items values (1, 'before')`;
-  return { project, db, c };
-}
-
-async function names(url: string) {
-  const c = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 30 });
-  try {
-    return (await c`select name from items order by id`).map((r) => r.name as string);
-  } finally {
-    await c.end({ timeout: 1 });
-  }
-}
-
-async function backup(kiln: TestKiln, projectId: string, name: string) {
-  await advance(kiln, 61);
-  const r = await kiln.api("POST", `${dbPath(projectId)}/backups`, { body: { name } });
-  if (r.status !== 201) throw new Error(`backup: ${r.status} ${r.text}`);
-  return r.body as { name: string; size_bytes: number; created_at: string };
-}
 
 async function restore(kiln: TestKiln, projectId: string, body: Record<string, unknown>, timeoutMs = 60_000) {
   const r = await kiln.api("POST", `${dbPath(projectId)}/restores`, { body });
@@ -219,7 +180,7 @@ describe.skipIf(STORE !== "postgres")("production engine: point in time", () => 
     expect(await preRestore(k, project.id)).toHaveLength(1);
 
     // Without a move of the clock: real time between two writes.
-    const c2 = connect(db.connection_string, { connect_timeout: 30 });
+    const c2 = connect(db.connection_string);
     await c2`insert into items values (4, 'second-kept')`;
     await sleep(700);
     const t2 = await clockNow(k);
