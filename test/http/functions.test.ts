@@ -530,7 +530,7 @@ exports.handler = async (e) => {
   test("an invocation over the time limit is a 504; every invocation leaves log lines with level, invocation id and region", async () => {
     // The limit runs from when the handler gets the event; a cold start (a second or more for a container
     // on a busy machine) has its own budget.
-    await withKiln({ env: { KILN_FUNCTION_TIMEOUT_MS: "2500" } }, async (kk) => {
+    await withKiln({ env: { KILN_FUNCTION_TIMEOUT_MS: "2500", KILN_FUNCTION_INIT_TIMEOUT_MS: "8000" } }, async (kk) => {
       const p = await createProject(kk);
       const key = (await kk.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
       // A NUL in a log line (PostgreSQL text refuses it) must not cost the other rows.
@@ -546,6 +546,12 @@ exports.handler = async (e) => {
       // container's kill (an engine call) lands later than that.
       const justLate = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 2505 } } });
       expect(justLate.status).toBe(504);
+      // A cold start has its own budget (KILN_FUNCTION_INIT_TIMEOUT_MS): code that never finishes loading
+      // (blocked, using no CPU) is a 504 naming that budget, not the time limit.
+      const stuck = await settled(kk, p.id, (await deploy(kk, p.id, { name: "stuck", runtime: "nodejs22.x" }, tgz({ "index.js": "Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0); exports.handler = async () => 'never';" }))).body.id);
+      const never = await kk.api("POST", `/functions/${stuck.id}/invoke`, { token: key, body: { payload: {} } });
+      expect(never.status).toBe(504);
+      expect(never.body.error).toMatch(/did not start within 8000 ms/);
       // Every invocation's lines, found by log search (which sees every line recorded before it).
       const search = await kk.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function", ids: [fn.id] }, limit: 1000 } });
       expect(search.status).toBe(200);
