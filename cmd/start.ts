@@ -32,7 +32,7 @@ export function startCommand(program: Command): void {
       const { startKiln } = await import("../server/main");
       const running = await startKiln(config);
       // Handlers first: a client that stops Kiln as soon as it reads the line must find them.
-      stopOnSignals(() => running.stop());
+      stopOnSignals(() => running.stop(), { ms: config.stopTimeoutMs, waitingFor: running.stopPhase });
       console.log(`Kiln listening on ${running.url}`);
     });
 }

@@ -57,6 +57,8 @@ export interface Config {
   /** Limits of every function invocation. */
   functionMemoryMb: number;
   functionTimeoutMs: number;
+  /** How long a stop (SIGTERM, SIGINT) may take before Kiln exits anyway, naming what it waited for. */
+  stopTimeoutMs: number;
   /** A new worker's start (cold start) budget, apart from the time limit. */
   functionInitTimeoutMs: number;
   /** CPU time one invocation may use (all its threads and processes); default: the time limit. */
@@ -203,6 +205,7 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     functionMemoryMb: intEnv("KILN_FUNCTION_MEMORY_MB", 256),
     functionTimeoutMs: intEnv("KILN_FUNCTION_TIMEOUT_MS", 30_000),
     functionInitTimeoutMs: intEnv("KILN_FUNCTION_INIT_TIMEOUT_MS", 10_000),
+    stopTimeoutMs: intEnv("KILN_STOP_TIMEOUT_MS", 30_000),
     functionCpuSeconds: intEnv("KILN_FUNCTION_CPU_SECONDS", Math.max(1, Math.ceil(intEnv("KILN_FUNCTION_TIMEOUT_MS", 30_000) / 1000))),
     functionsDomain: (env.KILN_FUNCTIONS_DOMAIN || "fn.localhost").toLowerCase(),
     dbIdleCloseMs: intEnv("KILN_DB_IDLE_CLOSE_MS", 60_000),

@@ -8,7 +8,7 @@ import { Credentials } from "./auth/credentials";
 import { Guard } from "./auth/guard";
 import { PrincipalCache } from "./auth/principal-cache";
 import { PlatformClock } from "./clock";
-import type { Config } from "./config";
+import { takeFault, type Config } from "./config";
 import { closeDataDir, lockDataDir, openCodeToSandboxUid } from "./data-dir";
 import { preloadMailCatcher } from "./emulators/area";
 import { openApiRoutes } from "./http/openapi";
@@ -25,6 +25,8 @@ export interface RunningKiln {
   port: number;
   services: Services;
   stop(): Promise<void>;
+  /** What a stop in progress is waiting for (a phase and an area), for a stop that takes too long. */
+  stopPhase(): string;
 }
 
 /** `KILN_TRACE_STARTUP=1` prints how long each start-up phase took (bench/startup uses it). */
@@ -100,7 +102,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   };
   const started: AnyArea[] = [];
   const services = await startAreas(AREAS, platform, (area) => started.push(area));
-  undo.push(() => stopAreas(started, services));
+  undo.push(() => stopAreas(started, services, (p) => (phase = p)));
 
   // Credentials and the guard sit over the areas that issue credentials and own projects.
   const credentials = new Credentials(store, config, platform.principals, () => clock.nowMs(), (jwt) => services.endUsers.principalOf(jwt));
@@ -133,23 +135,38 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
   listening = { publicUrl: config.publicUrl ?? url, httpPort: server.port! };
 
+  let phase = "running";
   let stopping: Promise<void> | null = null;
   const stop = () =>
     (stopping ??= (async () => {
       // Streams that never end by themselves (live log tails) end first: in-flight requests finish.
       for (const area of started) area.closing?.(services);
+      phase = "in-flight HTTP requests";
       await server.stop(false); // stop accepting; in-flight requests finish
       // What boot took, released in reverse: areas, the store, the clock, the data-dir lock.
+      if (takeFault(config, "stop-hang")) {
+        phase = "an injected fault (stop-hang)";
+        await new Promise(() => {});
+      }
+      phase = "releasing what start-up took";
       for (const u of undo.splice(0).reverse()) await Promise.resolve().then(u).catch((e) => log.error("stopping failed", e));
+      phase = "stopped";
     })());
-  return { url, port: server.port!, services, stop };
+  return { url, port: server.port!, services, stop, stopPhase: () => phase };
 }
 
 /**
  * Drains in list order (project deletions finish while the areas they clean up still run; builds
  * end), then stops in reverse order (engines, files and sockets released after their users).
  */
-async function stopAreas(areas: AnyArea[], services: Services): Promise<void> {
-  for (const area of areas) await Promise.resolve(area.drain?.(services)).catch((e) => services.log.error(`draining ${area.name} failed`, e));
-  for (const area of [...areas].reverse()) await Promise.resolve(area.stop?.(services)).catch((e) => services.log.error(`stopping ${area.name} failed`, e));
+async function stopAreas(areas: AnyArea[], services: Services, phase: (p: string) => void): Promise<void> {
+  for (const area of areas) {
+    phase(`draining ${area.name}`);
+    await Promise.resolve(area.drain?.(services)).catch((e) => services.log.error(`draining ${area.name} failed`, e));
+  }
+  for (const area of [...areas].reverse()) {
+    phase(`stopping ${area.name}`);
+    await Promise.resolve(area.stop?.(services)).catch((e) => services.log.error(`stopping ${area.name} failed`, e));
+  }
+  phase("closing the control store");
 }

@@ -26,11 +26,21 @@ export function qs(q: Record<string, string | number | boolean | undefined>): st
 
 export const csv = (v: string) => v.split(",").map((s) => s.trim()).filter(Boolean);
 
-/** Long-running commands: SIGINT/SIGTERM stop cleanly and exit 0; a second signal exits at once. */
-export function stopOnSignals(stop: () => Promise<void>): void {
+/**
+ * Long-running commands: SIGINT/SIGTERM stop cleanly and exit 0; a second signal exits at once. With a
+ * `deadline`, a stop that takes longer says what it still waits for and exits 1 (as a service manager's
+ * stop timeout would, but with the reason on stderr).
+ */
+export function stopOnSignals(stop: () => Promise<void>, deadline?: { ms: number; waitingFor: () => string }): void {
   let signals = 0;
   const handler = async () => {
     if (++signals > 1) process.exit(1);
+    if (deadline) {
+      setTimeout(() => {
+        console.error(`kiln: stopping took longer than ${deadline.ms} ms, still waiting for: ${deadline.waitingFor()}; exiting`);
+        process.exit(1);
+      }, deadline.ms).unref();
+    }
     await stop();
     process.exit(0);
   };

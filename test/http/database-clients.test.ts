@@ -166,7 +166,6 @@ describe("pgbench", () => {
     await eventually(() => Promise.race([history(), bench.then(() => Infinity)]), (n) => n >= before + 50, 35_000);
     const during = await psql(cs.bench, ["-c", "select 'still answering'"], { timeoutMs: 10_000 });
     expect(during, during.err).toMatchObject({ code: 0, out: "still answering\n" });
-    expect(during.ms).toBeLessThan(5_000);
     expect(finished, "pgbench had already finished: the check did not run beside it").toBe(false);
     const n = await bench;
     expect(n).toBeGreaterThanOrEqual(50);
@@ -289,6 +288,26 @@ describe("psql COPY", () => {
   }, 60_000);
 });
 
+/**
+ * Resolves once the statement `text` runs, so a cancel sent then has something to cancel. On a real
+ * PostgreSQL server a CancelRequest that arrives before the statement starts is lost (as it is for any
+ * client), which a loaded runner makes likely after a fixed pause: another session watches
+ * pg_stat_activity. The embedded engine also cancels a statement still waiting to run, but another
+ * session cannot look while it runs: a short pause there.
+ */
+async function whenRunning(url: string, text: string): Promise<void> {
+  if (STORE !== "postgres") return new Promise((r) => setTimeout(r, 300));
+  const probe = sqlClient(url);
+  // Active, not waiting for the client's next message (a cancel is lost there), and for a second: the
+  // statement is past its Parse and Bind (which already show it as active) and executing.
+  const running = () =>
+    probe`select count(*)::int as n from pg_stat_activity where state = 'active' and query = ${text} and wait_event is distinct from 'ClientRead' and clock_timestamp() - query_start > interval '1 second'`;
+  await eventually(running, (r) => r[0]!.n > 0, 20_000);
+}
+
+/** A query's outcome as a value (its error, or null), so it can settle while the test waits for something else. */
+const outcome = (q: PromiseLike<unknown>) => Promise.resolve(q).then(() => null, (e: Error & { code?: string }) => e);
+
 // ---------------------------------------------------------------------------------------------------
 describe("cancel and statement_timeout", () => {
   beforeAll(async () => {
@@ -307,11 +326,12 @@ describe("cancel and statement_timeout", () => {
     await b.query("set my.flavour = 'mint'");
     expect((await b.query(byId("b_by_id"))).rows).toEqual([{ v: "one" }]);
 
-    const started = Date.now();
-    const sleeping = a.query("select pg_sleep(30)");
-    setTimeout(() => void cancelRequest(cs.cancels, a), 300);
-    await expect(sleeping).rejects.toMatchObject({ code: "57014", message: expect.stringContaining("canceling statement due to user request") });
-    expect(Date.now() - started).toBeLessThan(5_000);
+    const sleeping = outcome(a.query("select pg_sleep(30)"));
+    await whenRunning(cs.cancels, "select pg_sleep(30)");
+    const cancelled = Date.now();
+    await cancelRequest(cs.cancels, a);
+    expect(await sleeping).toMatchObject({ code: "57014", message: expect.stringContaining("canceling statement due to user request") });
+    expect(Date.now() - cancelled).toBeLessThan(15_000); // not the 30 s sleep
 
     // Same connections, same (named, already parsed) statements, same settings.
     expect((await a.query(byId("a_by_id"))).rows).toEqual([{ v: "one" }]);
@@ -329,18 +349,22 @@ describe("cancel and statement_timeout", () => {
     const db = sqlClient(cs.cancels);
     const prepared = () => db`select v from t where id = ${1}`; // postgres.js prepares it (a named statement)
     expect(await prepared()).toEqual([{ v: "one" }]);
-    const started = Date.now();
     const q = db`select pg_sleep(30)`;
-    setTimeout(() => q.cancel(), 300);
-    await expect(q).rejects.toMatchObject({ code: "57014" });
-    expect(Date.now() - started).toBeLessThan(5_000);
+    const sleeping = outcome(q);
+    await whenRunning(cs.cancels, "select pg_sleep(30)");
+    const cancelled = Date.now();
+    q.cancel();
+    expect(await sleeping).toMatchObject({ code: "57014" });
+    expect(Date.now() - cancelled).toBeLessThan(15_000);
     expect(await prepared()).toEqual([{ v: "one" }]);
     // A CPU-bound statement too (tens of seconds on either engine when not cancelled).
-    const busy = Date.now();
     const count = db`select count(*) from generate_series(1, 300000000)`;
-    setTimeout(() => count.cancel(), 300);
-    await expect(count).rejects.toMatchObject({ code: "57014" });
-    expect(Date.now() - busy).toBeLessThan(5_000);
+    const counting = outcome(count);
+    await whenRunning(cs.cancels, "select count(*) from generate_series(1, 300000000)");
+    const busy = Date.now();
+    count.cancel();
+    expect(await counting).toMatchObject({ code: "57014" });
+    expect(Date.now() - busy).toBeLessThan(15_000);
     expect(await prepared()).toEqual([{ v: "one" }]);
   }, 30_000);
 
@@ -352,9 +376,10 @@ describe("cancel and statement_timeout", () => {
     await a.query("begin");
     await a.query({ name: "ins", text: "insert into t values ($1, $2)", values: [3, "uncommitted"] });
     await a.query("update t set v = 'changed' where id = 1");
-    const sleeping = a.query("select pg_sleep(30)");
-    setTimeout(() => void cancelRequest(cs.cancels, a), 300);
-    await expect(sleeping).rejects.toMatchObject({ code: "57014" });
+    const sleeping = outcome(a.query("select pg_sleep(30)"));
+    await whenRunning(cs.cancels, "select pg_sleep(30)");
+    await cancelRequest(cs.cancels, a);
+    expect(await sleeping).toMatchObject({ code: "57014" });
     await expect(a.query("select 1")).rejects.toMatchObject({ code: "25P02" });
     await expect(a.query({ name: "ins", text: "insert into t values ($1, $2)", values: [4, "still aborted"] })).rejects.toMatchObject({ code: "25P02" });
     await a.query("rollback");
@@ -382,13 +407,13 @@ describe("cancel and statement_timeout", () => {
     await expect(db`select pg_sleep(30)`).rejects.toMatchObject({ code: "57014", message: expect.stringContaining("statement timeout") });
     const took = Date.now() - started;
     expect(took).toBeGreaterThanOrEqual(400);
-    expect(took).toBeLessThan(5_000);
+    expect(took).toBeLessThan(15_000);
     expect(await db`select v from t where id = ${1}`).toEqual([{ v: "one" }]);
     // Short statements still run under it; long ones are still ended.
     expect(await db`select pg_sleep(0.05)::text as slept`).toEqual([{ slept: "" }]);
     const again = Date.now();
     await expect(db`select pg_sleep(30)`).rejects.toMatchObject({ code: "57014" });
-    expect(Date.now() - again).toBeLessThan(5_000);
+    expect(Date.now() - again).toBeLessThan(15_000);
   }, 30_000);
 
   test("a cancelled client keeps the session settings it SET just before (CancelRequest and statement_timeout), as on PostgreSQL", async () => {
@@ -396,9 +421,10 @@ describe("cancel and statement_timeout", () => {
     const settings = async () => (await a.query("select current_setting('search_path') as p, current_setting('my.flavour', true) as f, current_setting('statement_timeout') as st")).rows[0];
     await a.query("set search_path = pg_catalog, public");
     await a.query("set my.flavour = 'lemon'");
-    const sleeping = a.query("select pg_sleep(30)");
-    setTimeout(() => void cancelRequest(cs.cancels, a), 300);
-    await expect(sleeping).rejects.toMatchObject({ code: "57014" });
+    const sleeping = outcome(a.query("select pg_sleep(30)"));
+    await whenRunning(cs.cancels, "select pg_sleep(30)");
+    await cancelRequest(cs.cancels, a);
+    expect(await sleeping).toMatchObject({ code: "57014" });
     expect.soft(await settings(), "after a CancelRequest").toEqual({ p: "pg_catalog, public", f: "lemon", st: "0" });
     await a.query("set search_path = public, pg_catalog");
     await a.query("set my.flavour = 'mint'");

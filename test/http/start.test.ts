@@ -25,6 +25,17 @@ describe("kiln start", () => {
     expect(existsSync(join(k.dataDir, "kiln.pid"))).toBe(false);
   });
 
+  test("a stop that takes longer than KILN_STOP_TIMEOUT_MS says what it waits for and exits 1; a restart finds the data", async () => {
+    const k = await startKiln({ env: { KILN_STOP_TIMEOUT_MS: "1500", KILN_FAULTS: "stop-hang" } });
+    dirs.push(k.dataDir);
+    const project = await createProject(k, "kept");
+    expect(await k.stop()).toBe(1);
+    expect(k.stderr).toMatch(/kiln: stopping took longer than 1500 ms, still waiting for: an injected fault \(stop-hang\); exiting/);
+    await withKiln({ dataDir: k.dataDir, databaseUrl: k.databaseUrl, env: { KILN_PLATFORM_TOKEN: k.token } }, async (again) => {
+      expect((await again.api("GET", `/projects/${project.id}`)).body.name).toBe("kept");
+    });
+  });
+
   test("the data dir is closed to other users (and to function code run without a sandbox), whatever its mode was", async () => {
     const dir = join(tmpdir(), `kiln-open-${process.pid}-${Date.now()}`);
     mkdirSync(dir, { mode: 0o755 });

@@ -200,7 +200,8 @@ export function useKiln(opts: KilnOptions = {}): TestKiln {
   });
   afterAll(async () => {
     if (!inst) return;
-    await inst.stop();
+    // Kiln exits 1 when its stop outlasts KILN_STOP_TIMEOUT_MS: say what it waited for.
+    if ((await inst.stop()) !== 0) console.error(`kiln did not stop cleanly:\n${inst.stderr.slice(-2000)}`);
     removeDir(inst.dataDir);
   });
   return new Proxy({} as TestKiln, {
