@@ -81,6 +81,10 @@ export interface Config {
   clockStartMs?: number;
   /** Object storage on an S3 endpoint instead of files under the data dir (production profile). */
   s3?: { endPoint: string; bucket: string; accessKey: string; secretKey: string; region?: string; prefix?: string };
+  /** S3 downloads up to this size are copied to a file first and sent with their Content-Length. */
+  s3SpoolMaxBytes: number;
+  /** How long a spooled download's file is kept after it was written. */
+  s3SpoolKeepMs: number;
   /** Log lines older than this many days are deleted by the log store's cleanup (platform clock). */
   logRetentionDays: number;
   /** Finished durable executions (and their journals) are kept this long after they finish. */
@@ -185,6 +189,8 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     controllableClock: Boolean(opts.controllableClock) || env.KILN_CONTROLLABLE_CLOCK === "1" || Boolean(opts.clockStart ?? env.KILN_CLOCK_START),
     clockStartMs: clockStartOf(opts.clockStart ?? env.KILN_CLOCK_START),
     s3: s3Of(opts, env),
+    s3SpoolMaxBytes: intEnv("KILN_S3_SPOOL_MAX_MB", 512) * 1024 * 1024,
+    s3SpoolKeepMs: intEnv("KILN_S3_SPOOL_KEEP_MS", 60_000),
     postgresUrl: opts.postgresUrl ?? (env.KILN_POSTGRES_URL || undefined),
     pgPort: Number(opts.pgPort ?? env.KILN_PG_PORT ?? 7432),
     dbMaxOpen: intEnv("KILN_DB_MAX_OPEN", 10),

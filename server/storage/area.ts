@@ -19,7 +19,7 @@ const num = (v: string | undefined) => (v && /^\d+$/.test(v) ? Number(v) : undef
 async function openBlobStore(config: Needs["config"]): Promise<BlobStore> {
   if (config.s3) {
     const { S3BlobStore } = await import("../backends/blobs/s3");
-    const s3 = new S3BlobStore(config.s3);
+    const s3 = new S3BlobStore({ ...config.s3, spool: { dir: join(config.dataDir, "tmp", "s3-downloads"), maxBytes: config.s3SpoolMaxBytes, keepMs: config.s3SpoolKeepMs } });
     await s3.init();
     return s3;
   }

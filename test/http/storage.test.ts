@@ -2,9 +2,12 @@
 // Errors, Limits) against a real Kiln, on both control stores (and, with KILN_TEST_BLOBS=s3, on S3).
 import { createHash, randomBytes } from "node:crypto";
 import { describe, expect, test } from "vitest";
-import { createProject, useKiln, type TestKiln } from "../support/kiln";
+import { existsSync, readdirSync } from "node:fs";
+import { join } from "node:path";
+import { BLOBS, createProject, eventually, useKiln, type TestKiln } from "../support/kiln";
 
-const k = useKiln({ args: ["--controllable-clock"] });
+// On S3, downloads of up to 4 MiB are spooled to a file (kept 1 s) so they go out with their length.
+const k = useKiln({ args: ["--controllable-clock"], env: { KILN_S3_SPOOL_MAX_MB: "4", KILN_S3_SPOOL_KEEP_MS: "1000" } });
 const MB = 1024 * 1024;
 
 async function setup(kk: TestKiln = k) {
@@ -120,6 +123,31 @@ describe("objects", () => {
     expect(del).toMatchObject({ status: 200, body: { message: expect.stringMatching(/deleted/) } });
     expect((await download(k, service, b.name, "docs/report.bin")).status).toBe(404);
     expect((await k.api("DELETE", `/storage/${b.name}/docs/report.bin`, { token: service })).status).toBe(404);
+  });
+
+  test("downloads larger than 1 MiB have their Content-Length too, whole and ranged; on S3 through a spool file removed after", async () => {
+    const { service, bucket } = await setup();
+    const b = await bucket();
+    const bytes = randomBytes(3 * MB + 17);
+    expect((await upload(k, service, b.name, "big.bin", bytes, { type: "application/octet-stream" })).status).toBe(201);
+    const full = await download(k, service, b.name, "big.bin");
+    expect(full.status).toBe(200);
+    expect(full.headers.get("content-length")).toBe(String(bytes.length));
+    expect(Buffer.from(full.bytes).equals(bytes)).toBe(true);
+    const part = await download(k, service, b.name, "big.bin", { range: "bytes=1000-2500999" });
+    expect(part.status).toBe(206);
+    expect(part.headers.get("content-length")).toBe("2500000");
+    expect(part.headers.get("content-range")).toBe(`bytes 1000-2500999/${bytes.length}`);
+    expect(Buffer.from(part.bytes).equals(bytes.subarray(1000, 2501000))).toBe(true);
+    // Larger than the spool's limit (S3): streamed, the same bytes.
+    const huge = randomBytes(5 * MB);
+    expect((await upload(k, service, b.name, "huge.bin", huge, { type: "application/octet-stream" })).status).toBe(201);
+    expect(Buffer.from((await download(k, service, b.name, "huge.bin")).bytes).equals(huge)).toBe(true);
+    if (BLOBS === "s3") {
+      const spool = join(k.dataDir, "tmp", "s3-downloads");
+      expect(existsSync(spool)).toBe(true);
+      await eventually(async () => readdirSync(spool), (files) => files.length === 0, 10_000);
+    }
   });
 
   test("paths: .., NUL, control characters, a leading / are 400 'invalid or missing object path'", async () => {

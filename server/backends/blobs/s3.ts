@@ -1,4 +1,6 @@
-import { createHash } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
+import { mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
+import { join } from "node:path";
 import { Agent as HttpAgent } from "node:http";
 import { Agent as HttpsAgent } from "node:https";
 import { Readable } from "node:stream";
@@ -41,6 +43,13 @@ export interface S3BlobStoreOptions {
    * one is copied as a multipart upload of UploadPartCopy ranges of this size.
    */
   copyPartSize?: number;
+  /**
+   * Downloads larger than 1 MiB and up to `maxBytes` are first copied from S3 into a file in `dir` and
+   * sent from there, so the response has its Content-Length (see `body`). A spooled file is removed
+   * `keepMs` after it was written (the response has opened it by then; an open file outlives its
+   * name), and `dir` is emptied at start. Absent: such downloads are streamed, without a length.
+   */
+  spool?: { dir: string; maxBytes: number; keepMs?: number };
 }
 
 const MiB = 1024 * 1024;
@@ -120,6 +129,30 @@ export class S3BlobStore implements BlobStore {
     this.buffers = new BufferPool(Math.max(this.partSize, opts.bufferBytes ?? 4 * this.partSize));
     this.copyPartSize = Math.min(MAX_COPY, Math.max(MIN_PART, opts.copyPartSize ?? MAX_COPY));
     this.serverCopy = opts.serverSideCopy;
+    if (opts.spool) {
+      // Whatever a previous run left (a crash between a spool and its removal).
+      rmSync(opts.spool.dir, { recursive: true, force: true });
+      mkdirSync(opts.spool.dir, { recursive: true });
+      const keep = opts.spool.keepMs ?? 60_000;
+      this.spoolSweep = setInterval(() => this.sweepSpool(keep), Math.max(100, keep / 2));
+      this.spoolSweep.unref?.();
+    }
+  }
+
+  private spoolSweep: ReturnType<typeof setInterval> | undefined;
+
+  /** Removes spooled downloads written more than `keepMs` ago. */
+  private sweepSpool(keepMs: number): void {
+    const dir = this.opts.spool!.dir;
+    const cutoff = Date.now() - keepMs;
+    try {
+      for (const name of readdirSync(dir)) {
+        const path = join(dir, name);
+        try {
+          if (statSync(path).mtimeMs < cutoff) rmSync(path, { force: true });
+        } catch {}
+      }
+    } catch {}
   }
 
   /** Whether copies run server-side: undefined until the first one ran (auto-detection). */
@@ -331,15 +364,30 @@ export class S3BlobStore implements BlobStore {
   }
 
   /**
-   * For an HTTP response (see `BlobStore.body`): the GET's own web stream, or, up to 1 MiB, the bytes
-   * as a Blob. Bun.serve drops a Content-Length header from a response whose body is a stream and
-   * sends it chunked (oven-sh/bun#10507, Bun 1.4.5), except sometimes when the whole stream has
-   * arrived before the headers go out; a Blob always goes out with its length.
+   * For an HTTP response (see `BlobStore.body`): up to 1 MiB the bytes as a Blob; up to the spool's
+   * limit a file the GET was copied into (sent with sendfile); beyond it the GET's own web stream.
+   * Bun.serve drops a Content-Length header from a response whose body is a stream and sends it
+   * chunked (oven-sh/bun#10507, Bun 1.4.5); a Blob or a file always goes out with its length. The
+   * price of a spooled download: its first byte leaves once S3 sent the last, and it takes its size
+   * on disk for `keepMs`.
    */
   async body(key: string, range?: { start: number; end: number }): Promise<ReadableStream<Uint8Array> | Blob | null> {
     const res = await this.request(key, range);
     if (!res) return null;
-    return Number(res.headers.get("content-length") ?? NaN) <= SMALL ? await res.blob() : res.body!;
+    const length = Number(res.headers.get("content-length") ?? NaN);
+    if (length <= SMALL) return await res.blob();
+    const spool = this.opts.spool;
+    if (!spool || !(length <= spool.maxBytes)) return res.body!;
+    const path = join(spool.dir, randomUUID());
+    try {
+      // Bun.write streams a Response's body into the file (64 KiB at a time), never whole in memory.
+      const written = await Bun.write(path, res);
+      if (written !== length) throw new Error(`S3 GET of '${key}' ended after ${written} of ${length} bytes`);
+    } catch (err) {
+      rmSync(path, { force: true });
+      throw err;
+    }
+    return Bun.file(path);
   }
 
   /** The GET's response (its body unread); null when the key is absent. */
@@ -481,6 +529,7 @@ export class S3BlobStore implements BlobStore {
   }
 
   async close(): Promise<void> {
+    clearInterval(this.spoolSweep);
     this.agent.destroy();
   }
 }
