@@ -21,14 +21,17 @@ import { runOverProtocol } from "./protocol-query";
 import { PgliteSessionMux } from "./wire/pglite-mux";
 
 /** Every user database starts as a copy of this: roles, grants and auth.* helpers already in place. */
+const DATABASE_TEMPLATE_DROPS = ["template0", "template1"];
 export const DATABASE_TEMPLATE: TemplateSpec = {
   kind: "database",
-  fingerprint: fingerprintOf(DATABASE_SETUP_SQL),
+  fingerprint: fingerprintOf([...DATABASE_SETUP_SQL, `drop ${DATABASE_TEMPLATE_DROPS.join(",")}`]),
   prepare: async (store) => {
     for (const stmt of DATABASE_SETUP_SQL) await store.query(stmt);
   },
-  // template1 stays so `create database` works for people who try it; template0 is never connectable.
-  drop: ["template0"],
+  // Only the database clients reach stays: template1 was half of every copy (create, backup, branch,
+  // restore), and a database made from it by `create database` could never be connected to through
+  // Kiln's listener (a connection string names one database), so refusing it is the honest answer.
+  drop: DATABASE_TEMPLATE_DROPS,
 };
 
 /** The PGlite major version (its initdb writes PG_VERSION). */
