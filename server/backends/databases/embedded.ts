@@ -20,8 +20,8 @@ import { PgliteThread } from "./pglite-thread";
 import { runOverProtocol } from "./protocol-query";
 import { PgliteSessionMux } from "./wire/pglite-mux";
 
-/** Every user database starts as a copy of this: roles, grants and auth.* helpers already in place. */
 const DATABASE_TEMPLATE_DROPS = ["template0", "template1"];
+/** Every user database starts as a copy of this: roles, grants and auth.* helpers already in place. */
 export const DATABASE_TEMPLATE: TemplateSpec = {
   kind: "database",
   fingerprint: fingerprintOf([...DATABASE_SETUP_SQL, `drop ${DATABASE_TEMPLATE_DROPS.join(",")}`]),
