@@ -1,5 +1,4 @@
 import { defineConfig } from "vitest/config";
-import LongestFirst from "./test/support/sequencer";
 
 // Six projects: fast unit tests; the black-box HTTP suite twice, once against the embedded control
 // store (PGlite) and once against a real PostgreSQL server started for the run; and the functions
@@ -10,8 +9,6 @@ const blackBox = { include: ["test/http/**/*.test.ts"], exclude: ["test/http/fun
 export default defineConfig({
   test: {
     maxWorkers: 4,
-    // Longest files first across projects, not project after project (test/support/sequencer.ts).
-    sequence: { sequencer: LongestFirst },
     projects: [
       // Unit tests start sandboxes and databases too: 5 s is not enough on a loaded 2-core runner.
       { test: { name: "unit", include: ["test/unit/**/*.test.ts", "server/**/*.test.ts"], testTimeout: 30_000 } },
