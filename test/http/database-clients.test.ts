@@ -343,7 +343,7 @@ describe("cancel and statement_timeout", () => {
     expect((await a.query("select current_setting('my.flavour', true) as f, current_setting('search_path') as p")).rows).toEqual([
       { f: "lemon", p: "pg_catalog, public" },
     ]);
-  }, 30_000);
+  }, 60_000);
 
   test("postgres.js query.cancel() (a CancelRequest) ends pg_sleep(30) and a CPU-bound count with 57014; its prepared statement goes on", async () => {
     const db = sqlClient(cs.cancels);
@@ -366,7 +366,7 @@ describe("cancel and statement_timeout", () => {
     expect(await counting).toMatchObject({ code: "57014" });
     expect(Date.now() - busy).toBeLessThan(15_000);
     expect(await prepared()).toEqual([{ v: "one" }]);
-  }, 30_000);
+  }, 60_000);
 
   test("a cancel inside a transaction aborts it (25P02 until ROLLBACK); its writes are gone, committed data is intact", async () => {
     const a = await pgClient(cs.cancels);
@@ -398,7 +398,7 @@ describe("cancel and statement_timeout", () => {
     await a.query("commit");
     expect(await other`select v from t where id = 3`).toEqual([{ v: "three" }]);
     await other`delete from t where id > 1`;
-  }, 30_000);
+  }, 60_000);
 
   test("statement_timeout = '500ms' set by the client ends a long statement with 57014, and the next long one too", async () => {
     const db = sqlClient(cs.cancels);
@@ -414,7 +414,7 @@ describe("cancel and statement_timeout", () => {
     const again = Date.now();
     await expect(db`select pg_sleep(30)`).rejects.toMatchObject({ code: "57014" });
     expect(Date.now() - again).toBeLessThan(15_000);
-  }, 30_000);
+  }, 60_000);
 
   test("a cancelled client keeps the session settings it SET just before (CancelRequest and statement_timeout), as on PostgreSQL", async () => {
     const a = await pgClient(cs.cancels);
@@ -432,7 +432,7 @@ describe("cancel and statement_timeout", () => {
     await expect(a.query("select pg_sleep(30)")).rejects.toMatchObject({ code: "57014" });
     expect.soft(await settings(), "after statement_timeout").toEqual({ p: "public, pg_catalog", f: "mint", st: "500ms" });
     expect((await a.query("select v from t where id = 1")).rows).toEqual([{ v: "one" }]);
-  }, 30_000);
+  }, 60_000);
 });
 
 // ---------------------------------------------------------------------------------------------------
