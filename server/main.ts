@@ -72,6 +72,8 @@ export async function startKiln(config: Config, out: { print: (line: string) => 
 async function boot(config: Config, out: { print: (line: string) => void; log?: Logger }, undo: (() => unknown)[]): Promise<RunningKiln> {
   const log = out.log ?? createLogger();
   const trace = startupTrace();
+  // What a stop is waiting for, named when it takes too long (RunningKiln.stopPhase).
+  let phase = "running";
   if (config.ephemeral) {
     config.dataDir = mkdtempSync(join(tmpdir(), "kiln-ephemeral-"));
     const dir = config.dataDir;
@@ -89,7 +91,10 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   const clock = new PlatformClock((label, err) => log.error(`${label} failed`, err), config.clockStartMs);
   undo.push(() => clock.stop());
   const store = await openControlStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: SCHEMA });
-  undo.push(() => store.close());
+  undo.push(() => {
+    phase = "closing the control store";
+    return store.close();
+  });
   trace("control store open");
   let listening = { publicUrl: "", httpPort: 0 };
   const platform: Platform = {
@@ -135,7 +140,6 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
   listening = { publicUrl: config.publicUrl ?? url, httpPort: server.port! };
 
-  let phase = "running";
   let stopping: Promise<void> | null = null;
   const stop = () =>
     (stopping ??= (async () => {
@@ -168,5 +172,4 @@ async function stopAreas(areas: AnyArea[], services: Services, phase: (p: string
     phase(`stopping ${area.name}`);
     await Promise.resolve(area.stop?.(services)).catch((e) => services.log.error(`stopping ${area.name} failed`, e));
   }
-  phase("closing the control store");
 }
