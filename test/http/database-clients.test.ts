@@ -289,24 +289,27 @@ describe("psql COPY", () => {
 });
 
 /**
- * Resolves once the statement `text` runs, so a cancel sent then has something to cancel. On a real
- * PostgreSQL server a CancelRequest that arrives before the statement starts is lost (as it is for any
- * client), which a loaded runner makes likely after a fixed pause: another session watches
- * pg_stat_activity. The embedded engine also cancels a statement still waiting to run, but another
- * session cannot look while it runs: a short pause there.
+ * Runs `query`, cancels it with `cancel` once the statement `text` executes, and gives what the query
+ * ended with (its error, or null) and how long that took after the cancel. On a real PostgreSQL server
+ * a CancelRequest that arrives before the statement executes is lost (for any client), which a loaded
+ * runner makes likely after a fixed pause: another session watches pg_stat_activity until the statement
+ * is active, not waiting for the client's next message (postgres.js's Parse and Bind already show it as
+ * active), for over a second. The embedded engine also cancels a statement still waiting to run, but
+ * no other session can look while it runs: a short pause there.
  */
-async function whenRunning(url: string, text: string): Promise<void> {
-  if (STORE !== "postgres") return new Promise((r) => setTimeout(r, 300));
-  const probe = sqlClient(url);
-  // Active, not waiting for the client's next message (a cancel is lost there), and for a second: the
-  // statement is past its Parse and Bind (which already show it as active) and executing.
-  const running = () =>
-    probe`select count(*)::int as n from pg_stat_activity where state = 'active' and query = ${text} and wait_event is distinct from 'ClientRead' and clock_timestamp() - query_start > interval '1 second'`;
-  await eventually(running, (r) => r[0]!.n > 0, 20_000);
+async function cancelOnceRunning(url: string, text: string, query: PromiseLike<unknown>, cancel: () => unknown) {
+  const settled = Promise.resolve(query).then(() => null, (e: Error & { code?: string }) => e);
+  if (STORE === "postgres") {
+    const probe = sqlClient(url);
+    const running = () =>
+      probe`select count(*)::int as n from pg_stat_activity where state = 'active' and query = ${text} and wait_event is distinct from 'ClientRead' and clock_timestamp() - query_start > interval '1 second'`;
+    await eventually(running, (r) => r[0]!.n > 0, 20_000);
+  } else await new Promise((r) => setTimeout(r, 300));
+  const at = Date.now();
+  await cancel();
+  const error = await settled;
+  return { error, ms: Date.now() - at };
 }
-
-/** A query's outcome as a value (its error, or null), so it can settle while the test waits for something else. */
-const outcome = (q: PromiseLike<unknown>) => Promise.resolve(q).then(() => null, (e: Error & { code?: string }) => e);
 
 // ---------------------------------------------------------------------------------------------------
 describe("cancel and statement_timeout", () => {
@@ -326,12 +329,9 @@ describe("cancel and statement_timeout", () => {
     await b.query("set my.flavour = 'mint'");
     expect((await b.query(byId("b_by_id"))).rows).toEqual([{ v: "one" }]);
 
-    const sleeping = outcome(a.query("select pg_sleep(30)"));
-    await whenRunning(cs.cancels, "select pg_sleep(30)");
-    const cancelled = Date.now();
-    await cancelRequest(cs.cancels, a);
-    expect(await sleeping).toMatchObject({ code: "57014", message: expect.stringContaining("canceling statement due to user request") });
-    expect(Date.now() - cancelled).toBeLessThan(15_000); // not the 30 s sleep
+    const sleep = await cancelOnceRunning(cs.cancels, "select pg_sleep(30)", a.query("select pg_sleep(30)"), () => cancelRequest(cs.cancels, a));
+    expect(sleep.error).toMatchObject({ code: "57014", message: expect.stringContaining("canceling statement due to user request") });
+    expect(sleep.ms).toBeLessThan(15_000); // not the 30 s sleep
 
     // Same connections, same (named, already parsed) statements, same settings.
     expect((await a.query(byId("a_by_id"))).rows).toEqual([{ v: "one" }]);
@@ -350,21 +350,15 @@ describe("cancel and statement_timeout", () => {
     const prepared = () => db`select v from t where id = ${1}`; // postgres.js prepares it (a named statement)
     expect(await prepared()).toEqual([{ v: "one" }]);
     const q = db`select pg_sleep(30)`;
-    const sleeping = outcome(q);
-    await whenRunning(cs.cancels, "select pg_sleep(30)");
-    const cancelled = Date.now();
-    q.cancel();
-    expect(await sleeping).toMatchObject({ code: "57014" });
-    expect(Date.now() - cancelled).toBeLessThan(15_000);
+    const sleep = await cancelOnceRunning(cs.cancels, "select pg_sleep(30)", q, () => q.cancel());
+    expect(sleep.error).toMatchObject({ code: "57014" });
+    expect(sleep.ms).toBeLessThan(15_000);
     expect(await prepared()).toEqual([{ v: "one" }]);
     // A CPU-bound statement too (tens of seconds on either engine when not cancelled).
     const count = db`select count(*) from generate_series(1, 300000000)`;
-    const counting = outcome(count);
-    await whenRunning(cs.cancels, "select count(*) from generate_series(1, 300000000)");
-    const busy = Date.now();
-    count.cancel();
-    expect(await counting).toMatchObject({ code: "57014" });
-    expect(Date.now() - busy).toBeLessThan(15_000);
+    const busy = await cancelOnceRunning(cs.cancels, "select count(*) from generate_series(1, 300000000)", count, () => count.cancel());
+    expect(busy.error).toMatchObject({ code: "57014" });
+    expect(busy.ms).toBeLessThan(15_000);
     expect(await prepared()).toEqual([{ v: "one" }]);
   }, 60_000);
 
@@ -376,10 +370,7 @@ describe("cancel and statement_timeout", () => {
     await a.query("begin");
     await a.query({ name: "ins", text: "insert into t values ($1, $2)", values: [3, "uncommitted"] });
     await a.query("update t set v = 'changed' where id = 1");
-    const sleeping = outcome(a.query("select pg_sleep(30)"));
-    await whenRunning(cs.cancels, "select pg_sleep(30)");
-    await cancelRequest(cs.cancels, a);
-    expect(await sleeping).toMatchObject({ code: "57014" });
+    expect((await cancelOnceRunning(cs.cancels, "select pg_sleep(30)", a.query("select pg_sleep(30)"), () => cancelRequest(cs.cancels, a))).error).toMatchObject({ code: "57014" });
     await expect(a.query("select 1")).rejects.toMatchObject({ code: "25P02" });
     await expect(a.query({ name: "ins", text: "insert into t values ($1, $2)", values: [4, "still aborted"] })).rejects.toMatchObject({ code: "25P02" });
     await a.query("rollback");
@@ -421,10 +412,7 @@ describe("cancel and statement_timeout", () => {
     const settings = async () => (await a.query("select current_setting('search_path') as p, current_setting('my.flavour', true) as f, current_setting('statement_timeout') as st")).rows[0];
     await a.query("set search_path = pg_catalog, public");
     await a.query("set my.flavour = 'lemon'");
-    const sleeping = outcome(a.query("select pg_sleep(30)"));
-    await whenRunning(cs.cancels, "select pg_sleep(30)");
-    await cancelRequest(cs.cancels, a);
-    expect(await sleeping).toMatchObject({ code: "57014" });
+    expect((await cancelOnceRunning(cs.cancels, "select pg_sleep(30)", a.query("select pg_sleep(30)"), () => cancelRequest(cs.cancels, a))).error).toMatchObject({ code: "57014" });
     expect.soft(await settings(), "after a CancelRequest").toEqual({ p: "pg_catalog, public", f: "lemon", st: "0" });
     await a.query("set search_path = public, pg_catalog");
     await a.query("set my.flavour = 'mint'");
