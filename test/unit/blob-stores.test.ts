@@ -3,7 +3,7 @@
 // KILN_TEST_S3_ENDPOINT=http://ACCESS:SECRET@host:port), plus what only S3 has (multipart aborts,
 // server-side or streamed assembly, key prefixes).
 import { createHash, randomBytes, randomFillSync } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
@@ -448,4 +448,39 @@ describe("BufferPool", () => {
     pool.give(big);
     expect(pool.usage.kept).toBeLessThanOrEqual(3 * MiB);
   });
+});
+
+describe("S3BlobStore download spool (HTTP bodies with their length)", () => {
+  it("is emptied at start; spools bodies over 1 MiB into files up to its total, streams beyond it, and frees them keepMs after", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "kiln-spool-"));
+    writeFileSync(join(dir, "left-by-a-crash"), "x");
+    // Dated an hour ahead, so only the emptying at start can remove it, not a sweep for age.
+    utimesSync(join(dir, "left-by-a-crash"), new Date(Date.now() + 3_600_000), new Date(Date.now() + 3_600_000));
+    const store = await s3Store({ spool: { dir, maxBytes: 4 * MiB, totalBytes: 5 * MiB, keepMs: 300 } });
+    try {
+      expect(readdirSync(dir)).toEqual([]);
+      const bytes = randomBytes(3 * MiB);
+      await store.put("spool/a", Readable.from([bytes]));
+      const first = await store.body!("spool/a");
+      expect(first).toBeInstanceOf(Blob);
+      expect((first as Blob).size).toBe(bytes.length);
+      expect(md5(Buffer.from(await (first as Blob).arrayBuffer()))).toBe(md5(bytes));
+      expect(readdirSync(dir)).toHaveLength(1);
+      // 3 MiB more would pass the 5 MiB total: streamed, the same bytes.
+      const second = await store.body!("spool/a", { start: 0, end: 3 * MiB - 1 });
+      expect(second).toBeInstanceOf(ReadableStream);
+      expect(md5(Buffer.from(await new Response(second as ReadableStream).arrayBuffer()))).toBe(md5(bytes));
+      // A small one is bytes, whatever the spool holds.
+      await store.put("spool/small", Readable.from([Buffer.from("tiny")]));
+      expect(await (await store.body!("spool/small") as Blob).text()).toBe("tiny");
+      // Once the file is removed, its bytes count no longer.
+      for (let i = 0; i < 100 && readdirSync(dir).length; i++) await new Promise((r) => setTimeout(r, 50));
+      expect(readdirSync(dir)).toEqual([]);
+      expect(await store.body!("spool/a")).toBeInstanceOf(Blob);
+    } finally {
+      await store.deletePrefix("spool/");
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

@@ -47,9 +47,11 @@ export interface S3BlobStoreOptions {
    * Downloads larger than 1 MiB and up to `maxBytes` are first copied from S3 into a file in `dir` and
    * sent from there, so the response has its Content-Length (see `body`). A spooled file is removed
    * `keepMs` after it was written (the response has opened it by then; an open file outlives its
-   * name), and `dir` is emptied at start. Absent: such downloads are streamed, without a length.
+   * name), and `dir` is emptied at start. At most `totalBytes` (default 4 x `maxBytes`) are spooled at
+   * once: beyond it, as beyond `maxBytes` or without a spool, downloads are streamed, without a length,
+   * so many concurrent downloads cannot fill the disk.
    */
-  spool?: { dir: string; maxBytes: number; keepMs?: number };
+  spool?: { dir: string; maxBytes: number; keepMs?: number; totalBytes?: number };
 }
 
 const MiB = 1024 * 1024;
@@ -140,6 +142,8 @@ export class S3BlobStore implements BlobStore {
   }
 
   private spoolSweep: ReturnType<typeof setInterval> | undefined;
+  /** Bytes in the spool now: files being written or kept (reserved before a download is spooled). */
+  private spooled = 0;
 
   /** Removes spooled downloads written more than `keepMs` ago. */
   private sweepSpool(keepMs: number): void {
@@ -149,7 +153,10 @@ export class S3BlobStore implements BlobStore {
       for (const name of readdirSync(dir)) {
         const path = join(dir, name);
         try {
-          if (statSync(path).mtimeMs < cutoff) rmSync(path, { force: true });
+          const st = statSync(path);
+          if (st.mtimeMs >= cutoff) continue;
+          rmSync(path, { force: true });
+          this.spooled -= st.size;
         } catch {}
       }
     } catch {}
@@ -377,14 +384,16 @@ export class S3BlobStore implements BlobStore {
     const length = Number(res.headers.get("content-length") ?? NaN);
     if (length <= SMALL) return await res.blob();
     const spool = this.opts.spool;
-    if (!spool || !(length <= spool.maxBytes)) return res.body!;
+    if (!spool || !(length <= spool.maxBytes) || this.spooled + length > (spool.totalBytes ?? 4 * spool.maxBytes)) return res.body!;
     const path = join(spool.dir, randomUUID());
+    this.spooled += length;
     try {
       // Bun.write streams a Response's body into the file (64 KiB at a time), never whole in memory.
       const written = await Bun.write(path, res);
       if (written !== length) throw new Error(`S3 GET of '${key}' ended after ${written} of ${length} bytes`);
     } catch (err) {
       rmSync(path, { force: true });
+      this.spooled -= length;
       throw err;
     }
     return Bun.file(path);
