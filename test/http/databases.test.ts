@@ -121,6 +121,15 @@ describe("the wire endpoint", () => {
     expect(psql(unknownDb.toString(), "select 1").err).toMatch(/password authentication failed/);
   });
 
+  // The template holds only the database clients reach (docs/databases.md): a copy is 10 MB, not 18.
+  test.skipIf(STORE === "postgres")("embedded: a database holds only its own; create database is refused (there is no template1 to copy)", async () => {
+    const { db } = await setup();
+    expect(psql(db.connection_string, "select string_agg(datname, ',' order by datname) from pg_database")).toMatchObject({ code: 0, out: "postgres" });
+    const created = psql(db.connection_string, "create database other");
+    expect(created.code).not.toBe(0);
+    expect(created.err).toMatch(/template database "template1" does not exist/);
+  });
+
   test("the postgres client: a pool of 10 runs concurrent queries; a wrong password fails with 28P01", async () => {
     const { db } = await setup();
     const pool = connect(db.connection_string, { max: 10 });
