@@ -100,6 +100,9 @@ export function divergenceOfDirSync(dir: string, fingerprint: string): number {
  * those are hashed again, new files added, removed ones dropped; the rest is kept as it was. A fork
  * uses it after the branch's first open, whose WAL replay rewrote the few pages written during the copy.
  */
+/** A file the fingerprint already holds as it is now (same size, same modification time). */
+const unchanged = (old: FileFingerprint | undefined, s: { size: number; mtimeMs: number }) => !!old && old.size === s.size && old.mtimeMs === s.mtimeMs;
+
 export function refreshFingerprintSync(dir: string, fingerprint: string): string {
   const fp = JSON.parse(fingerprint) as DirFingerprint;
   const out: DirFingerprint = {};
@@ -107,8 +110,8 @@ export function refreshFingerprintSync(dir: string, fingerprint: string): string
     const key = relative(dir, path);
     const s = statSync(path);
     const old = fp[key];
-    if (old && old.size === s.size && old.mtimeMs === s.mtimeMs) {
-      out[key] = old;
+    if (unchanged(old, s)) {
+      out[key] = old!;
       continue;
     }
     const hashes = pageHashesSync(path, s.size);
@@ -166,8 +169,7 @@ export async function refreshFingerprint(dir: string, fingerprint: string): Prom
   let changed = 0;
   for (const path of relationFiles(dir)) {
     const s = statSync(path);
-    const old = fp[relative(dir, path)];
-    if (!old || old.size !== s.size || old.mtimeMs !== s.mtimeMs) changed += s.size;
+    if (!unchanged(fp[relative(dir, path)], s)) changed += s.size;
   }
   if (changed <= REFRESH_HERE_BYTES) return refreshFingerprintSync(dir, fingerprint);
   return inPageHashProcess(["refresh", dir], fingerprint, () => refreshFingerprintSync(dir, fingerprint));
