@@ -144,6 +144,8 @@ export class S3BlobStore implements BlobStore {
   private spoolSweep: ReturnType<typeof setInterval> | undefined;
   /** Bytes in the spool now: files being written or kept (reserved before a download is spooled). */
   private spooled = 0;
+  /** Spool files still being written (a slow S3 GET): never swept, whatever their age. */
+  private readonly writing = new Set<string>();
 
   /** Removes spooled downloads written more than `keepMs` ago. */
   private sweepSpool(keepMs: number): void {
@@ -152,6 +154,7 @@ export class S3BlobStore implements BlobStore {
     try {
       for (const name of readdirSync(dir)) {
         const path = join(dir, name);
+        if (this.writing.has(path)) continue;
         try {
           const st = statSync(path);
           if (st.mtimeMs >= cutoff) continue;
@@ -387,6 +390,7 @@ export class S3BlobStore implements BlobStore {
     if (!spool || !(length <= spool.maxBytes) || this.spooled + length > (spool.totalBytes ?? 4 * spool.maxBytes)) return res.body!;
     const path = join(spool.dir, randomUUID());
     this.spooled += length;
+    this.writing.add(path);
     try {
       // Bun.write streams a Response's body into the file (64 KiB at a time), never whole in memory.
       const written = await Bun.write(path, res);
@@ -395,7 +399,10 @@ export class S3BlobStore implements BlobStore {
       rmSync(path, { force: true });
       this.spooled -= length;
       throw err;
+    } finally {
+      this.writing.delete(path);
     }
+    // Its keep time runs from its last write (its mtime): from the end of the GET.
     return Bun.file(path);
   }
 
