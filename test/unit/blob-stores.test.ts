@@ -454,9 +454,10 @@ describe("S3BlobStore download spool (HTTP bodies with their length)", () => {
   it("is emptied at start; spools bodies over 1 MiB into files up to its total, streams beyond it, and frees them keepMs after", async () => {
     const dir = mkdtempSync(join(tmpdir(), "kiln-spool-"));
     writeFileSync(join(dir, "left-by-a-crash"), "x");
-    // Dated an hour ahead, so only the emptying at start can remove it, not a sweep for age.
+    // Dated an hour ahead, so only the emptying at start can remove it, never a sweep for age.
     utimesSync(join(dir, "left-by-a-crash"), new Date(Date.now() + 3_600_000), new Date(Date.now() + 3_600_000));
-    const store = await s3Store({ spool: { dir, maxBytes: 4 * MiB, totalBytes: 5 * MiB, keepMs: 300 } });
+    // Kept a minute: nothing is swept for age during the test until it sweeps with a later time itself.
+    const store = await s3Store({ spool: { dir, maxBytes: 4 * MiB, totalBytes: 5 * MiB, keepMs: 60_000 } });
     try {
       expect(readdirSync(dir)).toEqual([]);
       const bytes = randomBytes(3 * MiB);
@@ -473,8 +474,10 @@ describe("S3BlobStore download spool (HTTP bodies with their length)", () => {
       // A small one is bytes, whatever the spool holds.
       await store.put("spool/small", Readable.from([Buffer.from("tiny")]));
       expect(await (await store.body!("spool/small") as Blob).text()).toBe("tiny");
-      // Once the file is removed, its bytes count no longer.
-      for (let i = 0; i < 100 && readdirSync(dir).length; i++) await new Promise((r) => setTimeout(r, 50));
+      // Not yet kept a minute: it stays. Once it is removed, its bytes count no longer.
+      store.sweepSpool(Date.now() + 30_000);
+      expect(readdirSync(dir)).toHaveLength(1);
+      store.sweepSpool(Date.now() + 61_000);
       expect(readdirSync(dir)).toEqual([]);
       expect(await store.body!("spool/a")).toBeInstanceOf(Blob);
     } finally {

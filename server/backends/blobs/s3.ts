@@ -136,7 +136,7 @@ export class S3BlobStore implements BlobStore {
       rmSync(opts.spool.dir, { recursive: true, force: true });
       mkdirSync(opts.spool.dir, { recursive: true });
       const keep = opts.spool.keepMs ?? 60_000;
-      this.spoolSweep = setInterval(() => this.sweepSpool(keep), Math.max(100, keep / 2));
+      this.spoolSweep = setInterval(() => this.sweepSpool(), Math.max(100, keep / 2));
       this.spoolSweep.unref?.();
     }
   }
@@ -147,10 +147,11 @@ export class S3BlobStore implements BlobStore {
   /** Spool files still being written (a slow S3 GET): never swept, whatever their age. */
   private readonly writing = new Set<string>();
 
-  /** Removes spooled downloads written more than `keepMs` ago. */
-  private sweepSpool(keepMs: number): void {
-    const dir = this.opts.spool!.dir;
-    const cutoff = Date.now() - keepMs;
+  /** Removes spooled downloads written more than `keepMs` before `now` (run every `keepMs / 2`). */
+  sweepSpool(now = Date.now()): void {
+    if (!this.opts.spool) return;
+    const dir = this.opts.spool.dir;
+    const cutoff = now - (this.opts.spool.keepMs ?? 60_000);
     try {
       for (const name of readdirSync(dir)) {
         const path = join(dir, name);
