@@ -194,6 +194,10 @@ describe("consistency while the parent serves", () => {
     const [moved] = await bc`select coalesce(sum(abs(balance - 1000)), 0)::int8 as m from accounts`;
     expect(t!.n).toBeGreaterThan(0);
     expect(Number(moved!.m)).toBeLessThanOrEqual(t!.n * 14);
+    // Exactly: each account's balance is what the transfers the branch holds made of it.
+    const [off] = await bc`select count(*)::int as n from accounts a where balance <> 1000
+      - 7 * (select count(*) from transfers where from_id = a.id) + 7 * (select count(*) from transfers where to_id = a.id)`;
+    expect(off!.n).toBe(0);
     const [{ n: fill }] = await bc`select count(*)::int as n from filler`;
     expect(fill).toBe(40000);
     // The branch is not the parent: the parent went on writing after it.
