@@ -1,7 +1,20 @@
 /**
  * The command prefix for a copy or a page hashing that runs beside a database that keeps serving:
  * SCHED_IDLE (`chrt --idle 0`), so it gets a core only when the database's threads and Kiln's do not
- * want it. `nice -n 10` still took a tenth of a busy core and doubled a parent's transaction latency
- * during a branch build on two cores. `nice` where there is no chrt; nothing where neither exists.
+ * want it; `nice -n 19` where chrt is missing or refused (a seccomp profile may refuse
+ * sched_setscheduler); nothing where neither exists. Checked once, at first use.
  */
-export const BACKGROUND_PRIORITY: string[] = Bun.which("chrt") ? ["chrt", "--idle", "0"] : Bun.which("nice") ? ["nice", "-n", "19"] : [];
+let prefix: string[] | null = null;
+
+export function backgroundPriority(): string[] {
+  if (prefix) return prefix;
+  const works = (cmd: string[]) => {
+    try {
+      return Bun.which(cmd[0]!) !== null && Bun.spawnSync([...cmd, "true"], { stdout: "ignore", stderr: "ignore" }).exitCode === 0;
+    } catch {
+      return false;
+    }
+  };
+  prefix = [["chrt", "--idle", "0"], ["nice", "-n", "19"]].find(works) ?? [];
+  return prefix;
+}

@@ -1,6 +1,6 @@
 import { closeSync, existsSync, openSync, readdirSync, readSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
-import { BACKGROUND_PRIORITY } from "./background-priority";
+import { backgroundPriority } from "./background-priority";
 
 /**
  * A branch's divergence from its parent: a fingerprint of its pages at the fork (xxHash32 of each
@@ -124,14 +124,14 @@ export function refreshFingerprintSync(dir: string, fingerprint: string): string
 const PAGE_HASH_MAIN = new URL("./page-hash-main.ts", import.meta.url).pathname;
 
 /**
- * Runs the page hashing in a process of its own at the lowest CPU priority (`BACKGROUND_PRIORITY`): reading and
+ * Runs the page hashing in a process of its own at the lowest CPU priority (`backgroundPriority()`): reading and
  * hashing every page of a database is seconds of CPU at 1 GB, and on Kiln's event loop it would delay
  * every request and every wire message meanwhile (the parent's clients during a branch build, above
  * all). Falls back to this thread if no process can be started.
  */
 async function inPageHashProcess(args: string[], stdin: string | null, here: () => string): Promise<string> {
   try {
-    const proc = Bun.spawn([...BACKGROUND_PRIORITY, process.execPath, PAGE_HASH_MAIN, ...args], { stdin: stdin === null ? "ignore" : "pipe", stdout: "pipe", stderr: "pipe" });
+    const proc = Bun.spawn([...backgroundPriority(), process.execPath, PAGE_HASH_MAIN, ...args], { stdin: stdin === null ? "ignore" : "pipe", stdout: "pipe", stderr: "pipe" });
     if (stdin !== null) {
       const w = proc.stdin as import("bun").FileSink;
       w.write(stdin);
