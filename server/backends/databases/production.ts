@@ -17,6 +17,7 @@ import {
 import { ServerPitr } from "./pitr";
 import { openProxy } from "./pg-proxy";
 import type { WireBackend, WireClient, WireControl } from "./wire/listener";
+import { backgroundPriority } from "./background-priority";
 
 function hours(v: string | undefined, fallback: number): number {
   const n = Number(v);
@@ -267,10 +268,10 @@ export class PostgresEngine implements DatabaseEngine {
   }
 
   /** Runs a tool; resolves when it exits 0, else throws with its stderr. */
-  private async runTool(cmd: string[], id: string, stdin?: ReadableStream<Uint8Array>): Promise<void> {
-    const proc = Bun.spawn(cmd, { env: this.toolEnv(id), stdin: stdin ?? "ignore", stdout: "ignore", stderr: "pipe" });
+  private async runTool(cmd: string[], id: string, what = cmd[0]!.split("/").pop()): Promise<void> {
+    const proc = Bun.spawn(cmd, { env: this.toolEnv(id), stdin: "ignore", stdout: "ignore", stderr: "pipe" });
     const [code, err] = await Promise.all([proc.exited, new Response(proc.stderr).text()]);
-    if (code !== 0) throw new Error(`${cmd[0]!.split("/").pop()} failed (${code}): ${err.trim().slice(0, 2000)}`);
+    if (code !== 0) throw new Error(`${what} failed (${code}): ${err.trim().slice(0, 2000)}`);
   }
 
   /**
@@ -281,15 +282,11 @@ export class PostgresEngine implements DatabaseEngine {
   private async copyInto(sourceId: string, targetId: string): Promise<void> {
     const { dump, restore } = await this.pgTools();
     await this.createEmpty(targetId);
-    const d = Bun.spawn([dump, "--format=custom", "--compress=0"], { env: this.toolEnv(sourceId), stdout: "pipe", stderr: "pipe" });
-    const dumpErr = new Response(d.stderr).text();
-    try {
-      await this.runTool([restore, "--exit-on-error", "--dbname", serverDatabaseName(targetId)], targetId, d.stdout);
-    } catch (err) {
-      d.kill();
-      throw err;
-    }
-    if ((await d.exited) !== 0) throw new Error(`pg_dump failed: ${(await dumpErr).trim().slice(0, 2000)}`);
+    // One OS pipe between the two tools, at the lowest CPU priority: the dump's bytes never pass through
+    // Kiln's event loop (which also carries the parent's wire traffic), and the tools take a core only
+    // when the parent's clients leave it free (the server's backends pace themselves on them).
+    const script = `set -o pipefail; "$0" --format=custom --compress=0 --dbname="$2" | "$1" --exit-on-error --dbname="$3"`;
+    await this.runTool([...backgroundPriority(), "bash", "-c", script, dump, restore, serverDatabaseName(sourceId), serverDatabaseName(targetId)], targetId, "pg_dump | pg_restore");
   }
 
   private async createEmpty(id: string): Promise<void> {
