@@ -131,7 +131,7 @@ const PAGE_HASH_MAIN = new URL("./page-hash-main.ts", import.meta.url).pathname;
  */
 async function inPageHashProcess(args: string[], stdin: string | null, here: () => string): Promise<string> {
   try {
-    const proc = Bun.spawn([...backgroundPriority(), process.execPath, PAGE_HASH_MAIN, ...args], { stdin: stdin === null ? "ignore" : "pipe", stdout: "pipe", stderr: "pipe" });
+    const proc = Bun.spawn([...(await backgroundPriority()), process.execPath, PAGE_HASH_MAIN, ...args], { stdin: stdin === null ? "ignore" : "pipe", stdout: "pipe", stderr: "pipe" });
     if (stdin !== null) {
       const w = proc.stdin as import("bun").FileSink;
       w.write(stdin);

@@ -286,7 +286,7 @@ export class PostgresEngine implements DatabaseEngine {
     // Kiln's event loop (which also carries the parent's wire traffic), and the tools take a core only
     // when the parent's clients leave it free (the server's backends pace themselves on them).
     const script = `set -o pipefail; "$0" --format=custom --compress=0 --dbname="$2" | "$1" --exit-on-error --dbname="$3"`;
-    await this.runTool([...backgroundPriority(), "bash", "-c", script, dump, restore, serverDatabaseName(sourceId), serverDatabaseName(targetId)], targetId, "pg_dump | pg_restore");
+    await this.runTool([...(await backgroundPriority()), "bash", "-c", script, dump, restore, serverDatabaseName(sourceId), serverDatabaseName(targetId)], targetId, "pg_dump | pg_restore");
   }
 
   private async createEmpty(id: string): Promise<void> {

@@ -128,7 +128,7 @@ async function copyEntries(from: string, to: string, entries: string[]): Promise
   if (entries.length === 0) return;
   try {
     // At the lowest CPU priority: the database being copied keeps serving meanwhile, on the same cores.
-    const proc = Bun.spawn([...backgroundPriority(), "cp", "-R", "--reflink=auto", ...entries.map((e) => join(from, e)), `${to}/`], { stdout: "ignore", stderr: "pipe" });
+    const proc = Bun.spawn([...(await backgroundPriority()), "cp", "-R", "--reflink=auto", ...entries.map((e) => join(from, e)), `${to}/`], { stdout: "ignore", stderr: "pipe" });
     if ((await proc.exited) === 0) return;
   } catch {
     // no GNU cp here: node:fs below
