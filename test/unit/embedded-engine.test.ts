@@ -7,7 +7,7 @@ import { EmbeddedEngine } from "../../server/backends/databases/embedded";
 const dirs: string[] = [];
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
 
-function engine(o: { maxOpen: number; memoryBudgetMb: number }) {
+function engine(o: { maxOpen: number; memoryBudgetMb: number; snapshotReplayLimitBytes?: number }) {
   const dir = mkdtempSync(join(tmpdir(), "kiln-engine-test-"));
   dirs.push(dir);
   return new EmbeddedEngine({ dir, idleCloseMs: 60_000, idleInTransactionTimeoutMs: 60_000, ...o });
@@ -43,6 +43,43 @@ describe("embedded engine: instances open lazily and close least recently used",
         await e.run(id, admin, `select 1`, []);
       }
       expect(e.openCount()).toBe(1);
+    } finally {
+      await e.close();
+    }
+  }, 60_000);
+});
+
+describe("embedded engine: a fork is a snapshot of the live database", () => {
+  const redo = async (e: EmbeddedEngine, id: string) => (await e.run(id, admin, `select redo_lsn::text as r from pg_control_checkpoint()`, [])).rows[0]!.r as string;
+  const fill = async (e: EmbeddedEngine, id: string) => {
+    await e.run(id, admin, `create table t (id int primary key, pad text)`, []);
+    await e.run(id, admin, `insert into t select g, repeat(md5(g::text), 16) from generate_series(1, 4000) g`, []);
+  };
+
+  test("no checkpoint is forced: the copy starts at the last one and replays the WAL since", async () => {
+    const e = engine({ maxOpen: 4, memoryBudgetMb: 100_000 });
+    try {
+      await e.create("p");
+      await fill(e, "p");
+      const before = await redo(e, "p");
+      await e.fork("p", "c");
+      // The parent's session was not held for a checkpoint.
+      expect(await redo(e, "p")).toBe(before);
+      expect((await e.run("c", admin, `select count(*)::int as n, sum(length(pad))::int as b from t`, [])).rows).toEqual([{ n: 4000, b: 4000 * 512 }]);
+    } finally {
+      await e.close();
+    }
+  }, 60_000);
+
+  test("past the replay limit a checkpoint is taken first, and the copy is as complete", async () => {
+    const e = engine({ maxOpen: 4, memoryBudgetMb: 100_000, snapshotReplayLimitBytes: 256 * 1024 });
+    try {
+      await e.create("p");
+      await fill(e, "p");
+      const before = await redo(e, "p");
+      await e.fork("p", "c");
+      expect(await redo(e, "p")).not.toBe(before);
+      expect((await e.run("c", admin, `select count(*)::int as n, sum(length(pad))::int as b from t`, [])).rows).toEqual([{ n: 4000, b: 4000 * 512 }]);
     } finally {
       await e.close();
     }

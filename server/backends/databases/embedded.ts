@@ -71,6 +71,8 @@ export interface EmbeddedOptions {
   idleInTransactionTimeoutMs: number;
   /** The platform clock's offset from real time: the databases' own clock follows it (point-in-time restore needs it). */
   clockOffset?: () => number;
+  /** WAL since the last checkpoint past which a snapshot takes a checkpoint first (snapshot.ts; default 64 MB). */
+  snapshotReplayLimitBytes?: number;
 }
 
 /**
@@ -211,7 +213,7 @@ export class EmbeddedEngine implements DatabaseEngine {
         const inst = await this.instance(id);
         inst.pins++;
         try {
-          return await hotCopy((fn) => inst.mux.exclusive(fn), this.dirOf(id), to);
+          return await hotCopy((fn) => inst.mux.exclusive(fn), this.dirOf(id), to, this.o.snapshotReplayLimitBytes);
         } catch (err) {
           if (attempt >= SNAPSHOT_ATTEMPTS) throw err;
         } finally {

@@ -41,7 +41,7 @@ const SKIP_TOP = new Set(["pg_wal", "postmaster.pid", "postmaster.opts", "backup
 const SEGMENT = /^[0-9A-F]{24}$/;
 
 /** WAL since the last checkpoint beyond which a snapshot takes a checkpoint first: the most a copy's first open replays. */
-const REPLAY_LIMIT = 64 * 1024 * 1024;
+export const REPLAY_LIMIT = 64 * 1024 * 1024;
 
 const TRACE = !!process.env.KILN_TRACE_SNAPSHOT;
 /** A phase's duration, and when it ended (epoch ms, to line up with a client's own timings). */
@@ -59,7 +59,7 @@ export interface SnapshotInfo {
 export const SNAPSHOT_INFO = "kiln-snapshot.json";
 
 /** Copies `from` (a live data dir served through `exclusive`) into `to`, which must not exist. */
-export async function hotCopy(exclusive: Exclusive, from: string, to: string): Promise<SnapshotInfo> {
+export async function hotCopy(exclusive: Exclusive, from: string, to: string, replayLimit = REPLAY_LIMIT): Promise<SnapshotInfo> {
   const q = (db: PgliteSession, text: string) => runOverProtocol(db, [], text, []);
   const wal = join(from, "pg_wal");
   const walTo = join(to, "pg_wal");
@@ -72,7 +72,7 @@ export async function hotCopy(exclusive: Exclusive, from: string, to: string): P
         (await q(db, `select redo_lsn::text as redo, pg_walfile_name(redo_lsn) as redo_seg, pg_walfile_name(pg_current_wal_insert_lsn()) as now_seg, full_page_writes as fpw, (pg_current_wal_insert_lsn() - redo_lsn)::float8 as behind from pg_control_checkpoint()`)).rows[0] as { redo: string; redo_seg: string; now_seg: string; fpw: boolean; behind: number };
       let r = await read();
       if (!r.fpw) throw new Error("full_page_writes is off: a copy of the live files could not be repaired");
-      if (r.behind > REPLAY_LIMIT) {
+      if (r.behind > replayLimit) {
         await q(db, "checkpoint");
         r = await read();
       }
