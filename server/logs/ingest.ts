@@ -30,6 +30,12 @@ export const MAX_BODY_CHARS = 16_000;
 export const MAX_PENDING_LINES = 200_000;
 /** Lines per COPY: the embedded store's thread takes one batch at a time. */
 const BATCH = 2_000;
+/**
+ * Batches handed to the store before the first of them is written: the store's thread takes the next
+ * one as soon as it is done with one, instead of idling while Kiln's busy main thread gets round to
+ * preparing it (measured: that wait was a quarter of the thread's time under load).
+ */
+const IN_FLIGHT = 2;
 
 let sequence = 0;
 
@@ -79,6 +85,8 @@ export function classify(message: string, streamLevel: string): { level: string;
  */
 export class LogIngest {
   private pending: StoredLine[] = [];
+  /** A write is under way (it takes what arrives meanwhile too). */
+  private writing = false;
   private dropped = new Map<string, { count: number; line: StoredLine }>();
   private readonly loop: FlushLoop;
   /** Lines written since start, and dropped because the store fell behind (for the bench and /metrics). */
@@ -157,6 +165,8 @@ export class LogIngest {
     const room = (this.d.maxPending ?? MAX_PENDING_LINES) - this.pending.length;
     if (room >= lines.length) {
       for (const l of lines) this.pending.push(l);
+      // A full batch is written now rather than at the next tick (a burst keeps the store busy at once).
+      if (!this.writing && this.pending.length >= BATCH) void this.loop.flush().catch((e) => this.d.log.error("log flush failed", e));
       return;
     }
     for (let i = 0; i < lines.length; i++) {
@@ -197,20 +207,34 @@ export class LogIngest {
     }
     if (!this.pending.length) return;
     const store = await this.d.store();
-    for (let first = true; this.pending.length > 0; first = false) {
-      // Between batches the main thread serves requests.
-      if (!first) await new Promise((r) => setImmediate(r));
-      const batch = this.pending.splice(0, BATCH);
-      let segments: Map<string, string[]>;
-      try {
-        segments = await store.append(batch);
-        this.counters.written += batch.length;
-      } catch (err) {
-        this.pending.unshift(...batch);
-        throw err;
+    this.writing = true;
+    const inFlight: Promise<void>[] = [];
+    let failure: { err: unknown } | null = null;
+    try {
+      while (this.pending.length > 0 && !failure) {
+        const batch = this.pending.splice(0, BATCH);
+        inFlight.push(
+          store.append(batch).then(
+            async (segments) => {
+              this.counters.written += batch.length;
+              if (this.d.written) await this.d.written(segments).catch((err) => this.d.log.error("log lines written, but other instances' tails could not be told", err));
+            },
+            (err) => {
+              // Back in the queue for the next write (lines are ordered by their time and id, not by when they are written).
+              this.pending.unshift(...batch);
+              failure ??= { err };
+            },
+          ),
+        );
+        if (inFlight.length >= IN_FLIGHT) await inFlight.shift();
+        // Between batches the main thread serves requests.
+        else await new Promise((r) => setImmediate(r));
       }
-      if (this.d.written) await this.d.written(segments).catch((err) => this.d.log.error("log lines written, but other instances' tails could not be told", err));
+      await Promise.all(inFlight);
+    } finally {
+      this.writing = false;
     }
+    if (failure) throw (failure as { err: unknown }).err;
   }
 
   stop(): Promise<void> {

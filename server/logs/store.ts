@@ -271,6 +271,8 @@ export class SqlLogStore implements LogStore {
   /** Lines written since the GIN index's pending list was last merged (PGlite; see `search`). */
   private pendingKeys = false;
   private batchNumbers: bigint[] = [];
+  /** The last batch being written here (batches are written one at a time). */
+  private appending: Promise<unknown> = Promise.resolve();
   /** Lines written before segments existed remain (read through log_lines_legacy until retention removes them). */
   private legacy: boolean | null = null;
 
@@ -326,6 +328,19 @@ export class SqlLogStore implements LogStore {
       // The embedded store: segments, keys and COPY text are made on the log store's own thread.
       written = await this.o.appendElsewhere(lines);
     } else {
+      // One batch at a time (the ingest hands over the next before the last is written): COPYs share
+      // the store's one connection, and a query sent behind a COPY would reach the server in COPY mode.
+      const turn = this.appending.then(() => this.appendHere(lines));
+      this.appending = turn.catch(() => {});
+      written = await turn;
+    }
+    this.pendingKeys = true;
+    return written;
+  }
+
+  private async appendHere(lines: readonly StoredLine[]): Promise<Map<string, string[]>> {
+    let written: Map<string, string[]>;
+    {
       const ids = await this.segmentIds(this.db, lines.length);
       const segments = segmentsOf(lines, ids);
       const text = copyTexts(segments);
@@ -343,7 +358,6 @@ export class SqlLogStore implements LogStore {
         await this.db.query(`analyze log_lines`);
       }
     }
-    this.pendingKeys = true;
     return written;
   }
 

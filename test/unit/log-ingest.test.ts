@@ -82,3 +82,63 @@ describe("log ingest", () => {
     await ingest.stop();
   });
 });
+
+describe("log ingest: batches to the store", () => {
+  const many = (n: number, tag: string) => Array.from({ length: n }, (_, i) => line(`${tag} ${i}`));
+
+  test("a full batch is written before the next tick, and the next is handed over while one is written (never more than two)", async () => {
+    const gates: (() => void)[] = [];
+    let open = 0;
+    let most = 0;
+    const written: StoredLine[] = [];
+    const { ingest } = ingestWith({
+      append: async (l) => {
+        open++;
+        most = Math.max(most, open);
+        await new Promise<void>((r) => gates.push(r));
+        open--;
+        written.push(...l);
+        return new Map();
+      },
+    });
+    // 5,000 lines: batches of 2,000, 2,000 and 1,000; no flush asked for, no tick waited for.
+    ingest.invocation(fn, "d1", "local", "inv1", many(5000, "x"));
+    await eventually(() => gates.length === 2);
+    expect(open).toBe(2);
+    while (written.length < 5000) {
+      await eventually(() => gates.length > 0);
+      gates.shift()!();
+      await new Promise((r) => setImmediate(r));
+    }
+    expect(most).toBe(2);
+    expect(new Set(written.map((l) => l.body)).size).toBe(5000);
+    await ingest.stop();
+  });
+
+  test("a batch the store refused goes back to the queue and is written by the next write, beside one that was written", async () => {
+    let calls = 0;
+    const written: StoredLine[] = [];
+    const { ingest } = ingestWith({
+      append: async (l) => {
+        if (++calls === 1) {
+          await new Promise((r) => setTimeout(r, 20));
+          throw new Error("store down");
+        }
+        written.push(...l);
+        return new Map();
+      },
+    });
+    // 3,000 lines start a write at once: the first batch (2,000) fails after the second (1,000) was handed over.
+    ingest.invocation(fn, "d1", "local", "inv1", many(3000, "y"));
+    // A flush runs after that write: it finds the refused batch back in the queue and writes it.
+    await ingest.flush();
+    expect(calls).toBe(3);
+    expect(written.map((l) => l.body).sort()).toEqual(many(3000, "y").map((l) => l.message).sort());
+    await ingest.stop();
+  });
+});
+
+async function eventually(ok: () => boolean): Promise<void> {
+  for (let i = 0; i < 500 && !ok(); i++) await new Promise((r) => setTimeout(r, 2));
+  expect(ok()).toBe(true);
+}
