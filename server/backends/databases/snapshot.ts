@@ -21,7 +21,7 @@ import { backgroundPriority } from "./background-priority";
  *    its redo are written). Pages written during the copy may be torn: full-page writes are on (checked
  *    in step 1), so the first change of every page after the redo point carries the whole page, and
  *    replay repairs them. The WAL segments that were complete at step 1 are copied here too (nothing
- *    writes to them again).
+ *    writes to them again: they are before the flush position).
  * 3. A second hold: the WAL's flush position is the end of the copy, and the segments written since
  *    step 1 are copied (usually one or two 1 MB segments). Every page copied was written after its WAL
  *    (PostgreSQL's rule), so the WAL copied covers every change any copied page holds; every
@@ -69,7 +69,7 @@ export async function hotCopy(exclusive: Exclusive, from: string, to: string, re
   try {
     const start = await exclusive(async (db) => {
       const read = async () =>
-        (await q(db, `select redo_lsn::text as redo, pg_walfile_name(redo_lsn) as redo_seg, pg_walfile_name(pg_current_wal_insert_lsn()) as now_seg, full_page_writes as fpw, (pg_current_wal_insert_lsn() - redo_lsn)::float8 as behind from pg_control_checkpoint()`)).rows[0] as { redo: string; redo_seg: string; now_seg: string; fpw: boolean; behind: number };
+        (await q(db, `select redo_lsn::text as redo, pg_walfile_name(redo_lsn) as redo_seg, pg_walfile_name(pg_current_wal_flush_lsn()) as now_seg, full_page_writes as fpw, (pg_current_wal_insert_lsn() - redo_lsn)::float8 as behind from pg_control_checkpoint()`)).rows[0] as { redo: string; redo_seg: string; now_seg: string; fpw: boolean; behind: number };
       let r = await read();
       if (!r.fpw) throw new Error("full_page_writes is off: a copy of the live files could not be repaired");
       if (r.behind > replayLimit) {
@@ -86,7 +86,9 @@ export async function hotCopy(exclusive: Exclusive, from: string, to: string, re
     writeFileSync(join(to, "global", "pg_control"), start.control);
     mkdirSync(join(walTo, "archive_status"), { recursive: true });
     mkdirSync(join(walTo, "summaries"), { recursive: true });
-    // Segments before the one being written at the start are complete: copied without a hold. A
+    // Segments before the one the WAL was flushed into at the start are complete in their files (the
+    // insert position may be further on, with the end of an earlier segment still in WAL buffers):
+    // copied without a hold. A
     // checkpoint by a client during the copy, then Kiln's WAL pruning, may have removed the first:
     // then this copy cannot be repaired, and the caller tries again.
     const settled = segmentsFrom(start.redo_seg, start.now_seg).filter((f) => f.slice(8) < start.now_seg.slice(8));
