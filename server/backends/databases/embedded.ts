@@ -354,7 +354,7 @@ export class EmbeddedEngine implements DatabaseEngine {
   /**
    * Point-in-time restore. Every database keeps its WAL (`wal_keep_size`) until Kiln lets it go
    * (`pruneWal`: older than the oldest backup a restore could start from). A restore copies the base
-   * (a backup: a snapshot with its backup_label), adds the database's WAL from the base's start, walks
+   * (a backup: a snapshot whose pg_control starts recovery at its redo point), adds the database's WAL from the base's start, walks
    * it for the first commit after the instant (commit timestamps are the platform's: the database
    * thread's clock follows it), zeroes the log from that commit record on, and opens the result:
    * PostgreSQL's crash recovery replays everything before the cut and rolls back what was uncommitted.
