@@ -88,9 +88,9 @@ export async function hotCopy(exclusive: Exclusive, from: string, to: string, re
     mkdirSync(join(walTo, "summaries"), { recursive: true });
     // Segments before the one the WAL was flushed into at the start are complete in their files (the
     // insert position may be further on, with the end of an earlier segment still in WAL buffers):
-    // copied without a hold. A
-    // checkpoint by a client during the copy, then Kiln's WAL pruning, may have removed the first:
-    // then this copy cannot be repaired, and the caller tries again.
+    // copied without a hold. A checkpoint by a client during the copy, then Kiln's WAL pruning (which
+    // removes the oldest first), may have removed the first: then this copy cannot be repaired, and
+    // the caller tries again.
     const settled = segmentsFrom(start.redo_seg, start.now_seg).filter((f) => f.slice(8) < start.now_seg.slice(8));
     for (const f of settled) await copyFile(join(wal, f), join(walTo, f));
     trace("snapshot: copy", t0);
