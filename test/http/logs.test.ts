@@ -136,6 +136,29 @@ describe("log search", () => {
     await bad({ q: "x\uD800" }, /body field 'q'/);
   });
 
+  test("level:(error OR warn) merges the levels newest first across pages, as the full search orders them", async () => {
+    const { invoke, search } = await setup();
+    const lines = Array.from({ length: 40 }, (_, i) => ({ out: ["error", "warn", "log", "warn"][i % 4]!, text: `mixed ${String(i).padStart(2, "0")}` }));
+    const inv = await invoke({ lines });
+    const q = `level:(error OR warn) invocation.id:${inv}`;
+    const all = (await search({ q, limit: 1000 })).body.data;
+    expect(all.map((e: any) => e.level).sort()).toEqual([...Array(10).fill("error"), ...Array(20).fill("warn")]);
+    const keys = all.map((e: any) => `${e.timestamp} ${e.id}`);
+    expect(keys).toEqual([...keys].sort().reverse());
+    // Printed in this order, so newest first is the reverse, whatever the level.
+    expect(all.map((e: any) => e.body)).toEqual(lines.filter((l) => l.out !== "log").map((l) => l.text).reverse());
+    const paged: string[] = [];
+    let cursor: string | undefined;
+    for (;;) {
+      const r = await search({ q, limit: 7, cursor });
+      expect(r.status, r.text).toBe(200);
+      paged.push(...r.body.data.map((e: any) => e.id));
+      if (!r.body.has_more) break;
+      cursor = r.body.next_cursor;
+    }
+    expect(paged).toEqual(all.map((e: any) => e.id));
+  });
+
   test("limit defaults to 100 (max 1000); cursors page on (timestamp, id) and stay stable while lines are added", async () => {
     const { invoke, search } = await setup();
     const lines = Array.from({ length: 250 }, (_, i) => ({ out: "log", text: `line ${String(i).padStart(3, "0")}` }));
