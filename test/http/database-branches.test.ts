@@ -1,10 +1,14 @@
 // Database branches: copies of a database taken while it serves, with their own credentials, a
 // lifetime on the platform clock, reset, reset-password, teardown, per-plan counts, divergence,
 // and the branch twin of the query API. Runs on both engines (embedded PGlite, PostgreSQL).
+import { chmodSync, mkdtempSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import postgres from "postgres";
 import { describe, expect, test } from "vitest";
 import { itemNames as names } from "../support/databases";
 import { connect, withApp } from "../support/database-clients";
+import { findPgBin } from "../support/postgres-server";
 import { createProject, createToken, eventually, startKiln, removeDir, STORE, useCli, useKiln, type TestKiln } from "../support/kiln";
 
 const k = useKiln({ args: ["--controllable-clock"] });
@@ -503,6 +507,31 @@ describe("branching unavailable", () => {
     } finally {
       await kb.stop();
       removeDir(kb.dataDir);
+    }
+  });
+});
+
+describe.skipIf(STORE !== "postgres")("production engine: the copy's pipe", () => {
+  test("a pg_dump that fails after writing the whole dump fails the branch (the pipe's status is pg_dump's too); the parent is untouched", async () => {
+    const bin = (await findPgBin())!;
+    const tools = mkdtempSync(join(tmpdir(), "kiln-pgbin-"));
+    symlinkSync(join(bin, "pg_restore"), join(tools, "pg_restore"));
+    // The real dump, complete (pg_restore alone would take it), then a failure.
+    writeFileSync(join(tools, "pg_dump"), `#!/bin/sh\n"${join(bin, "pg_dump")}" "$@" || exit $?\necho "pg_dump: error: injected failure" >&2\nexit 3\n`);
+    chmodSync(join(tools, "pg_dump"), 0o755);
+    const kf = await startKiln({ env: { KILN_PG_BIN: tools } });
+    try {
+      const { project, db } = await setup(kf);
+      expect((await kf.api("POST", branchPath(project.id), { body: { name: "piped" } })).status).toBe(202);
+      const b = await eventually(() => kf.api("GET", branchPath(project.id, "app", "piped")), (x) => x.body.status !== "provisioning", 30_000);
+      expect(b.body.status).toBe("failed");
+      expect(b.body.connection_string).toBeUndefined();
+      expect(kf.stderr).toMatch(/pg_dump \| pg_restore failed \(3\): .*injected failure/s);
+      expect(await names(db.connection_string)).toEqual(["parent-1", "parent-2"]);
+    } finally {
+      await kf.stop();
+      removeDir(kf.dataDir);
+      removeDir(tools);
     }
   });
 });
