@@ -5,6 +5,9 @@ import { afterAll, describe, expect, test } from "vitest";
 import { openPglite, PgliteStore } from "../../server/store/pglite-store";
 import { PostgresStore } from "../../server/store/postgres-store";
 import { copyText } from "../../server/store/store";
+import { pgCopyWriter } from "../../server/logs/pg-copy";
+import { parseQuery } from "../../server/logs/query";
+import { SqlLogStore, type StoredLine } from "../../server/logs/store";
 import { findPgBin, startPgServer } from "../support/postgres-server";
 
 const dirs: string[] = [];
@@ -70,6 +73,50 @@ describe("copyRows on a PostgreSQL server", () => {
       expect(await store.query(`select count(*)::int as n from t`)).toEqual([{ n: 200 }]);
     } finally {
       await store.close();
+      await pg.stop();
+    }
+  }, 120_000);
+});
+
+describe("the production log store on a PostgreSQL server", () => {
+  // The ingest hands the store a second batch before the first is written; both COPY on the store's
+  // one connection, so the store writes them one after the other.
+  test("two batches handed over at once are both written, every line searchable", async () => {
+    const bin = await findPgBin();
+    if (!bin) throw new Error("needs PostgreSQL server binaries (test/support/system-deps.sh installs them)");
+    const pg = await startPgServer({ bin });
+    const control = new PostgresStore(pg.url);
+    const writer = pgCopyWriter(pg.url);
+    const logs = new SqlLogStore(control, { owned: false, warn: () => {}, copy: writer.copy, onClose: writer.close });
+    try {
+      await logs.prepare();
+      const t0 = Date.parse("2026-01-01T00:00:00Z");
+      const batch = (tag: string, n: number): StoredLine[] =>
+        Array.from({ length: n }, (_, i) => ({
+          id: `${tag}${String(i).padStart(19 - tag.length, "0")}`,
+          project_id: "p1",
+          resource_type: "function",
+          resource_id: "f1",
+          resource_name: "fn",
+          stream: "runtime",
+          deployment_id: "d1",
+          invocation_id: `inv-${tag}`,
+          region: "local",
+          level: "info",
+          structured: false,
+          body: `${tag} line ${i}`,
+          at: t0 + i,
+        }));
+      await Promise.all([logs.append(batch("a", 2000)), logs.append(batch("b", 2000)), logs.append(batch("c", 500))]);
+      for (const [tag, n] of [["a", 2000], ["b", 2000], ["c", 500]] as const) {
+        const found = await logs.search({ projectId: "p1", resourceType: "function", where: parseQuery(`invocation.id:inv-${tag}`), limit: 1000, startMs: t0 });
+        expect(found.length).toBe(Math.min(n, 1000));
+        expect(found.every((l) => l.body.startsWith(`${tag} line `))).toBe(true);
+      }
+      expect(await control.query(`select count(*)::int as n from log_lines`)).toEqual([{ n: 4500 }]);
+    } finally {
+      await logs.close();
+      await control.close();
       await pg.stop();
     }
   }, 120_000);
