@@ -96,14 +96,14 @@ export function divergenceOfDirSync(dir: string, fingerprint: string): number {
   return pages * PAGE_BYTES;
 }
 
+/** A file the fingerprint already holds as it is now (same size, same modification time). */
+const unchanged = (old: FileFingerprint | undefined, s: { size: number; mtimeMs: number }) => !!old && old.size === s.size && old.mtimeMs === s.mtimeMs;
+
 /**
  * The fingerprint brought up to date for files changed since it was taken (other size or mtime):
  * those are hashed again, new files added, removed ones dropped; the rest is kept as it was. A fork
  * uses it after the branch's first open, whose WAL replay rewrote the few pages written during the copy.
  */
-/** A file the fingerprint already holds as it is now (same size, same modification time). */
-const unchanged = (old: FileFingerprint | undefined, s: { size: number; mtimeMs: number }) => !!old && old.size === s.size && old.mtimeMs === s.mtimeMs;
-
 export function refreshFingerprintSync(dir: string, fingerprint: string): string {
   const fp = JSON.parse(fingerprint) as DirFingerprint;
   const out: DirFingerprint = {};
@@ -124,8 +124,8 @@ export function refreshFingerprintSync(dir: string, fingerprint: string): string
 const PAGE_HASH_MAIN = new URL("./page-hash-main.ts", import.meta.url).pathname;
 
 /**
- * Runs the page hashing in a process of its own at the lowest CPU priority (`backgroundPriority()`): reading and
- * hashing every page of a database is seconds of CPU at 1 GB, and on Kiln's event loop it would delay
+ * Runs the page hashing in a process of its own at the lowest CPU priority (`backgroundPriority()`):
+ * reading and hashing every page of a database is seconds of CPU at 1 GB, and on Kiln's event loop it would delay
  * every request and every wire message meanwhile (the parent's clients during a branch build, above
  * all). Falls back to this thread if no process can be started.
  */
