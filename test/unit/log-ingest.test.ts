@@ -5,6 +5,7 @@ import { PlatformClock } from "../../server/clock";
 import { classify, LogIngest, lineId } from "../../server/logs/ingest";
 import type { LogStore, StoredLine } from "../../server/logs/store";
 import { TailHub } from "../../server/logs/tail";
+import { eventually } from "../support/kiln";
 
 const fn = { id: "f1", name: "hello", project_id: "p1" };
 const line = (message: string, level = "info") => ({ level, message, timestamp: new Date().toISOString() });
@@ -103,10 +104,13 @@ describe("log ingest: batches to the store", () => {
     });
     // 5,000 lines: batches of 2,000, 2,000 and 1,000; no flush asked for, no tick waited for.
     ingest.invocation(fn, "d1", "local", "inv1", many(5000, "x"));
-    await eventually(() => gates.length === 2);
+    // Started at once (within a turn of the event loop), not at the next one-second tick.
+    await new Promise((r) => setImmediate(r));
+    expect(open).toBeGreaterThanOrEqual(1);
+    await eventually(async () => gates.length, (n) => n === 2);
     expect(open).toBe(2);
     while (written.length < 5000) {
-      await eventually(() => gates.length > 0);
+      await eventually(async () => gates.length, (n) => n > 0);
       gates.shift()!();
       await new Promise((r) => setImmediate(r));
     }
@@ -137,8 +141,3 @@ describe("log ingest: batches to the store", () => {
     await ingest.stop();
   });
 });
-
-async function eventually(ok: () => boolean): Promise<void> {
-  for (let i = 0; i < 500 && !ok(); i++) await new Promise((r) => setTimeout(r, 2));
-  expect(ok()).toBe(true);
-}
