@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
+import { backgroundPriority } from "../../server/backends/databases/background-priority";
 import { EmbeddedEngine } from "../../server/backends/databases/embedded";
 
 const dirs: string[] = [];
@@ -84,4 +85,19 @@ describe("embedded engine: a fork is a snapshot of the live database", () => {
       await e.close();
     }
   }, 60_000);
+});
+
+describe("copies and page hashing run at the lowest CPU priority", () => {
+  test("the prefix puts a process in SCHED_IDLE where chrt works (nice 19 otherwise)", async () => {
+    const prefix = await backgroundPriority();
+    const out = await new Response(Bun.spawn([...prefix, "cat", "/proc/self/sched", "/proc/self/stat"], { stdout: "pipe" }).stdout).text();
+    const policy = Number(/^policy\s*:\s*(\d+)/m.exec(out)?.[1]);
+    const nice = Number(out.slice(out.lastIndexOf(")") + 2).split(" ")[16]);
+    if (Bun.which("chrt")) {
+      expect(prefix).toEqual(["chrt", "--idle", "0"]);
+      expect(policy).toBe(5); // SCHED_IDLE
+    } else expect(nice).toBe(19);
+    // Asked again: the same answer, no new check.
+    expect(await backgroundPriority()).toBe(prefix);
+  });
 });
