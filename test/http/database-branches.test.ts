@@ -216,7 +216,10 @@ describe("lifetime on the platform clock", () => {
     const b = await activeBranch(k, project.id, "short", { ttl_seconds: 3600 });
     const bc = connect(b.connection_string);
     expect(await bc`select 1 as x`).toEqual([{ x: 1 }]);
-    await advance(k, 3590);
+    expect(new Date(b.expires_at).getTime() - new Date(b.created_at).getTime()).toBe(3_600_000);
+    // To 10 s before its expiry, counted from the clock now: the clock also runs at the real rate, and
+    // the build and the first connection took seconds of it on a loaded runner.
+    await advance(k, (new Date(b.expires_at).getTime() - (await clockNow(k))) / 1000 - 10);
     expect((await k.api("GET", branchPath(project.id, "app", "short"))).body.status).toBe("active");
     await advance(k, 20);
     expect((await k.api("GET", branchPath(project.id, "app", "short"))).status).toBe(404);
