@@ -131,8 +131,15 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
         body = typeof o.body === "string" ? o.body : JSON.stringify(o.body);
         headers["content-type"] ??= "application/json";
       }
-      const res = await fetch(url + path, { method, headers, body });
-      const text = await res.text();
+      // A Kiln that stops answering fails the call with what it printed, not a silent test timeout.
+      let res: Response, text: string;
+      try {
+        res = await fetch(url + path, { method, headers, body, signal: AbortSignal.timeout(API_TIMEOUT_MS) });
+        text = await res.text();
+      } catch (err) {
+        if ((err as Error)?.name !== "TimeoutError") throw err;
+        throw new Error(`${method} ${path}: no answer in ${API_TIMEOUT_MS / 1000} s\n${stderr.slice(-4000)}`);
+      }
       let parsed: any = text;
       try {
         parsed = text ? JSON.parse(text) : undefined;
@@ -142,7 +149,16 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
     stop() {
       return new Promise((ok) => {
         if (proc.exitCode !== null || proc.signalCode !== null) return ok(proc.exitCode);
-        proc.once("exit", (code) => ok(code));
+        // Kiln gives up on a hung stop after KILN_STOP_TIMEOUT_MS (30 s) and exits 1; past that, the
+        // process itself is stuck: kill it and say so.
+        const stuck = setTimeout(() => {
+          console.error(`kiln did not exit ${STOP_WAIT_MS / 1000} s after SIGTERM; killed\n${stderr.slice(-4000)}`);
+          proc.kill("SIGKILL");
+        }, STOP_WAIT_MS);
+        proc.once("exit", (code) => {
+          clearTimeout(stuck);
+          ok(code);
+        });
         proc.kill("SIGTERM");
       });
     },
@@ -151,6 +167,10 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
   proc.once("exit", () => running.delete(k));
   return k;
 }
+
+/** Longest a test waits for one API answer, and for Kiln to exit after SIGTERM. */
+const API_TIMEOUT_MS = 50_000;
+const STOP_WAIT_MS = 40_000;
 
 const running = new Set<TestKiln>();
 process.on("exit", () => {
