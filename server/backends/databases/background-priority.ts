@@ -1,9 +1,12 @@
 /**
  * The command prefix for a copy or a page hashing that runs beside a database that keeps serving:
- * SCHED_IDLE (`chrt --idle 0`), so it gets a core only when the database's threads and Kiln's do not
- * want it; `nice -n 19` where chrt is missing or refused (a seccomp profile may refuse
- * sched_setscheduler); nothing where neither exists. Checked once, at first use, without holding
- * the event loop (a synchronous spawn would stall the very database clients this protects).
+ * `nice -n 10`, so the database's threads and Kiln's win the cores when both want them. Not SCHED_IDLE
+ * nor nice 19: somebody waits for this work (a backup answers when its copy is done, a branch is
+ * polled until active), and on a machine kept busy by other work (a CI runner, a build) those got
+ * ~0.3-1.5% of a core and a 40 MB copy took minutes; nice 10 keeps a tenth of a core against each busy
+ * competitor. SCHED_IDLE measured no better for the parent's latency on a quiet machine
+ * (docs/databases.md). Nothing where nice is missing. Checked once, at first use, without holding the
+ * event loop (a synchronous spawn would stall the very database clients this protects).
  */
 let prefix: Promise<string[]> | null = null;
 
@@ -16,10 +19,12 @@ async function works(cmd: string[]): Promise<boolean> {
   }
 }
 
+export const BACKGROUND_NICE = 10;
+
 export function backgroundPriority(): Promise<string[]> {
   prefix ??= (async () => {
-    for (const cmd of [["chrt", "--idle", "0"], ["nice", "-n", "19"]]) if (await works(cmd)) return cmd;
-    return [];
+    const cmd = ["nice", "-n", String(BACKGROUND_NICE)];
+    return (await works(cmd)) ? cmd : [];
   })();
   return prefix;
 }
