@@ -1,5 +1,4 @@
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { openPglite, PgliteStore } from "../../server/store/pglite-store";
@@ -9,6 +8,7 @@ import { pgCopyWriter } from "../../server/logs/pg-copy";
 import { parseQuery } from "../../server/logs/query";
 import { SqlLogStore, type StoredLine } from "../../server/logs/store";
 import { findPgBin, startPgServer } from "../support/postgres-server";
+import { freshDataDir } from "../support/pglite";
 
 const dirs: string[] = [];
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
@@ -23,7 +23,7 @@ describe("copyRows (function logs go in with COPY)", () => {
   });
 
   test("the embedded store reads back exactly what it was given", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "kiln-copy-test-"));
+    const dir = await freshDataDir("kiln-copy-test-");
     dirs.push(dir);
     const store = new PgliteStore(await openPglite(dir));
     try {

@@ -3,9 +3,7 @@
 // the in-memory table, PostgresLockTable on PGlite, and PostgresLockTable on a PostgreSQL server
 // through the lock table's own prepared connections (PreparedPostgres, what production uses).
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { rmSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startPgServer, type PgServer } from "../support/postgres-server";
 import { migrate } from "../../server/store/migrations";
@@ -16,6 +14,7 @@ import { MemoryLockTable } from "../../server/locks/memory-lock-table";
 import { LOCKS_MIGRATIONS } from "../../server/locks/migrations";
 import { PostgresLockTable } from "../../server/locks/postgres-lock-table";
 import { PreparedPostgres } from "../../server/locks/prepared-postgres";
+import { freshDataDir } from "../support/pglite";
 
 const SEC = 1000;
 const MINUTE = Date.UTC(2031, 4, 6, 7, 9, 0);
@@ -45,7 +44,7 @@ const backends: Array<{ name: string; open(): Promise<LockTable> }> = [
   {
     name: "pglite",
     open: async () => {
-      const dir = mkdtempSync(join(tmpdir(), "kiln-locks-counted-"));
+      const dir = await freshDataDir("kiln-locks-counted-");
       const store = new PgliteStore(await openPglite(dir));
       closers.push(() => rmSync(dir, { recursive: true, force: true }), () => store.close());
       await migrate(store, LOCKS_MIGRATIONS);

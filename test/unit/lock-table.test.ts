@@ -1,7 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { rmSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import {
   LOCK_DEADLINE_MS,
@@ -18,6 +16,7 @@ import { openPglite, PgliteStore } from "../../server/store/pglite-store";
 import { PostgresStore } from "../../server/store/postgres-store";
 import type { ControlStore } from "../../server/store/store";
 import { startPgServer, type PgServer } from "../support/postgres-server";
+import { freshDataDir } from "../support/pglite";
 
 // One body of lease rules run against every table: in memory, and PostgresLockTable over the
 // embedded engine (PGlite) and over a real PostgreSQL server. Time is always passed in, so the tests
@@ -74,7 +73,7 @@ const backends: Backend[] = [
   {
     name: "pglite",
     open: async () => {
-      const dir = mkdtempSync(join(tmpdir(), "kiln-locks-test-"));
+      const dir = await freshDataDir("kiln-locks-test-");
       dirs.push(dir);
       const store = new PgliteStore(await openPglite(dir));
       stores.push(store);

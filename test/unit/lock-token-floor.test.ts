@@ -2,27 +2,23 @@
 // tokens never go down across a clean restart or a crash, reservations are topped up in the
 // background, and a failing store is reported without failing the acquire.
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { migrate } from "../../server/store/migrations";
 import { openPglite, PgliteStore } from "../../server/store/pglite-store";
 import { LOCKS_MIGRATIONS } from "../../server/locks/migrations";
 import { FencedMemoryTable, TOKEN_RESERVATION } from "../../server/locks/token-floor";
+import { freshDataDir } from "../support/pglite";
 
-// One PGlite for the file (initdb takes seconds); each test starts from an empty floor table.
-const dir = mkdtempSync(join(tmpdir(), "kiln-token-floor-"));
+// One PGlite for the file; each test starts from an empty floor table.
 let shared: Promise<PgliteStore> | undefined;
 beforeAll(async () => void (await store()), 60_000);
 afterAll(async () => {
   await (await shared)?.close();
-  rmSync(dir, { recursive: true, force: true });
 });
 
 async function store(): Promise<PgliteStore> {
   shared ??= (async () => {
-    const s = new PgliteStore(await openPglite(dir));
+    const s = new PgliteStore(await openPglite(await freshDataDir("kiln-token-floor-")));
     await migrate(s, LOCKS_MIGRATIONS);
     return s;
   })();

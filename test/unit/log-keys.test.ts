@@ -1,12 +1,13 @@
 // The log store's segment keys (server/logs/keys.ts): a segment's keys never rule out a line that
 // matches (checked against PostgreSQL's own ILIKE and against the tail's predicate, on hostile
 // text too), what a query requires, and how a batch is cut into segments.
-import { PGlite } from "@electric-sql/pglite";
+import type { PGlite } from "@electric-sql/pglite";
 import * as fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { fieldKey, KeySet, keysSatisfy, requiredKeys, SEGMENT_KEYS, SEGMENT_LINES, termKeys } from "../../server/logs/keys";
 import { parseQuery, toPredicate, type QueryNode } from "../../server/logs/query";
 import { segmentsOf, type StoredLine } from "../../server/logs/store";
+import { freshPglite } from "../support/pglite";
 
 const keysOf = (...bodies: string[]) => {
   const k = new KeySet();
@@ -22,7 +23,7 @@ const trickyString = (max: number) => fc.array(fc.constantFrom(...tricky), { max
 describe("segment keys never hide a match", () => {
   let db: PGlite;
   beforeAll(async () => {
-    db = new PGlite();
+    db = await freshPglite();
     await db.waitReady;
   }, 60_000);
   afterAll(() => db?.close());

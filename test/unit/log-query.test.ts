@@ -1,10 +1,11 @@
 // The log search grammar: what it accepts, the SQL it makes, the 400s it points, hostile input, and
 // that search (SQL on PostgreSQL) and tail (the in-memory predicate) agree on every line.
-import { PGlite } from "@electric-sql/pglite";
+import type { PGlite } from "@electric-sql/pglite";
 import * as fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { normalizeLevel } from "../../server/logs/levels";
 import { MAX_QUERY_DEPTH, MAX_QUERY_LENGTH, MAX_QUERY_TERMS, parseQuery, QueryError, toPredicate, toSql, type MatchableLine, type QueryNode } from "../../server/logs/query";
+import { freshPglite } from "../support/pglite";
 
 function sql(q: string): { where: string; params: unknown[] } {
   const node = parseQuery(q);
@@ -172,7 +173,7 @@ describe("search (SQL) and tail (predicate) agree", () => {
   let db: PGlite;
   const lines: Array<MatchableLine & { id: number }> = [];
   beforeAll(async () => {
-    db = new PGlite();
+    db = await freshPglite();
     await db.exec(`create table log_lines (id integer, body text not null, invocation_id text, level text not null, region text not null,
       resource_id text not null, resource_name text not null, deployment_id text)`);
     const bodies = ["payment failed", "Payment OK", "timeout after 30 s", "100% done_ok", "ÄPFEL und Birnen", "say \"hi\"", "{\"level\":\"error\",\"msg\":\"boom\"}", "a:b c", "-"];

@@ -1,8 +1,7 @@
 // The schema is every area's migrations in area order (server/areas.ts). A control store made by the
 // previous version (four numbered migrations in kiln_migrations, test/fixtures/previous-version)
 // upgrades without loss on both engines, and ends with exactly the schema a new store gets.
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { SCHEMA } from "../../server/areas";
@@ -10,6 +9,7 @@ import { LEGACY_VERSIONS, migrate } from "../../server/store/migrations";
 import { openPglite, PgliteStore } from "../../server/store/pglite-store";
 import { PostgresStore } from "../../server/store/postgres-store";
 import type { ControlStore } from "../../server/store/store";
+import { freshDataDir } from "../support/pglite";
 import { findPgBin, startPgServer, type PgServer } from "../support/postgres-server";
 
 const FIXTURE = readFileSync(join(import.meta.dirname, "../fixtures/previous-version/control-schema.sql"), "utf8");
@@ -29,7 +29,7 @@ beforeAll(async () => {
 let dbCount = 0;
 const engines: Record<string, () => Promise<ControlStore>> = {
   embedded: async () => {
-    const dir = mkdtempSync(join(tmpdir(), "kiln-migrations-"));
+    const dir = await freshDataDir("kiln-migrations-");
     const store = new PgliteStore(await openPglite(dir));
     cleanup.push(() => rmSync(dir, { recursive: true, force: true }));
     cleanup.push(() => store.close());
@@ -87,7 +87,7 @@ describe.each(Object.keys(engines))("migrations on the %s engine", (engine) => {
     const fresh = await engines[engine]!();
     expect(await migrate(fresh, SCHEMA)).toBe(SCHEMA.length);
     expect(await shape(old)).toEqual(await shape(fresh));
-  }, 180_000); // two PGlite initdbs and two full migrations: 10-40 s on a loaded 2-core runner
+  }, 180_000); // two full migrations: seconds to tens of seconds on a loaded 2-core runner
 
   test("an unknown legacy version (a store from a newer Kiln) is refused, not guessed at", async () => {
     const store = await engines[engine]!();

@@ -1,8 +1,9 @@
-import { PGlite } from "@electric-sql/pglite";
+import type { PGlite } from "@electric-sql/pglite";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import * as z from "zod";
 import { type BuiltQuery, buildQuery, QUERY_OPERATIONS, type QueryOperation, queryBodies } from "../../server/databases/query-builder";
 import { HttpError } from "../../server/http/errors";
+import { freshPglite } from "../support/pglite";
 
 const IDENT_RULE = "(letters, digits and underscore, not starting with a digit, at most 63 characters)";
 
@@ -453,7 +454,7 @@ describe("runs on PostgreSQL (PGlite)", () => {
   };
 
   beforeAll(async () => {
-    db = new PGlite();
+    db = await freshPglite();
     await db.exec(`create table "order" (id serial primary key, name text, age int, active boolean, meta jsonb, "select" text default 'd')`);
   }, 60_000);
   afterAll(async () => {

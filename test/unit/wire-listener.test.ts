@@ -1,14 +1,14 @@
 import { spawn } from "node:child_process";
 import { connect, type Socket } from "node:net";
-import { PGlite } from "@electric-sql/pglite";
+import type { PGlite } from "@electric-sql/pglite";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startWireListener, type WireClient, type WireListener, type WireRouter } from "../../server/backends/databases/wire/listener";
 import { PgliteSessionMux } from "../../server/backends/databases/wire/pglite-mux";
 import { MessageBuilder, readInt32 } from "../../server/backends/databases/wire/protocol";
-import { compiledPglite } from "../../server/store/pglite-wasm";
 import { InProcessSession } from "../../server/backends/databases/pglite-thread";
 import { runOverProtocol } from "../../server/backends/databases/protocol-query";
+import { freshPglite } from "../support/pglite";
 
 // A real PGlite behind a real listener, spoken to by the `postgres` client and by psql.
 
@@ -80,7 +80,7 @@ async function until(cond: () => boolean, ms = 5000): Promise<void> {
 }
 
 beforeAll(async () => {
-  db = await PGlite.create({ pgliteWasmModule: await compiledPglite() });
+  db = await freshPglite();
   await db.exec(`
     create role r1;
     create schema elsewhere;

@@ -1,12 +1,12 @@
-import { PGlite } from "@electric-sql/pglite";
+import type { PGlite } from "@electric-sql/pglite";
 import { afterAll, beforeAll, describe, expect, test, vi } from "vitest";
 import type { WireBackend } from "../../server/backends/databases/wire/listener";
 import { callsSessionSetConfig, PgliteSessionMux, startupSettings } from "../../server/backends/databases/wire/pglite-mux";
 import { eachMessage, errorFields, MessageBuilder } from "../../server/backends/databases/wire/protocol";
-import { compiledPglite } from "../../server/store/pglite-wasm";
 import { dataRowValues } from "../support/wire";
 import { InProcessSession } from "../../server/backends/databases/pglite-thread";
 import { runOverProtocol } from "../../server/backends/databases/protocol-query";
+import { freshPglite } from "../support/pglite";
 
 // The session mux spoken to in raw protocol messages, the way a driver would, without a socket.
 
@@ -87,7 +87,7 @@ const preparedNames = () =>
   mux.exclusive(async (pg) => (await runOverProtocol(pg, [], "select name from pg_prepared_statements order by name", [])).rows.map((r) => r.name as string));
 
 beforeAll(async () => {
-  db = await PGlite.create({ pgliteWasmModule: await compiledPglite() });
+  db = await freshPglite();
   await db.exec("create role r1; create table t (id int primary key, v text); insert into t values (1, 'one')");
   mux = new PgliteSessionMux(new InProcessSession(db));
 }, 60_000);
