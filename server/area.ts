@@ -70,8 +70,11 @@ export async function startAreas<const L extends readonly AnyArea[]>(
   started: (area: AnyArea) => void,
 ): Promise<Platform & ServicesOf<L>> {
   const registry: Record<string, unknown> = { ...platform };
+  const trace = process.env.KILN_TRACE_STARTUP === "1";
   for (const area of areas) {
+    const t0 = trace ? performance.now() : 0;
     const provided = await area.start(registry);
+    if (trace) console.error(`startup: area ${area.name} +${Math.round(performance.now() - t0)} ms`);
     for (const key of Object.keys(provided)) {
       if (key in registry) throw new Error(`area ${area.name} provides '${key}', which is already provided`);
       registry[key] = provided[key];
