@@ -1,4 +1,9 @@
 import { defineConfig } from "vitest/config";
+import JSC_OPTIONS from "./cmd/jsc-options.json";
+
+// Kiln's JavaScriptCore options (cmd/jsc-options.json, as the `kiln` bin sets them) for every test
+// process and every Kiln they start: the workers are forked after this runs, with this environment.
+for (const [k, v] of Object.entries(JSC_OPTIONS)) process.env[k] ??= v;
 
 // Six projects: fast unit tests; the black-box HTTP suite twice, once against the embedded control
 // store (PGlite) and once against a real PostgreSQL server started for the run; and the functions

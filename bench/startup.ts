@@ -6,6 +6,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import JSC_OPTIONS from "../cmd/jsc-options.json";
 
 const ROOT = resolve(import.meta.dirname, "..");
 const BUN = join(ROOT, "node_modules/.bin/bun");
@@ -25,7 +26,7 @@ async function startOnce(dataDir: string): Promise<{ ms: number; rssMb: number; 
   const t0 = performance.now();
   const proc = spawn(BUN, [join(ROOT, "cmd/kiln.ts"), "start", "--port", String(port), "--pg-port", "0", "--data-dir", dataDir], {
     cwd: ROOT,
-    env: { ...process.env, KILN_PLATFORM_TOKEN: "pk-benchbenchbenchbenchbench", KILN_LOG: "quiet", KILN_TRACE_STARTUP: process.env.KILN_TRACE_STARTUP ?? "" },
+    env: { ...JSC_OPTIONS, ...process.env, KILN_PLATFORM_TOKEN: "pk-benchbenchbenchbenchbench", KILN_LOG: "quiet", KILN_TRACE_STARTUP: process.env.KILN_TRACE_STARTUP ?? "" },
     stdio: process.env.KILN_TRACE_STARTUP ? ["ignore", "ignore", "inherit"] : "ignore",
   });
   for (;;) {

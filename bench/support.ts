@@ -3,6 +3,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import JSC_OPTIONS from "../cmd/jsc-options.json";
 
 export const ROOT = resolve(import.meta.dirname, "..");
 export const BUN = join(ROOT, "node_modules/.bin/bun");
@@ -12,7 +13,7 @@ export const TOKEN = "pk-benchbenchbenchbenchbench";
 export async function startKiln(dataDir: string, args: string[] = [], env: Record<string, string> = {}): Promise<{ url: string; proc: ChildProcess }> {
   const proc = spawn(BUN, [join(ROOT, "cmd/kiln.ts"), "start", "--port", "0", "--pg-port", "0", "--data-dir", dataDir, ...args], {
     cwd: ROOT,
-    env: { ...process.env, KILN_PLATFORM_TOKEN: TOKEN, KILN_LOG: "quiet", ...env },
+    env: { ...JSC_OPTIONS, ...process.env, KILN_PLATFORM_TOKEN: TOKEN, KILN_LOG: "quiet", ...env },
     stdio: ["ignore", "pipe", "inherit"],
   });
   // A Kiln that exits before it listens (a bad flag, a busy port) fails the bench instead of hanging it.

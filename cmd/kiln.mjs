@@ -43,7 +43,10 @@ function fail(message) {
   process.exit(1);
 }
 
-const child = spawn(bunBinary(), [join(here, "kiln.ts"), ...process.argv.slice(2)], { stdio: "inherit" });
+// JavaScriptCore options for Bun (docs/databases.md, "PGlite's WebAssembly tiers"); the user's own
+// BUN_JSC_* settings win.
+const jscOptions = JSON.parse(readFileSync(join(here, "jsc-options.json"), "utf8"));
+const child = spawn(bunBinary(), [join(here, "kiln.ts"), ...process.argv.slice(2)], { stdio: "inherit", env: { ...jscOptions, ...process.env } });
 
 // Relay signals sent to this process. A terminal's Ctrl-C (SIGINT) already reaches Kiln too (same
 // process group), and Kiln takes a second SIGINT as "exit at once", so SIGINT is relayed only when
