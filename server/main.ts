@@ -122,7 +122,11 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   }
 
   await services.accounts.ensureDefault(config, out.print);
-  for (const area of started) await area.resume?.(services);
+  trace("default account");
+  for (const area of started) {
+    await area.resume?.(services);
+    if (area.resume) trace(`resumed ${area.name}`);
+  }
   trace("state ready");
 
   const transport: Transport = { config, log, guard, deps: services, renderError: (err, req) => renderError(log, err, req) };
