@@ -155,8 +155,11 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
           console.error(`kiln did not exit ${STOP_WAIT_MS / 1000} s after SIGTERM; killed\n${stderr.slice(-4000)}`);
           proc.kill("SIGKILL");
         }, STOP_WAIT_MS);
+        const t0 = Date.now();
         proc.once("exit", (code) => {
           clearTimeout(stuck);
+          // A slow stop is worth a line in the output even when it ends well (what CI runs show).
+          if (Date.now() - t0 > SLOW_STOP_MS) console.error(`kiln took ${((Date.now() - t0) / 1000).toFixed(1)} s to stop (exit ${code})\n${stderr.slice(-2000)}`);
           ok(code);
         });
         proc.kill("SIGTERM");
@@ -171,6 +174,7 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
 /** Longest a test waits for one API answer, and for Kiln to exit after SIGTERM. */
 const API_TIMEOUT_MS = 50_000;
 const STOP_WAIT_MS = 40_000;
+const SLOW_STOP_MS = Number(process.env.KILN_TEST_SLOW_STOP_MS ?? 10_000);
 
 const running = new Set<TestKiln>();
 process.on("exit", () => {
