@@ -1,9 +1,10 @@
 // The `kiln` CLI as people and scripts use it, against a real server.
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, delimiter, join } from "node:path";
 import { describe, expect, test } from "vitest";
+import JSC_OPTIONS from "../../cmd/jsc-options.json";
 import { KILN_VERSION } from "../../server/version";
 import { BUN, KILN, ROOT, STORE, eventually, secret, useCli, useKiln, withKiln } from "../support/kiln";
 
@@ -225,9 +226,13 @@ describe("the kiln bin (cmd/kiln.mjs)", () => {
       expect(version.status, version.stderr).toBe(0);
       expect(version.stdout.trim()).toBe(KILN_VERSION);
 
-      // A long-running command: stdout comes through, and a signal to the shim reaches Kiln.
+      // A long-running command: stdout comes through, and a signal to the shim reaches Kiln. Bun gets
+      // Kiln's JSC options (cmd/jsc-options.json) where the user set none, and the user's where they did.
       const token = secret("pk");
-      const server = spawn("node", [shim, "start", "--ephemeral", "--port", "0", "--pg-port", "0"], { cwd: dir, env: { ...env, KILN_PLATFORM_TOKEN: token }, stdio: ["ignore", "pipe", "pipe"] });
+      const [kept, overridden] = Object.keys(JSC_OPTIONS);
+      const serverEnv: Record<string, string | undefined> = { ...env, KILN_PLATFORM_TOKEN: token, [overridden!]: "777" };
+      delete serverEnv[kept!];
+      const server = spawn("node", [shim, "start", "--ephemeral", "--port", "0", "--pg-port", "0"], { cwd: dir, env: serverEnv, stdio: ["ignore", "pipe", "pipe"] });
       let out = "";
       let err = "";
       server.stderr.on("data", (d) => (err += d));
@@ -240,6 +245,13 @@ describe("the kiln bin (cmd/kiln.mjs)", () => {
         });
         void exited.then((e) => fail(new Error(`kiln exited (${JSON.stringify(e)}) before listening\n${out}\n${err}`)));
       });
+      // Kiln hides its /proc entries from its own uid (hideOwnProcEntries); root (the CI runner) still reads them.
+      if (process.getuid?.() === 0) {
+        const bunPid = Number(readFileSync(`/proc/${server.pid}/task/${server.pid}/children`, "utf8").trim().split(/\s+/)[0]);
+        const environ = new Set(readFileSync(`/proc/${bunPid}/environ`, "utf8").split("\0"));
+        expect(environ).toContain(`${kept}=${(JSC_OPTIONS as Record<string, string>)[kept!]}`);
+        expect(environ).toContain(`${overridden}=777`);
+      }
       const list = kiln("--url", url, "--token", token, "--json", "projects", "list");
       expect(list.status, list.stderr).toBe(0);
       expect(JSON.parse(list.stdout)).toMatchObject({ total: 0 });
