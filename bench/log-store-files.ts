@@ -28,16 +28,14 @@ function batch(): StoredLine[] {
   return out;
 }
 
-interface Entry { off: number; len: number; minAt: number; maxAt: number; keys: Uint32Array; n: number }
+interface Entry { off: number; len: number; keys: Uint32Array }
 const dir = mkdtempSync(join(tmpdir(), "proto-logs-"));
 const fd = openSync(join(dir, "seg"), "a+");
 const index: Entry[] = [];
 let fileOff = 0;
 let segs = 0;
-let writeMs = 0;
 const batches: StoredLine[][] = [];
 for (let i = 0; i < N / BATCH; i++) batches.push(batch());
-const enc = new TextEncoder();
 const t0 = performance.now();
 const cpu0 = process.cpuUsage();
 for (const b of batches) {
@@ -48,7 +46,7 @@ for (const b of batches) {
     const t = JSON.stringify(s.lines) + "\n";
     const len = Buffer.byteLength(t);
     const keys = Uint32Array.from(s.keys).sort();
-    ents.push({ off: fileOff, len, minAt: s.lines[0]!.at, maxAt: s.lines[s.lines.length - 1]!.at, keys, n: s.lines.length });
+    ents.push({ off: fileOff, len, keys });
     fileOff += len;
     text += t;
   }
@@ -56,7 +54,7 @@ for (const b of batches) {
   index.push(...ents);
 }
 const c = process.cpuUsage(cpu0);
-writeMs = performance.now() - t0;
+const writeMs = performance.now() - t0;
 console.log(`write: ${N} lines, ${index.length} segments, ${(fileOff / 1e6).toFixed(0)} MB; ${(writeMs * 1000 / N).toFixed(2)} us/line wall, ${((c.user + c.system) / N).toFixed(2)} us/line cpu`);
 
 function has(keys: Uint32Array, k: number): boolean {
@@ -77,7 +75,7 @@ function search(q: string, limit = 100): { found: number; segsRead: number } {
     readSync(fd, buf, 0, e.len, e.off);
     segsRead++;
     const lines = JSON.parse(buf.toString("utf8")) as StoredLine[];
-    for (let j = lines.length - 1; j >= 0 && found.length < limit; j--) if (pred(lines[j] as any)) found.push(lines[j]!);
+    for (let j = lines.length - 1; j >= 0 && found.length < limit; j--) if (pred(lines[j]!)) found.push(lines[j]!);
   }
   return { found: found.length, segsRead };
 }
