@@ -216,7 +216,7 @@ async function main() {
   rmSync(src, { recursive: true, force: true });
 
   const f = (x: number) => x.toFixed(1);
-  const profile = process.env.DATABASE_URL ? "production profile (PostgreSQL)" : "embedded profile (log store on its own PGlite thread)";
+  const profile = process.env.DATABASE_URL ? "production profile (PostgreSQL)" : "embedded profile (segment-file log store on its own thread)";
   console.log(`logs benchmark, ${profile}, ${CONCURRENCY} concurrent clients`);
   console.log(`invoke throughput by lines logged per invocation: 0 -> ${rps[0]!.toFixed(0)}/s, 10 -> ${rps[10]!.toFixed(0)}/s (${f((1 - rps[10]! / rps[0]!) * 100)}% less), 100 -> ${rps[100]!.toFixed(0)}/s (${f((1 - rps[100]! / rps[0]!) * 100)}% less)`);
   console.log(`ingest: ${logged} lines from ${invocations} invocations of ${PER_INVOCATION} lines: logged at ${producedRate.toFixed(0)} lines/s while invoking, stored at ${ingestRate.toFixed(0)} lines/s overall (target >= 50000); ${dropped ? "some lines DROPPED" : "none dropped"}`);

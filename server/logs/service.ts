@@ -7,10 +7,11 @@ import type { ControlStore } from "../store/store";
 import { entryView, type LogEntryView } from "./entries";
 import { LogIngest } from "./ingest";
 import { LogFanout } from "./fanout";
-import { LogDbThread } from "./log-db";
+import { FileLogStoreThread } from "./file-store-thread";
+import { importPgliteLogStore } from "./import-pglite-store";
 import { pgCopyWriter } from "./pg-copy";
 import { parseQuery, QueryError, toPredicate, type QueryNode } from "./query";
-import { SqlLogStore, type BuildLogSummary, type LineQuery, type ResourceType, type StoredLine } from "./store";
+import { SqlLogStore, type BuildLogSummary, type LineQuery, type LogImports, type LogStore, type ResourceType, type StoredLine } from "./store";
 import { TailHub, tailStream } from "./tail";
 
 export const DEFAULT_SEARCH_LIMIT = 100;
@@ -91,7 +92,7 @@ export class LogsService {
   readonly ingest: LogIngest;
   /** Production profile: lines other instances write reach this instance's tails (fanout.ts). */
   private readonly fanout: LogFanout | null;
-  private opening: Promise<SqlLogStore> | null = null;
+  private opening: Promise<LogStore & LogImports> | null = null;
   private retention: TimerHandle | null = null;
 
   constructor(
@@ -109,8 +110,8 @@ export class LogsService {
       d.control.kind === "postgres" && d.databaseUrl
         ? new LogFanout({
             url: d.databaseUrl,
-            db: async () => (await this.store()).database,
-            read: async (projectId, segs) => (await this.store()).linesOfSegments(projectId, segs),
+            db: async () => (await this.sqlStore()).database,
+            read: async (projectId, segs) => (await this.sqlStore()).linesOfSegments(projectId, segs),
             tails: (projectId) => this.tail.count(projectId),
             publish: (lines) => this.tail.publish(lines),
             warn: (m) => d.log.warn(m),
@@ -121,8 +122,18 @@ export class LogsService {
     this.ingest = new LogIngest({ store: () => this.store(), clock: d.clock, tail: this.tail, log: d.log, written: fanout ? (segs) => fanout.written(segs) : undefined });
   }
 
-  /** The embedded profile's own database on its own thread; the production profile's control database. */
-  store(): Promise<SqlLogStore> {
+  /** The production profile's store (the fanout reads other instances' segments from it). */
+  private async sqlStore(): Promise<SqlLogStore> {
+    const s = await this.store();
+    if (!(s instanceof SqlLogStore)) throw new Error("the log fanout needs the production profile's SQL log store");
+    return s;
+  }
+
+  /**
+   * The embedded profile's segment files on their own thread (file-store.ts; a log store kept in
+   * PGlite by earlier versions is moved in first); the production profile's control database.
+   */
+  store(): Promise<LogStore & LogImports> {
     if (this.opening) return this.opening;
     const opening = (async () => {
       const warn = (m: string) => this.d.log.warn(m);
@@ -132,8 +143,14 @@ export class LogsService {
         await s.prepare();
         return s;
       }
-      const thread = new LogDbThread(join(this.d.dataDir, "logs"));
-      return new SqlLogStore(thread, { owned: true, warn, appendElsewhere: (lines) => thread.appendLines(lines) });
+      const files = new FileLogStoreThread(join(this.d.dataDir, "log-segments"));
+      try {
+        await importPgliteLogStore(join(this.d.dataDir, "logs"), files, this.d.log);
+      } catch (err) {
+        await files.close();
+        throw err;
+      }
+      return files;
     })();
     this.opening = opening;
     // A store that could not be prepared is tried again at the next use.
@@ -236,9 +253,7 @@ export class LogsService {
 
   /** How far a move of lines from elsewhere (`source`) has come; null before it started. */
   async importPosition(source: string): Promise<string | null> {
-    const db = (await this.store()).database;
-    const [r] = await db.query<{ position: string }>(`select position from log_imports where source = $1`, [source]);
-    return r?.position ?? null;
+    return (await this.store()).importPosition(source);
   }
 
   /**

@@ -80,6 +80,14 @@ export interface LogStore {
   close(): Promise<void>;
 }
 
+/** Moves of lines kept elsewhere (by earlier versions) into the store, resumable by a position. */
+export interface LogImports {
+  /** How far a move from `source` has come; null before it started. */
+  importPosition(source: string): Promise<string | null>;
+  /** Lines moved in, with the position they reach, in one step: a move cut short resumes without duplicates. */
+  importBatch(source: string, lines: readonly StoredLine[], position: string): Promise<void>;
+}
+
 const DELETE_SEGMENTS = 500;
 const DELETE_BATCH = 20_000;
 /** PGlite has no autovacuum: statistics are refreshed by the store itself, first after this many new lines, then after ANALYZE_EVERY. */
@@ -158,8 +166,21 @@ const cols = LINE_COLUMNS.join(", ");
 const iso = (ms: number) => new Date(ms).toISOString();
 
 /** Newest first by (at, id). */
-function newerFirst(a: StoredLine, b: StoredLine): number {
+export function newerFirst(a: StoredLine, b: StoredLine): number {
   return b.at - a.at || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0);
+}
+
+/** The key condition of a search: its query's, and one of the resource ids asked for. */
+export function keyCondition(q: LineQuery): KeyCondition | null {
+  const parts: KeyCondition[] = [];
+  const fromQuery = q.where ? requiredKeys(q.where) : null;
+  if (fromQuery) parts.push(fromQuery);
+  if (q.resourceIds?.length) {
+    const ids = [...new Set(q.resourceIds)];
+    parts.push({ kind: "or", items: ids.map((id) => ({ kind: "all", keys: [fieldKey("resource.id", id)] })) });
+  }
+  if (!parts.length) return null;
+  return parts.length === 1 ? parts[0]! : { kind: "and", items: parts };
 }
 
 /** A segment of lines being written: one project, resource type and stream (and deployment, for build lines). */
@@ -265,7 +286,7 @@ interface Candidate {
  * with the query's own SQL; it stops once the lines found are newer than every segment left. See
  * docs/observability.md for what this costs and saves.
  */
-export class SqlLogStore implements LogStore {
+export class SqlLogStore implements LogStore, LogImports {
   private sinceAnalyze = 0;
   private analyzed = false;
   /** Lines written since the GIN index's pending list was last merged (PGlite; see `search`). */
@@ -392,19 +413,6 @@ export class SqlLogStore implements LogStore {
     }
     if (q.where) where.push(toSql(q.where, params));
     return where;
-  }
-
-  /** The key condition of a search: its query's, and one of the resource ids asked for. */
-  private keyCondition(q: LineQuery): KeyCondition | null {
-    const parts: KeyCondition[] = [];
-    const fromQuery = q.where ? requiredKeys(q.where) : null;
-    if (fromQuery) parts.push(fromQuery);
-    if (q.resourceIds?.length) {
-      const ids = [...new Set(q.resourceIds)];
-      parts.push({ kind: "or", items: ids.map((id) => ({ kind: "all", keys: [fieldKey("resource.id", id)] })) });
-    }
-    if (!parts.length) return null;
-    return parts.length === 1 ? parts[0]! : { kind: "and", items: parts };
   }
 
   /**
@@ -562,7 +570,7 @@ export class SqlLogStore implements LogStore {
   }
 
   private async walk(db: Sql, q: LineQuery): Promise<StoredLine[]> {
-    const keys = this.keyCondition(q);
+    const keys = keyCondition(q);
     let found: StoredLine[] = [];
     const legacy = await this.legacyCandidates(db, q);
     let li = 0;
@@ -743,6 +751,11 @@ export class SqlLogStore implements LogStore {
       }
       await tx.query(`insert into log_imports (source, position) values ($1, $2) on conflict (source) do update set position = excluded.position`, [source, position]);
     });
+  }
+
+  async importPosition(source: string): Promise<string | null> {
+    const [r] = await this.db.query<{ position: string }>(`select position from log_imports where source = $1`, [source]);
+    return r?.position ?? null;
   }
 
   /** Whether a line (by project, time and id) is in the store already. */

@@ -1,12 +1,13 @@
 // Log search, live tail and the log store (spec "Log entry and log search result", "Log search"):
 // fields, the query grammar, cursors, time bounds, auth, build logs, retention on the platform clock,
-// and logs kept by earlier versions.
+// and logs kept by earlier versions (the embedded profile's PGlite log store among them).
 import { PGlite } from "@electric-sql/pglite";
 import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm";
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import postgres from "postgres";
 import { describe, expect, test } from "vitest";
+import { FileLogStore } from "../../server/logs/file-store";
 import { deploy, settled, tgz } from "../support/functions";
 import { BUN, createProject, createToken, eventually, KILN, removeDir, ROOT, startKiln, STORE, useCli, useKiln, type TestKiln } from "../support/kiln";
 
@@ -464,11 +465,13 @@ describe("live tail and stopping", () => {
 async function storedRows(kk: TestKiln, projectId: string): Promise<{ log_lines: number; metric_minutes: number; usage_hours: number }> {
   const count = "select count(*)::int as n from %s where project_id = $1";
   if (STORE === "embedded") {
-    const logs = new PGlite(join(kk.dataDir, "logs"), { extensions: { pg_trgm } });
+    // The embedded log store's files, read as Kiln reads them at open.
+    const logs = new FileLogStore(join(kk.dataDir, "log-segments"));
+    logs.open();
     const control = new PGlite(join(kk.dataDir, "control"));
     try {
       const n = async (db: PGlite, table: string) => (await db.query<{ n: number }>(count.replace("%s", table), [projectId])).rows[0]!.n;
-      return { log_lines: await n(logs, "log_lines"), metric_minutes: await n(control, "metric_minutes"), usage_hours: await n(control, "usage_hours") };
+      return { log_lines: logs.lineCount(projectId), metric_minutes: await n(control, "metric_minutes"), usage_hours: await n(control, "usage_hours") };
     } finally {
       await logs.close();
       await control.close();
@@ -589,6 +592,8 @@ describe("the log store", () => {
       ].map((r) => ({ ...r, project_id: p.id, resource_type: "function", resource_id: fn.id, resource_name: "upgraded", deployment_id: dep.id, region: "local", structured: false }));
       const insert = `insert into log_lines select * from jsonb_populate_recordset(null::log_lines, $1::text::jsonb)`;
       if (STORE === "embedded") {
+        // The previous version's data dir: its log store was this PGlite database, no segment files.
+        removeDir(join(kk.dataDir, "log-segments"));
         removeDir(join(kk.dataDir, "logs"));
         const db = new PGlite(join(kk.dataDir, "logs"), { extensions: { pg_trgm } });
         for (const q of old) await db.query(q);
@@ -712,7 +717,7 @@ describe("the log store", () => {
       const third = await startKiln({ dataDir: kk.dataDir, databaseUrl: kk.databaseUrl });
       try {
         const r = await third.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function" }, q: "old" } });
-        expect(r.body.data.length).toBe(2);
+        expect(r.body.data.map((e: any) => e.body), JSON.stringify(r.body.data)).toHaveLength(2);
         const hist = (await third.api("GET", `/projects/${p.id}/functions/${fn.id}/deployments`)).body.data[0];
         expect(hist.build_log.lines).toBe(builds + 2);
       } finally {
