@@ -5,15 +5,14 @@ export function internalCommand(program: Command): void {
   const internal = program.command("internal", { hidden: true });
   internal
     .command("prepare-template")
-    .description("make the embedded templates (control store, databases, log store) now (npm ci runs this) so the first `kiln start` is fast")
+    .description("make the embedded templates (control store, databases) now (npm ci runs this) so the first `kiln start` is fast")
     .action(async () => {
       const t0 = performance.now();
       // Loaded here, not at the top: the server's modules would cost every other CLI command ~0.3 s.
       const { SCHEMA } = await import("../server/areas");
       const { controlTemplate, ensureTemplate } = await import("../server/store/template");
       const { DATABASE_TEMPLATE } = await import("../server/backends/databases/embedded");
-      const { logDbTemplate } = await import("../server/logs/log-db-template");
-      for (const spec of [controlTemplate(SCHEMA), DATABASE_TEMPLATE, logDbTemplate()]) {
+      for (const spec of [controlTemplate(SCHEMA), DATABASE_TEMPLATE]) {
         const dir = await ensureTemplate(spec);
         console.log(`kiln: ${spec.kind} template ready at ${dir} (${Math.round(performance.now() - t0)} ms)`);
       }

@@ -1,23 +1,18 @@
 /// <reference lib="webworker" />
-// The body of the embedded log store's thread: one PGlite database driven by
-// messages from `LogDbThread`. Searches, COPYs and index upkeep run here, off Kiln's main thread.
+// The body of the thread of an earlier version's embedded log store: its PGlite database driven by
+// messages from `LogDbThread`, read here (off Kiln's main thread) while its lines move to the segment files.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { PGlite } from "@electric-sql/pglite";
 import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm";
 import { migrate } from "../store/migrations";
 import { PGLITE_CONF, PgliteStore } from "../store/pglite-store";
-import { createFromTemplate } from "../store/template";
 import type { LogDbReply, LogDbRequest } from "./log-db";
-import { logDbTemplate } from "./log-db-template";
 import { LOG_SCHEMA } from "./migrations";
-import { SqlLogStore, type StoredLine } from "./store";
 
 declare const self: Worker;
 
 let db: PGlite | null = null;
-/** The log store's write path, run here: segments, keys and COPY text off Kiln's main thread. */
-let writer: SqlLogStore | null = null;
 
 function reply(r: LogDbReply): void {
   self.postMessage(r);
@@ -27,20 +22,12 @@ async function handle(m: LogDbRequest): Promise<void> {
   try {
     switch (m.op) {
       case "open": {
-        // A new data dir is a copy of the template; the template is made here once per machine,
-        // so even its initdb never holds Kiln's main thread.
-        if (!existsSync(join(m.dataDir, "PG_VERSION"))) await createFromTemplate(logDbTemplate(), m.dataDir);
+        if (!existsSync(join(m.dataDir, "PG_VERSION"))) throw new Error(`no log database in ${m.dataDir}`);
         // pg_trgm: log stores made before segments have the extension (their trigram index is dropped by logs/003).
         db = new PGlite(m.dataDir, { pgliteWasmModule: m.module, postgresqlconf: PGLITE_CONF, extensions: { pg_trgm } } as ConstructorParameters<typeof PGlite>[0]);
         await db.waitReady;
         const store = new PgliteStore(db);
         await migrate(store, LOG_SCHEMA);
-        const opened = db;
-        writer = new SqlLogStore(store, {
-          owned: false,
-          warn: () => {},
-          copy: async (table, columns, text) => void (await opened.query(`copy ${table} (${columns.join(", ")}) from '/dev/blob'`, [], { blob: new Blob([text]) })),
-        });
         return reply({ id: m.id, ok: true });
       }
       case "query": {
@@ -50,10 +37,6 @@ async function handle(m: LogDbRequest): Promise<void> {
       case "copy": {
         await db!.query(`copy ${m.table} (${m.columns.join(", ")}) from '/dev/blob'`, [], { blob: new Blob([m.text]) });
         return reply({ id: m.id, ok: true });
-      }
-      case "append": {
-        const written = await writer!.append(JSON.parse(m.lines) as StoredLine[]);
-        return reply({ id: m.id, ok: true, segments: [...written] });
       }
       case "close": {
         if (db && !db.closed) await db.close();

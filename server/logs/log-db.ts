@@ -1,17 +1,14 @@
 import { compiledPglite } from "../store/pglite-wasm";
 import { copyText, type ControlStore, type Row, type Sql } from "../store/store";
-import type { StoredLine } from "./store";
 
 export type LogDbRequest =
   | { id: number; op: "open"; dataDir: string; module: WebAssembly.Module }
   | { id: number; op: "query"; sql: string; params: unknown[] }
   | { id: number; op: "copy"; table: string; columns: readonly string[]; text: string }
-  /** A batch of lines (JSON of StoredLine[]) written by the thread's own log store (segments, keys, COPY). */
-  | { id: number; op: "append"; lines: string }
   | { id: number; op: "close" };
 
 export type LogDbReply =
-  | { id: number; ok: true; rows?: Record<string, unknown>[]; segments?: Array<[string, string[]]> }
+  | { id: number; ok: true; rows?: Record<string, unknown>[] }
   | { id: number; ok: false; message: string; code?: string };
 
 type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
@@ -29,10 +26,10 @@ export class LogDbError extends Error {
 }
 
 /**
- * The embedded log store's database: a PGlite of its own (`<data-dir>/logs`) on its own thread, so
- * that writing lines (cutting them into segments, their keys, COPY: tens of microseconds a line) and
- * searching never hold Kiln's main thread, which serves every request. It speaks the control store's interface, so the log store's SQL is one
- * text for both profiles. Opened at first use: a Kiln that never logs never starts it.
+ * The log store's database of earlier versions of the embedded profile: a PGlite of its own
+ * (`<data-dir>/logs`) on its own thread. Kiln now opens it only to move its lines into the segment
+ * files (import-pglite-store.ts); it speaks the control store's interface, so the SQL log store
+ * (store.ts) reads it as the production profile's database.
  */
 export class LogDbThread implements ControlStore {
   readonly kind = "pglite" as const;
@@ -110,12 +107,6 @@ export class LogDbThread implements ControlStore {
   async copyRows(table: string, columns: readonly string[], rows: ReadonlyArray<ReadonlyArray<string | null>>): Promise<void> {
     if (!rows.length) return;
     await this.call({ op: "copy", table, columns, text: copyText(rows) });
-  }
-
-  /** Writes a batch of lines on the thread (see SqlLogStore.append); the segments written, by project. */
-  async appendLines(lines: readonly StoredLine[]): Promise<Map<string, string[]>> {
-    const r = await this.call({ op: "append", lines: JSON.stringify(lines) });
-    return new Map(r.segments ?? []);
   }
 
   /** BEGIN … COMMIT on the thread's one session; every other call waits until it ends. */

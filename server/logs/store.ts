@@ -304,8 +304,6 @@ export class SqlLogStore implements LogStore, LogImports {
       warn: (m: string) => void;
       /** COPY text (text format) into a table; without it, rows go through the database's `copyRows`. */
       copy?: CopyText;
-      /** Writes a batch elsewhere (the embedded store's thread runs `append` there), giving its segments. */
-      appendElsewhere?: (lines: readonly StoredLine[]) => Promise<Map<string, string[]>>;
       /** Called at close (a connection of the store's own). */
       onClose?: () => Promise<void>;
     },
@@ -344,17 +342,11 @@ export class SqlLogStore implements LogStore, LogImports {
 
   async append(lines: readonly StoredLine[]): Promise<Map<string, string[]>> {
     if (!lines.length) return new Map();
-    let written: Map<string, string[]>;
-    if (this.o.appendElsewhere) {
-      // The embedded store: segments, keys and COPY text are made on the log store's own thread.
-      written = await this.o.appendElsewhere(lines);
-    } else {
-      // One batch at a time (the ingest hands over the next before the last is written): COPYs share
-      // the store's one connection, and a query sent behind a COPY would reach the server in COPY mode.
-      const turn = this.appending.then(() => this.appendHere(lines));
-      this.appending = turn.catch(() => {});
-      written = await turn;
-    }
+    // One batch at a time (the ingest hands over the next before the last is written): COPYs share
+    // the store's one connection, and a query sent behind a COPY would reach the server in COPY mode.
+    const turn = this.appending.then(() => this.appendHere(lines));
+    this.appending = turn.catch(() => {});
+    const written = await turn;
     this.pendingKeys = true;
     return written;
   }
