@@ -1,4 +1,5 @@
 import type { BuildLogSummary, LineQuery, LogImports, LogStore, StoredLine } from "./store";
+import { ThreadCalls } from "./thread-calls";
 
 export type FileStoreOp = "open" | "append" | "search" | "buildSummaries" | "removeProject" | "removeOlderThan" | "importPosition" | "importBatch" | "lineCount" | "close";
 export interface FileStoreRequest {
@@ -26,10 +27,12 @@ export class LogStoreError extends Error {
  * thread that fails is ended and the next call opens a new one (which reads the index again).
  */
 export class FileLogStoreThread implements LogStore, LogImports {
-  private worker: Worker | null = null;
+  private readonly thread = new ThreadCalls<FileStoreReply>(
+    WORKER_URL,
+    (message, code) => new LogStoreError(message, code),
+    () => (this.opening = null),
+  );
   private opening: Promise<void> | null = null;
-  private readonly pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
-  private nextId = 1;
   private closed = false;
 
   constructor(private readonly dir: string) {}
@@ -37,49 +40,20 @@ export class FileLogStoreThread implements LogStore, LogImports {
   private open(): Promise<void> {
     this.opening ??= (async () => {
       if (this.closed) throw new LogStoreError("the log store is closed");
-      const w = new Worker(WORKER_URL);
-      this.worker = w;
-      w.onmessage = (e: MessageEvent<FileStoreReply>) => {
-        const p = this.pending.get(e.data.id);
-        if (!p) return;
-        this.pending.delete(e.data.id);
-        if (e.data.ok) p.resolve(e.data.value);
-        else p.reject(new LogStoreError(e.data.message, e.data.code));
-      };
-      w.onerror = (e) => this.lost(w, new LogStoreError(`the log store's thread failed: ${e.message}`));
+      this.thread.start();
       try {
-        await this.send("open", [this.dir]);
+        await this.thread.send({ op: "open", args: [this.dir] });
       } catch (err) {
-        this.lost(w, err as Error);
+        this.thread.lost(err as Error);
         throw err;
       }
     })();
     return this.opening;
   }
 
-  private lost(w: Worker, err: Error): void {
-    if (this.worker !== w) return;
-    w.terminate();
-    this.worker = null;
-    this.opening = null;
-    const all = [...this.pending.values()];
-    this.pending.clear();
-    for (const p of all) p.reject(err);
-  }
-
-  private send(op: FileStoreOp, args: unknown[]): Promise<unknown> {
-    const w = this.worker;
-    if (!w) return Promise.reject(new LogStoreError("the log store is not open"));
-    const id = this.nextId++;
-    return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      w.postMessage({ id, op, args } satisfies FileStoreRequest);
-    });
-  }
-
   private async call<T>(op: FileStoreOp, ...args: unknown[]): Promise<T> {
     await this.open();
-    return (await this.send(op, args)) as T;
+    return (await this.thread.send({ op, args })).value as T;
   }
 
   async append(lines: readonly StoredLine[]): Promise<Map<string, string[]>> {
@@ -120,16 +94,14 @@ export class FileLogStoreThread implements LogStore, LogImports {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    const w = this.worker;
-    if (!w) return;
+    if (!this.thread.running) return;
     try {
       await this.opening;
-      await this.send("close", []);
+      await this.thread.send({ op: "close", args: [] });
     } catch {
       // nothing is lost: every batch was committed or is cut at the next open
     } finally {
-      w.terminate();
-      this.worker = null;
+      this.thread.end(new LogStoreError("the log store is closed"));
     }
   }
 }

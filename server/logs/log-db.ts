@@ -1,5 +1,6 @@
 import { compiledPglite } from "../store/pglite-wasm";
 import { copyText, type ControlStore, type Row, type Sql } from "../store/store";
+import { ThreadCalls } from "./thread-calls";
 
 export type LogDbRequest =
   | { id: number; op: "open"; dataDir: string; module: WebAssembly.Module }
@@ -33,10 +34,12 @@ export class LogDbError extends Error {
  */
 export class LogDbThread implements ControlStore {
   readonly kind = "pglite" as const;
-  private worker: Worker | null = null;
+  private readonly thread = new ThreadCalls<LogDbReply>(
+    WORKER_URL,
+    (message, code) => new LogDbError(message, code),
+    () => (this.opening = null),
+  );
   private opening: Promise<void> | null = null;
-  private readonly pending = new Map<number, { resolve: (r: LogDbReply & { ok: true }) => void; reject: (e: Error) => void }>();
-  private nextId = 1;
   private closed = false;
   /** A transaction in progress holds the (single) session; other calls wait behind it. */
   private held: Promise<void> = Promise.resolve();
@@ -48,49 +51,19 @@ export class LogDbThread implements ControlStore {
     this.opening ??= (async () => {
       if (this.closed) throw new LogDbError("the log store is closed");
       const module = await compiledPglite();
-      const w = new Worker(WORKER_URL);
-      this.worker = w;
-      w.onmessage = (e: MessageEvent<LogDbReply>) => {
-        const p = this.pending.get(e.data.id);
-        if (!p) return;
-        this.pending.delete(e.data.id);
-        if (e.data.ok) p.resolve(e.data);
-        else p.reject(new LogDbError(e.data.message, e.data.code));
-      };
-      w.onerror = (e) => this.lost(w, new LogDbError(`the log store's thread failed: ${e.message}`));
+      this.thread.start();
       try {
         await this.send({ op: "open", dataDir: this.dataDir, module });
       } catch (err) {
-        this.lost(w, err as Error);
+        this.thread.lost(err as Error);
         throw err;
       }
     })();
     return this.opening;
   }
 
-  /** A thread that failed is ended; the next call opens a new one. */
-  private lost(w: Worker, err: Error): void {
-    if (this.worker !== w) return;
-    w.terminate();
-    this.worker = null;
-    this.opening = null;
-    this.failAll(err);
-  }
-
   private send(req: DistributiveOmit<LogDbRequest, "id">): Promise<LogDbReply & { ok: true }> {
-    const w = this.worker;
-    if (!w) return Promise.reject(new LogDbError("the log store is not open"));
-    const id = this.nextId++;
-    return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      w.postMessage({ ...req, id } as LogDbRequest);
-    });
-  }
-
-  private failAll(err: Error): void {
-    const all = [...this.pending.values()];
-    this.pending.clear();
-    for (const p of all) p.reject(err);
+    return this.thread.send(req);
   }
 
   private async call(req: DistributiveOmit<LogDbRequest, "id">): Promise<LogDbReply & { ok: true }> {
@@ -136,8 +109,7 @@ export class LogDbThread implements ControlStore {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    const w = this.worker;
-    if (!w) return;
+    if (!this.thread.running) return;
     try {
       await this.opening;
       await this.held;
@@ -145,9 +117,7 @@ export class LogDbThread implements ControlStore {
     } catch {
       // a database that cannot close cleanly is recovered by PostgreSQL at the next open
     } finally {
-      w.terminate();
-      this.worker = null;
-      this.failAll(new LogDbError("the log store is closed"));
+      this.thread.end(new LogDbError("the log store is closed"));
     }
   }
 }
