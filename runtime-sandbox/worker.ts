@@ -31,8 +31,8 @@ export type LogLevel = "info" | "warn" | "error";
 export interface LogLine {
   level: LogLevel;
   message: string;
-  /** ISO 8601. */
-  timestamp: string;
+  /** When it was printed: epoch ms on the machine's clock. */
+  at: number;
 }
 
 export type FailureKind = "timeout" | "crash" | "out_of_memory" | "runtime_missing" | "init_error" | "sandbox_unavailable";
@@ -337,12 +337,12 @@ export class Worker {
     }
     if (message.length > MAX_LINE_BYTES) message = `${message.slice(0, MAX_LINE_BYTES)}… (truncated)`;
     this.logBytes += message.length;
-    this.logs.push({ level, message, timestamp: new Date(ts).toISOString() });
+    this.logs.push({ level, message, at: ts });
   }
 
   private takeLogs(): LogLine[] {
     const logs = this.logs;
-    if (this.dropped) logs.push({ level: "warn", message: `${this.dropped} more log lines were dropped (limit ${MAX_LOG_LINES} lines / ${MAX_LOG_BYTES >> 20} MB per invocation)`, timestamp: new Date().toISOString() });
+    if (this.dropped) logs.push({ level: "warn", message: `${this.dropped} more log lines were dropped (limit ${MAX_LOG_LINES} lines / ${MAX_LOG_BYTES >> 20} MB per invocation)`, at: Date.now() });
     this.logs = [];
     this.logBytes = 0;
     this.dropped = 0;

@@ -285,7 +285,7 @@ export class DurableEngine {
       .filter((r) => r.status === "completed" || r.status === "failed")
       .map((r) => ({ seq: r.seq, name: r.name, op: r.op, status: r.status, ...(r.status === "completed" ? { output: r.output ?? null } : { error: r.error }) }));
     const lines: LogLine[] = [];
-    const say = (level: LogLine["level"], message: string) => lines.push({ level, message, timestamp: new Date().toISOString() });
+    const say = (level: LogLine["level"], message: string) => lines.push({ level, message, at: Date.now() });
     let decision: Decision | null = null;
     let lost = false;
     let wrote = 0;

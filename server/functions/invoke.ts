@@ -188,7 +188,7 @@ export async function invoke(
       logs = err.logs;
       const e = failure(err, invocationId);
       status = e.status;
-      logs = [...logs, { level: "error", message: String((e.body as { error?: string }).error), timestamp: new Date().toISOString() }];
+      logs = [...logs, { level: "error", message: String((e.body as { error?: string }).error), at: Date.now() }];
       throw e;
     }
     status = 500;
@@ -200,7 +200,7 @@ export async function invoke(
     try {
       deps.logs.ingest.invocation(fn, deploymentId, region, invocationId, [
         ...logs,
-        { level: status >= 500 ? "error" : "info", message: `invocation ${invocationId} finished with status ${status} in ${ms.toFixed(1)} ms`, timestamp: new Date().toISOString() },
+        { level: status >= 500 ? "error" : "info", message: `invocation ${invocationId} finished with status ${status} in ${ms.toFixed(1)} ms`, at: Date.now() },
       ]);
     } catch (e) {
       deps.log.error("recording function logs failed", e);

@@ -9,8 +9,8 @@ import type { TailHub } from "./tail";
 export interface RawLine {
   level: string;
   message: string;
-  /** ISO 8601, on the machine's clock. */
-  timestamp: string;
+  /** Epoch ms, on the machine's clock. */
+  at: number;
 }
 
 /** The function whose invocation printed the lines. */
@@ -115,8 +115,7 @@ export class LogIngest {
     for (const l of lines) {
       const body = storableBody(l.message);
       const { level, structured } = classify(body, l.level);
-      const t = Date.parse(l.timestamp);
-      const at = Number.isFinite(t) ? t + offset : this.d.clock.nowMs();
+      const at = Number.isFinite(l.at) ? l.at + offset : this.d.clock.nowMs();
       out.push({
         id: lineId(at),
         project_id: fn.project_id,

@@ -8,7 +8,7 @@ import { TailHub } from "../../server/logs/tail";
 import { eventually } from "../support/kiln";
 
 const fn = { id: "f1", name: "hello", project_id: "p1" };
-const line = (message: string, level = "info") => ({ level, message, timestamp: new Date().toISOString() });
+const line = (message: string, level = "info") => ({ level, message, at: Date.now() });
 
 function ingestWith(store: Partial<LogStore>, o: { maxPending?: number; clock?: PlatformClock } = {}) {
   const warnings: string[] = [];
