@@ -56,9 +56,10 @@ export async function startKiln(config: Config, out: { print: (line: string) => 
     return await boot(config, out, undo);
   } catch (err) {
     for (const u of undo.reverse()) await Promise.resolve().then(u).catch(() => {});
-    const e = err as { code?: string; message?: string; port?: number };
+    const e = err as { code?: string; message?: string; wirePort?: number };
     if (e?.code === "EADDRINUSE" || /EADDRINUSE|address already in use/i.test(e?.message ?? "")) {
-      const pg = (e.message ?? "").includes(`:${config.pgPort}`) && config.pgPort !== config.port;
+      // The databases area marks its wire listener's failure; `--port 0` can never be taken.
+      const pg = e.wirePort !== undefined || config.port === 0;
       throw new Error(
         pg
           ? `the PostgreSQL wire port ${config.pgPort} is in use (another Kiln?); pass --pg-port N, or --pg-port 0 for a free one`

@@ -90,6 +90,8 @@ export const databasesArea = defineArea({
       return { databases, branches, backups, restores, databaseTimers, databaseWire, databaseSampler: sampler, clockJournal: journal };
     } catch (err) {
       await engine.close().catch(() => {});
+      // Which port was taken: the start's error names the wire port's flag (the message may not hold the port).
+      if ((err as { code?: string })?.code === "EADDRINUSE" || /EADDRINUSE|address already in use/i.test((err as Error)?.message ?? "")) (err as { wirePort?: number }).wirePort = config.pgPort;
       throw err;
     }
   },

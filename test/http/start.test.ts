@@ -3,6 +3,7 @@
 import { spawn } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
+import { createServer, type AddressInfo } from "node:net";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { createProject, createToken, removeDir, startKiln, STORE, withKiln } from "../support/kiln";
@@ -127,5 +128,14 @@ describe("ports in use", () => {
       // The data dir lock was released: the same dir starts fine on a free port.
       await withKiln({}, async () => {});
     });
+    // The PostgreSQL wire port taken (by anything), the HTTP port free: the message names --pg-port.
+    const holder = createServer();
+    await new Promise<void>((r) => holder.listen(0, "127.0.0.1", r));
+    try {
+      const taken = String((holder.address() as AddressInfo).port);
+      await expect(startKiln({ args: ["--pg-port", taken] })).rejects.toThrow(new RegExp(`PostgreSQL wire port ${taken} is in use .*--pg-port`));
+    } finally {
+      holder.close();
+    }
   });
 });
