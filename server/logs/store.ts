@@ -342,32 +342,33 @@ export class SqlLogStore implements LogStore, LogImports {
 
   async append(lines: readonly StoredLine[]): Promise<Map<string, string[]>> {
     if (!lines.length) return new Map();
-    // Segments, keys and COPY text are made at once: with the ingest's two batches in flight, the
-    // next batch is prepared while the last one's COPY runs in the server (measured: 41k -> XXk lines/s).
-    const ids = await this.segmentIds(this.db, lines.length);
-    const text = copyTexts(segmentsOf(lines, ids));
-    // The COPYs one batch at a time: they share the store's one connection, and a query sent behind
-    // a COPY would reach the server in COPY mode.
-    const turn = this.appending.then(() => this.copyBatch(text, lines.length));
+    // One batch at a time (the ingest hands over the next before the last is written): COPYs share
+    // the store's one connection, and a query sent behind a COPY would reach the server in COPY mode.
+    // (Making the next batch's segments and COPY text while the last one's COPY runs measured no
+    // faster: 41.2k against 41.3k lines/s.)
+    const turn = this.appending.then(() => this.appendHere(lines));
     this.appending = turn.catch(() => {});
-    await turn;
+    const written = await turn;
     this.pendingKeys = true;
-    return text.written;
+    return written;
   }
 
-  private async copyBatch(text: { segments: string; lines: string }, count: number): Promise<void> {
+  private async appendHere(lines: readonly StoredLine[]): Promise<Map<string, string[]>> {
+    const ids = await this.segmentIds(this.db, lines.length);
+    const text = copyTexts(segmentsOf(lines, ids));
     // Segments first: a segment whose lines did not make it (a failed COPY, retried with new ids)
     // is only an empty place a search looks into, never a line a search cannot find.
     const copy = this.o.copy ?? ((table, columns, t) => this.db.copyRows(table, columns, parseCopy(t)));
     await copy("log_segments", SEGMENT_COLUMNS, text.segments);
     await copy("log_lines", [...LINE_COLUMNS, "seg"], text.lines);
-    this.sinceAnalyze += count;
+    this.sinceAnalyze += lines.length;
     if (this.db.kind === "pglite" && this.sinceAnalyze >= (this.analyzed ? ANALYZE_EVERY : ANALYZE_FIRST)) {
       this.sinceAnalyze = 0;
       this.analyzed = true;
       await this.db.query(`analyze log_segments`);
       await this.db.query(`analyze log_lines`);
     }
+    return text.written;
   }
 
   /** The project, resource type and stream (build lines of those deployments, or runtime lines): segments and lines alike. */
