@@ -1,4 +1,4 @@
-import { closeSync, existsSync, fstatSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, existsSync, fstatSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, rmSync, statSync, truncateSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { crc32 } from "node:zlib";
 import { keysSatisfy } from "./keys";
@@ -288,7 +288,6 @@ class ProjectLog {
   readonly bySeg = new Map<number, Entry>();
   /** Data files: bytes written, and live segments in them. */
   readonly files = new Map<string, { size: number; live: number }>();
-  indexFd = -1;
   indexSize = 0;
   deadRecords = 0;
 
@@ -416,9 +415,8 @@ export class FileLogStore implements LogStore, LogImports {
         }
       }
     }
-    p.indexFd = openSync(indexPath, "a+", 0o600);
     // A batch cut short by a crash: its records go (its data, never pointed at, is never read).
-    if (end < buf.length) ftruncateSync(p.indexFd, end);
+    if (end < buf.length) truncateSync(indexPath, end);
     p.indexSize = end;
     for (const [name, f] of p.files) {
       const path = join(dir, name);
@@ -444,7 +442,6 @@ export class FileLogStore implements LogStore, LogImports {
       const dir = join(this.root, folderOf(projectId));
       mkdirSync(dir, { recursive: true, mode: 0o700 });
       p = new ProjectLog(projectId, dir);
-      p.indexFd = openSync(join(dir, INDEX), "a+", 0o600);
       this.projects.set(projectId, p);
     }
     return p;
@@ -476,19 +473,26 @@ export class FileLogStore implements LogStore, LogImports {
     closeSync(fd);
   }
 
-  /** Appends a batch's index records and its commit; a write that fails is cut back off. */
+  /**
+   * Appends a batch's index records and its commit; a write that fails is cut back off. The file is
+   * opened for each batch: a store with thousands of projects holds no descriptor per project.
+   */
   private writeIndex(p: ProjectLog, records: Buffer[]): void {
     const buf = Buffer.concat([...records, frame(COMMIT, null)]);
+    const path = join(p.dir, INDEX);
+    const fd = openSync(path, "a", 0o600);
     try {
       let done = 0;
-      while (done < buf.length) done += writeSync(p.indexFd, buf, done, buf.length - done);
+      while (done < buf.length) done += writeSync(fd, buf, done, buf.length - done);
     } catch (err) {
       try {
-        ftruncateSync(p.indexFd, p.indexSize);
+        ftruncateSync(fd, p.indexSize);
       } catch {
         // the torn records are cut at the next open
       }
       throw err;
+    } finally {
+      closeSync(fd);
     }
     p.indexSize += buf.length;
   }
@@ -674,7 +678,6 @@ export class FileLogStore implements LogStore, LogImports {
     if (p) {
       for (const e of p.bySeg.values()) if (e.deployment !== null) this.builds.get(e.deployment)?.delete(e);
       for (const file of p.files.keys()) this.closeFd(join(p.dir, file));
-      closeSync(p.indexFd);
       this.projects.delete(projectId);
     }
     if (!existsSync(dir)) return;
@@ -741,9 +744,7 @@ export class FileLogStore implements LogStore, LogImports {
     const tmp = join(p.dir, `${INDEX}.new`);
     const buf = Buffer.concat([...records, frame(COMMIT, null)]);
     writeFileSync(tmp, buf, { mode: 0o600 });
-    closeSync(p.indexFd);
     renameSync(tmp, join(p.dir, INDEX));
-    p.indexFd = openSync(join(p.dir, INDEX), "a+", 0o600);
     p.indexSize = buf.length;
     p.deadRecords = 0;
   }
@@ -785,7 +786,6 @@ export class FileLogStore implements LogStore, LogImports {
   async close(): Promise<void> {
     for (const fd of this.fds.values()) closeSync(fd);
     this.fds.clear();
-    for (const p of this.projects.values()) if (p.indexFd >= 0) closeSync(p.indexFd);
     this.projects.clear();
   }
 }

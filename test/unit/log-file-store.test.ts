@@ -236,6 +236,22 @@ describe("the segment-file log store", () => {
     await again.close();
   });
 
+  test("thousands of projects hold no descriptor each: open files stay bounded", async () => {
+    const dir = newDir();
+    const s = open(dir);
+    const fds = () => readdirSync("/proc/self/fd").length;
+    const before = fds();
+    for (let i = 0; i < 1500; i++) await s.append([line({ project_id: `proj${i}`, stream: "runtime", at: T0 + i * 60_000 })]);
+    expect(fds() - before).toBeLessThanOrEqual(64 + 4);
+    const q: LineQuery = { projectId: "proj1499", resourceType: "function", where: null, limit: 10 };
+    expect(await s.search(q)).toHaveLength(1);
+    await s.close();
+    const again = open(dir);
+    expect(await again.search(q)).toHaveLength(1);
+    expect(fds() - before).toBeLessThanOrEqual(4);
+    await again.close();
+  });
+
   test("imports: a batch written again after a crash (position not saved) adds nothing; positions persist", async () => {
     const dir = newDir();
     const s = open(dir);
