@@ -1,4 +1,3 @@
-import { parse } from "libpg-query";
 
 /**
  * Storage policy definitions are SQL boolean expressions over the object, evaluated by PostgreSQL.
@@ -84,6 +83,8 @@ export async function checkPolicyDefinition(definition: string): Promise<PolicyC
   const sql = `${prefix}${def}\n)`;
   let tree: any;
   try {
+    // Loaded at the first policy written, not at every start: its WebAssembly costs ~50 ms to load.
+    const { parse } = await import("libpg-query");
     tree = await parse(sql);
   } catch (err) {
     const e = err as { message?: string; sqlDetails?: { cursorPosition?: number } };
