@@ -660,6 +660,49 @@ describe("the log store", () => {
     }
   }, 180_000);
 
+  test("kill -9 while lines are being written: the next start reads the store, keeps every line searched before, and new lines are searchable", async () => {
+    const kk = await startKiln();
+    let again: TestKiln | undefined;
+    try {
+      const { p, fn, invoke, search } = await setup(kk, "crashy");
+      // A first burst, written and searched.
+      await Promise.all(Array.from({ length: 8 }, () => invoke({ flood: { lines: 250, size: 40 } })));
+      const before = await search({ q: "flood", limit: 1000 });
+      expect(before.status).toBe(200);
+      expect(before.body.data).toHaveLength(1000);
+      const seen: string[] = before.body.data.map((e: any) => e.id);
+      // A second burst, killed while its lines are being written.
+      const burst = Array.from({ length: 24 }, () => invoke({ flood: { lines: 2000, size: 40 } }).catch(() => null));
+      await new Promise((r) => setTimeout(r, 400));
+      kk.proc.kill("SIGKILL");
+      await new Promise((r) => (kk.proc.exitCode !== null || kk.proc.signalCode !== null ? r(null) : kk.proc.once("exit", r)));
+      await Promise.all(burst);
+
+      again = await startKiln({ dataDir: kk.dataDir, databaseUrl: kk.databaseUrl });
+      const a = again;
+      const find = (body: Record<string, unknown>) => a.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function" }, ...body } });
+      const all: string[] = [];
+      let cursor: string | undefined;
+      do {
+        const r = await find({ q: "flood", limit: 1000, cursor });
+        expect(r.status, r.text).toBe(200);
+        all.push(...r.body.data.map((e: any) => e.id));
+        cursor = r.body.next_cursor;
+      } while (cursor);
+      // Nothing searched before the crash is lost, nothing is there twice.
+      expect(new Set(all).size).toBe(all.length);
+      const found = new Set(all);
+      expect(seen.filter((id) => !found.has(id))).toEqual([]);
+      // The store takes new lines after the crash, and finds them.
+      const key = (await a.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "after" } })).body.key;
+      expect((await a.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { lines: [{ out: "log", text: "after the crash" }] } } })).status).toBe(200);
+      expect(bodies(await find({ q: '"after the crash"' }))).toEqual(["after the crash"]);
+    } finally {
+      await again?.stop();
+      removeDir(kk.dataDir);
+    }
+  }, 180_000);
+
   test("lines survive a restart; logs kept by the previous version (function_logs, function_build_logs) are moved in and stay searchable", async () => {
     const kk = await startKiln();
     const { p, fn, invoke, search } = await setup(kk, "legacy");
