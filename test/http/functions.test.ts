@@ -407,8 +407,18 @@ describe.skipIf(BEFORE_THE_WORKER)("the deployment queue", () => {
       expect(fn.body.status).toBe("failed");
       const deps = (await again.api("GET", `/projects/${p.id}/functions/${d.body.id}/deployments`)).body.data;
       expect(deps[0]).toMatchObject({ status: "failed", error: expect.stringMatching(/interrupted/) });
-      // Whatever installer the killed Kiln left running is gone too.
-      await eventually(async () => installers(), (list) => list.length === 0);
+      // Whatever installer the killed Kiln left running is gone too. (A failure names what is left:
+      // pid, parent, process group, command line; CI once saw one process outlive 10 s.)
+      const describeProcess = (pid: string) => {
+        try {
+          const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+          const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+          return `${pid} state ${f[0]} ppid ${f[1]} pgid ${f[2]}: ${readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ").slice(0, 300)}`;
+        } catch {
+          return `${pid} (gone)`;
+        }
+      };
+      await eventually(async () => installers().map(describeProcess), (list) => list.length === 0);
     });
   });
 });
