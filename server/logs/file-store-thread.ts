@@ -1,7 +1,7 @@
 import type { BuildLogSummary, LineQuery, LogImports, LogStore, StoredLine } from "./store";
 import { ThreadCalls } from "./thread-calls";
 
-export type FileStoreOp = "open" | "append" | "search" | "buildSummaries" | "removeProject" | "removeOlderThan" | "importPosition" | "importBatch" | "lineCount" | "close";
+export type FileStoreOp = "open" | "append" | "search" | "buildSummaries" | "removeProject" | "removeOlderThan" | "importPosition" | "importBatch" | "close";
 export interface FileStoreRequest {
   id: number;
   op: FileStoreOp;
@@ -27,32 +27,14 @@ export class LogStoreError extends Error {
  * thread that fails is ended and the next call opens a new one (which reads the index again).
  */
 export class FileLogStoreThread implements LogStore, LogImports {
-  private readonly thread = new ThreadCalls<FileStoreReply>(
-    WORKER_URL,
-    (message, code) => new LogStoreError(message, code),
-    () => (this.opening = null),
-  );
-  private opening: Promise<void> | null = null;
+  private readonly thread = new ThreadCalls<FileStoreReply>(WORKER_URL, (message, code) => new LogStoreError(message, code));
   private closed = false;
 
   constructor(private readonly dir: string) {}
 
-  private open(): Promise<void> {
-    this.opening ??= (async () => {
-      if (this.closed) throw new LogStoreError("the log store is closed");
-      this.thread.start();
-      try {
-        await this.thread.send({ op: "open", args: [this.dir] });
-      } catch (err) {
-        this.thread.lost(err as Error);
-        throw err;
-      }
-    })();
-    return this.opening;
-  }
-
   private async call<T>(op: FileStoreOp, ...args: unknown[]): Promise<T> {
-    await this.open();
+    if (this.closed) throw new LogStoreError("the log store is closed");
+    await this.thread.open(() => ({ op: "open", args: [this.dir] }));
     return (await this.thread.send({ op, args })).value as T;
   }
 
@@ -86,22 +68,10 @@ export class FileLogStoreThread implements LogStore, LogImports {
     await this.call("importBatch", source, JSON.stringify(lines), position);
   }
 
-  /** Lines kept of a project. */
-  lineCount(projectId: string): Promise<number> {
-    return this.call("lineCount", projectId);
-  }
-
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    if (!this.thread.running) return;
-    try {
-      await this.opening;
-      await this.thread.send({ op: "close", args: [] });
-    } catch {
-      // nothing is lost: every batch was committed or is cut at the next open
-    } finally {
-      this.thread.end(new LogStoreError("the log store is closed"));
-    }
+    // Nothing is lost if the close fails: every batch was committed or is cut at the next open.
+    await this.thread.close({ op: "close", args: [] }, new LogStoreError("the log store is closed"));
   }
 }

@@ -33,8 +33,6 @@ async function run(m: FileStoreRequest): Promise<unknown> {
       return s.importPosition(m.args[0] as string);
     case "importBatch":
       return s.importBatch(m.args[0] as string, JSON.parse(m.args[1] as string) as StoredLine[], m.args[2] as string);
-    case "lineCount":
-      return s.lineCount(m.args[0] as string);
     case "close":
       await s.close();
       store = null;

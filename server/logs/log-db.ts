@@ -34,12 +34,7 @@ export class LogDbError extends Error {
  */
 export class LogDbThread implements ControlStore {
   readonly kind = "pglite" as const;
-  private readonly thread = new ThreadCalls<LogDbReply>(
-    WORKER_URL,
-    (message, code) => new LogDbError(message, code),
-    () => (this.opening = null),
-  );
-  private opening: Promise<void> | null = null;
+  private readonly thread = new ThreadCalls<LogDbReply>(WORKER_URL, (message, code) => new LogDbError(message, code));
   private closed = false;
   /** A transaction in progress holds the (single) session; other calls wait behind it. */
   private held: Promise<void> = Promise.resolve();
@@ -48,18 +43,8 @@ export class LogDbThread implements ControlStore {
 
   /** Opens the thread (again, after a failure: PostgreSQL recovers the data dir as after a crash). */
   private open(): Promise<void> {
-    this.opening ??= (async () => {
-      if (this.closed) throw new LogDbError("the log store is closed");
-      const module = await compiledPglite();
-      this.thread.start();
-      try {
-        await this.send({ op: "open", dataDir: this.dataDir, module });
-      } catch (err) {
-        this.thread.lost(err as Error);
-        throw err;
-      }
-    })();
-    return this.opening;
+    if (this.closed) return Promise.reject(new LogDbError("the log store is closed"));
+    return this.thread.open(async () => ({ op: "open", dataDir: this.dataDir, module: await compiledPglite() }));
   }
 
   private send(req: DistributiveOmit<LogDbRequest, "id">): Promise<LogDbReply & { ok: true }> {
@@ -109,15 +94,7 @@ export class LogDbThread implements ControlStore {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    if (!this.thread.running) return;
-    try {
-      await this.opening;
-      await this.held;
-      await this.send({ op: "close" });
-    } catch {
-      // a database that cannot close cleanly is recovered by PostgreSQL at the next open
-    } finally {
-      this.thread.end(new LogDbError("the log store is closed"));
-    }
+    // After the transaction in progress; a database that cannot close cleanly is recovered by PostgreSQL at the next open.
+    await this.thread.close({ op: "close" }, new LogDbError("the log store is closed"), () => this.held);
   }
 }

@@ -2,12 +2,13 @@
 export type ThreadReply = { id: number; ok: true } | { id: number; ok: false; message: string; code?: string };
 
 /**
- * Requests to a Bun Worker and their replies, matched by id. A thread that fails (or reports an
- * error event) is ended and every call waiting on it fails; `onLost` lets the owner open a new one
- * at its next call.
+ * Requests to a Bun Worker and their replies, matched by id. `open` starts the thread and sends its
+ * first request once; a thread that fails (or reports an error event) is ended, every call waiting
+ * on it fails, and the next `open` starts a new one.
  */
 export class ThreadCalls<Reply extends ThreadReply> {
   private worker: Worker | null = null;
+  private opening: Promise<void> | null = null;
   private readonly pending = new Map<number, { resolve: (r: Reply & { ok: true }) => void; reject: (e: Error) => void }>();
   private nextId = 1;
 
@@ -15,14 +16,42 @@ export class ThreadCalls<Reply extends ThreadReply> {
     private readonly url: string,
     /** The error a failed call rejects with (the thread's message and code). */
     private readonly error: (message: string, code?: string) => Error,
-    private readonly onLost: () => void,
   ) {}
 
-  get running(): boolean {
-    return this.worker !== null;
+  /** Started, and its first request (made by `first`) answered: once, or again after the thread was lost. */
+  open(first: () => Promise<object> | object): Promise<void> {
+    this.opening ??= (async () => {
+      const req = await first();
+      this.start();
+      try {
+        await this.send(req);
+      } catch (err) {
+        this.lost(err as Error);
+        throw err;
+      }
+    })();
+    return this.opening;
   }
 
-  start(): void {
+  /**
+   * Ends a running thread: once an open under way and `before` (calls that must go first) have
+   * settled, it gets its last request; whether that succeeds or not, the thread is ended and calls
+   * still waiting fail with `closed`.
+   */
+  async close(last: object, closed: Error, before: () => Promise<unknown> = async () => {}): Promise<void> {
+    if (!this.worker) return;
+    try {
+      await this.opening?.catch(() => {});
+      await before();
+      await this.send(last);
+    } catch {
+      // what the last request could not do is the owner's to recover at the next open
+    } finally {
+      this.end(closed);
+    }
+  }
+
+  private start(): void {
     const w = new Worker(this.url);
     this.worker = w;
     w.onmessage = (e: MessageEvent<Reply>) => {
@@ -48,10 +77,10 @@ export class ThreadCalls<Reply extends ThreadReply> {
     });
   }
 
-  /** The thread failed: ended, its calls failed, its owner told. */
+  /** The thread failed: ended, its calls failed; the next `open` starts a new one. */
   lost(err: Error): void {
     this.end(err);
-    this.onLost();
+    this.opening = null;
   }
 
   /** Ends the thread; calls still waiting fail with `err`. */
