@@ -113,6 +113,28 @@ function expectAnswers(s: FileLogStore, all: readonly StoredLine[]) {
   })();
 }
 
+/** A store in a new folder holding `batches` batches of 500 random lines (some older than the last). */
+async function filled(batches: number): Promise<{ dir: string; s: FileLogStore; all: StoredLine[] }> {
+  const dir = newDir();
+  const s = open(dir);
+  const all: StoredLine[] = [];
+  for (let b = 0; b < batches; b++) {
+    const batch = Array.from({ length: 500 }, () => line());
+    all.push(...batch);
+    await s.append(batch);
+  }
+  return { dir, s, all };
+}
+
+/** Closed and opened again: the same answers, and the lines counted as kept. */
+async function expectAfterReopen(s: FileLogStore, dir: string, kept: readonly StoredLine[]) {
+  await s.close();
+  const again = open(dir);
+  await expectAnswers(again, kept);
+  expect(again.lineCount("p1") + again.lineCount("p2")).toBe(kept.length);
+  await again.close();
+}
+
 describe("the segment-file log store", () => {
   test("bloom filters never rule out a key they hold", () => {
     const keys = Array.from({ length: 3000 }, (_, i) => (i % 2 ? -1 - i * 7919 : i * 104729) | 0);
@@ -127,21 +149,10 @@ describe("the segment-file log store", () => {
   });
 
   test("searches answer as a full scan would: filters, levels, terms, time bounds, cursors; out-of-order batches; after reopening", async () => {
-    const dir = newDir();
-    const s = open(dir);
-    const all: StoredLine[] = [];
-    for (let b = 0; b < 12; b++) {
-      // Some batches hold older lines than the last (a clock set back, an import).
-      const batch = Array.from({ length: 500 }, () => line());
-      all.push(...batch);
-      await s.append(batch);
-    }
+    // Lines of random times: some batches hold older lines than the last (a clock set back, an import).
+    const { dir, s, all } = await filled(12);
     await expectAnswers(s, all);
-    await s.close();
-    const again = open(dir);
-    await expectAnswers(again, all);
-    expect(again.lineCount("p1") + again.lineCount("p2")).toBe(all.length);
-    await again.close();
+    await expectAfterReopen(s, dir, all);
   });
 
   test("hostile text round-trips exactly: newlines, quotes, backslashes, separators, long lines", async () => {
@@ -183,14 +194,7 @@ describe("the segment-file log store", () => {
   });
 
   test("retention: exactly the lines older than the cutoff go (counted), build summaries follow, emptied day files are deleted; it holds after reopening", async () => {
-    const dir = newDir();
-    const s = open(dir);
-    const all: StoredLine[] = [];
-    for (let b = 0; b < 6; b++) {
-      const batch = Array.from({ length: 500 }, () => line());
-      all.push(...batch);
-      await s.append(batch);
-    }
+    const { dir, s, all } = await filled(6);
     const days = () => readdirSync(join(dir, "p1")).filter((f) => f.endsWith(".seg")).sort();
     expect(days().length).toBeGreaterThanOrEqual(3);
     const cutoff = T0 + DAY + 12_345;
@@ -209,11 +213,7 @@ describe("the segment-file log store", () => {
     expect(sums.get("d1")).toEqual(summary(kept, "d1"));
     expect(sums.get("d2")).toEqual(summary(kept, "d2"));
     expect(sums.has("d9")).toBe(false);
-    await s.close();
-    const again = open(dir);
-    await expectAnswers(again, kept);
-    expect(again.lineCount("p1") + again.lineCount("p2")).toBe(kept.length);
-    await again.close();
+    await expectAfterReopen(s, dir, kept);
   });
 
   test("a project's deletion removes its folder (also when cut short) and leaves the others", async () => {
