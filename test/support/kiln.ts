@@ -1,7 +1,8 @@
 // Starts a real `kiln start` process for black-box tests and speaks HTTP to it.
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import postgres from "postgres";
@@ -147,23 +148,7 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
       return { status: res.status, headers: res.headers, body: parsed, text };
     },
     stop() {
-      return new Promise((ok) => {
-        if (proc.exitCode !== null || proc.signalCode !== null) return ok(proc.exitCode);
-        // Kiln gives up on a hung stop after KILN_STOP_TIMEOUT_MS (30 s) and exits 1; past that, the
-        // process itself is stuck: kill it and say so.
-        const stuck = setTimeout(() => {
-          console.error(`kiln did not exit ${STOP_WAIT_MS / 1000} s after SIGTERM; killed\n${stderr.slice(-4000)}`);
-          proc.kill("SIGKILL");
-        }, STOP_WAIT_MS);
-        const t0 = Date.now();
-        proc.once("exit", (code) => {
-          clearTimeout(stuck);
-          // A slow stop is worth a line in the output even when it ends well (what CI runs show).
-          if (Date.now() - t0 > SLOW_STOP_MS) console.error(`kiln took ${((Date.now() - t0) / 1000).toFixed(1)} s to stop (exit ${code})\n${stderr.slice(-2000)}`);
-          ok(code);
-        });
-        proc.kill("SIGTERM");
-      });
+      return stopProcess(proc, () => stderr);
     },
   };
   running.add(k);
@@ -171,10 +156,81 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
   return k;
 }
 
-/** Longest a test waits for one API answer, and for Kiln to exit after SIGTERM. */
+/** Longest a test waits for one API answer. */
 const API_TIMEOUT_MS = 50_000;
-const STOP_WAIT_MS = 40_000;
+/**
+ * A stop's bounds, all inside the 60 s hook timeout so that a slow stop prints what it waits for
+ * instead of failing as a silent hook timeout: a note at SLOW_STOP_MS (what Kiln printed, the
+ * process's state), SIGKILL at KILL_AFTER_MS (Kiln's own deadline, KILN_STOP_TIMEOUT_MS, is 30 s),
+ * then at most GONE_WAIT_MS for the process to be gone.
+ */
 const SLOW_STOP_MS = Number(process.env.KILN_TEST_SLOW_STOP_MS ?? 10_000);
+const KILL_AFTER_MS = 35_000;
+const GONE_WAIT_MS = 10_000;
+
+/** The kernel's view of a process (state, what it waits in), or "" once it is gone. */
+function processState(pid: number | undefined): string {
+  if (!pid) return "";
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const state = stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0];
+    if (state === "Z" || state === "X") return "";
+    // Threads counted by state and the kernel function they wait in (a D state names the I/O).
+    const counts = new Map<string, number>();
+    for (const t of readdirSync(`/proc/${pid}/task`)) {
+      try {
+        const ts = readFileSync(`/proc/${pid}/task/${t}/stat`, "utf8");
+        const key = `${ts.slice(ts.lastIndexOf(")") + 2).split(" ")[0]}:${readFileSync(`/proc/${pid}/task/${t}/wchan`, "utf8") || "-"}`;
+        counts.set(key, (counts.get(key) ?? 0) + 1);
+      } catch {}
+    }
+    return `state ${state}; threads ${[...counts].map(([k, n]) => `${n}x ${k}`).join(", ")}`;
+  } catch {
+    return "";
+  }
+}
+
+/** SIGTERM, then SIGKILL if it outlasts KILL_AFTER_MS; resolves with the exit code (null if killed). */
+export function stopProcess(proc: ChildProcess, stderr: () => string): Promise<number | null> {
+  return new Promise((ok) => {
+    if (proc.exitCode !== null || proc.signalCode !== null) return ok(proc.exitCode);
+    const t0 = Date.now();
+    const secs = () => ((Date.now() - t0) / 1000).toFixed(1);
+    const timers: ReturnType<typeof setTimeout>[] = [];
+    let done = false;
+    const finish = (code: number | null) => {
+      if (done) return;
+      done = true;
+      for (const t of timers) clearTimeout(t);
+      // A slow stop is worth a line in the output even when it ends well (what CI runs show).
+      if (Date.now() - t0 > SLOW_STOP_MS) console.error(`kiln took ${secs()} s to stop (exit ${code})`);
+      ok(code);
+    };
+    proc.once("exit", (code) => finish(code));
+    timers.push(
+      setTimeout(() => console.error(`kiln (pid ${proc.pid}) still stopping after ${secs()} s: ${processState(proc.pid)}\n${stderr().slice(-3000)}`), SLOW_STOP_MS),
+      setTimeout(() => {
+        console.error(`kiln did not exit ${secs()} s after SIGTERM (${processState(proc.pid)}); killed\n${stderr().slice(-3000)}`);
+        proc.kill("SIGKILL");
+        // Gone is gone: do not rely on the exit event alone.
+        const poll = setInterval(() => {
+          if (!processState(proc.pid)) {
+            clearInterval(poll);
+            finish(null);
+          }
+        }, 200);
+        timers.push(poll as any);
+        timers.push(
+          setTimeout(() => {
+            console.error(`kiln (pid ${proc.pid}) still there ${secs()} s after SIGKILL: ${processState(proc.pid)}`);
+            finish(null);
+          }, GONE_WAIT_MS),
+        );
+      }, KILL_AFTER_MS),
+    );
+    proc.kill("SIGTERM");
+  });
+}
 
 const running = new Set<TestKiln>();
 process.on("exit", () => {
@@ -226,7 +282,7 @@ export function useKiln(opts: KilnOptions = {}): TestKiln {
     if (!inst) return;
     // Kiln exits 1 when its stop outlasts KILN_STOP_TIMEOUT_MS: say what it waited for.
     if ((await inst.stop()) !== 0) console.error(`kiln did not stop cleanly:\n${inst.stderr.slice(-2000)}`);
-    removeDir(inst.dataDir);
+    await rm(inst.dataDir, { recursive: true, force: true });
   });
   return new Proxy({} as TestKiln, {
     get(_, prop) {
