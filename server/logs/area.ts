@@ -1,4 +1,5 @@
 import { defineArea } from "../area";
+import { takeFault } from "../config";
 import type { Platform } from "../platform";
 import { logRoutes } from "./routes";
 import { LogsService } from "./service";
@@ -6,7 +7,7 @@ import { LogsService } from "./service";
 type Needs = Pick<Platform, "store" | "config" | "clock" | "log">;
 
 /**
- * Logs: the log store (embedded: its own PGlite on its own thread; production: the control
+ * Logs: the log store (embedded: segment files on their own thread; production: the control
  * PostgreSQL), the ingest every area writes lines through, search, live tail and retention.
  * Listed before functions, which write their invocation and build lines through `logs.ingest`.
  */
@@ -20,6 +21,7 @@ export const logsArea = defineArea({
       dataDir: config.dataDir,
       retentionDays: () => config.logRetentionDays,
       databaseUrl: config.databaseUrl,
+      fault: () => takeFault(config, "log-store"),
     });
     return { logs };
   },

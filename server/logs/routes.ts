@@ -18,7 +18,7 @@ export function logRoutes(r: AreaRouter<{ logs: LogsService }>): void {
     auth: read,
     params: projectIdParams,
     body: logSearchBody,
-    responses: { 200: { description: "log search result", schema: logSearchResultSchema }, ...errors },
+    responses: { 200: { description: "log search result", schema: logSearchResultSchema }, ...errors, 503: errorSchema },
     handler: async ({ deps, project, body }) =>
       reply.ok(
         await deps.logs.search(project.id, {

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { join } from "node:path";
 import type { Clock, TimerHandle } from "../clock";
-import { badRequest, tooManyRequests } from "../http/errors";
+import { badRequest, HttpError, tooManyRequests } from "../http/errors";
 import type { Logger } from "../log";
 import type { ControlStore } from "../store/store";
 import { entryView, type LogEntryView } from "./entries";
@@ -104,6 +104,8 @@ export class LogsService {
       retentionDays: () => number;
       /** The production profile's control database (several instances may share it). */
       databaseUrl?: string;
+      /** Test fault (`log-store`): the next read of the store fails as a broken store would. */
+      fault?: () => boolean;
     },
   ) {
     const fanout =
@@ -160,6 +162,23 @@ export class LogsService {
     return opening;
   }
 
+  /**
+   * A read of the store, after everything recorded before it is written (read-your-writes). A store
+   * that cannot serve (its thread lost, a disk error, the production database down) is a 503 the
+   * client may retry, not a 500: the request was fine.
+   */
+  private async read<T>(fn: (store: LogStore) => Promise<T>): Promise<T> {
+    try {
+      await this.ingest.flush();
+      if (this.d.fault?.()) throw new Error("injected fault: log-store");
+      return await fn(await this.store());
+    } catch (err) {
+      if (err instanceof HttpError) throw err;
+      this.d.log.error("log store read failed", err);
+      throw new HttpError(503, { error: "the log store is unavailable; retry shortly" }, { "Retry-After": "1" });
+    }
+  }
+
   private lineQuery(projectId: string, f: LogFilter, where: string): Omit<LineQuery, "limit"> {
     return {
       projectId,
@@ -181,10 +200,7 @@ export class LogsService {
       if (c.f !== print) throw badRequest("invalid request: body field 'cursor': it belongs to a search with other filters; send the same resource, q, start_time and end_time");
       before = { at: c.at, id: c.id };
     }
-    // Everything recorded before the search is in the store first: read-your-writes.
-    await this.ingest.flush();
-    const store = await this.store();
-    const rows = await store.search({ ...base, before, limit: limit + 1 });
+    const rows = await this.read(async (store) => store.search({ ...base, before, limit: limit + 1 }));
     const page = rows.slice(0, limit);
     const out: SearchResult = { data: page.map(entryView), limit, has_more: rows.length > limit };
     const last = page[page.length - 1];
@@ -216,11 +232,7 @@ export class LogsService {
       (base.startMs === undefined || l.at >= base.startMs) &&
       (base.endMs === undefined || l.at <= base.endMs) &&
       match(l);
-    const backlog = async () => {
-      if (!f.backlog) return [];
-      await this.ingest.flush();
-      return (await this.store()).search({ ...base, limit: f.backlog });
-    };
+    const backlog = async () => (f.backlog ? this.read((store) => store.search({ ...base, limit: f.backlog })) : []);
     return tailStream(this.tail, { projectId, accept, backlog, signal });
   }
 

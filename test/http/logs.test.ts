@@ -441,21 +441,35 @@ describe.skipIf(STORE !== "postgres")("live tail across instances", () => {
   }, 120_000);
 });
 
-describe("live tail and stopping", () => {
+// One Kiln whose log store fails its first two reads (KILN_FAULTS), then stops with a tail open.
+describe("a log store that cannot serve; stopping", () => {
+  const kk = useKiln({ env: { KILN_FAULTS: "log-store:2" } });
+
+  test("search answers 503 in the error shape with Retry-After, a tail's backlog says so in an error event; the next reads work", async () => {
+    const p = await createProject(kk);
+    const search = () => kk.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function" } } });
+    const failed = await search();
+    expect(failed.status).toBe(503);
+    expect(failed.body).toEqual({ error: "the log store is unavailable; retry shortly" });
+    expect(failed.headers.get("retry-after")).toBe("1");
+    const tail = await openTail(kk, p.id, { backlog: "5" });
+    expect(tail.res.status).toBe(200);
+    await tail.until(() => tail.events.length >= 1);
+    expect(tail.events[0]).toMatchObject({ event: "error", data: { error: "the backlog could not be read: the log store is unavailable; retry shortly" } });
+    await tail.close();
+    const ok = await search();
+    expect(ok.status).toBe(200);
+    expect(ok.body).toMatchObject({ data: [], has_more: false });
+  });
+
   test("an open tail does not hold up a graceful stop: the stream ends and Kiln exits 0", async () => {
-    const kk = await startKiln();
-    try {
-      const p = await createProject(kk);
-      const tail = await openTail(kk, p.id, {});
-      expect(tail.res.status).toBe(200);
-      const t0 = performance.now();
-      expect(await kk.stop()).toBe(0);
-      expect(performance.now() - t0).toBeLessThan(10_000);
-      await tail.close();
-    } finally {
-      await kk.stop();
-      removeDir(kk.dataDir);
-    }
+    const p = await createProject(kk);
+    const tail = await openTail(kk, p.id, {});
+    expect(tail.res.status).toBe(200);
+    const t0 = performance.now();
+    expect(await kk.stop()).toBe(0);
+    expect(performance.now() - t0).toBeLessThan(10_000);
+    await tail.close();
   });
 });
 
