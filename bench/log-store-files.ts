@@ -1,13 +1,13 @@
-// The embedded log store on its own (server/logs/file-store.ts, no Kiln, one thread): the write cost
+// The embedded log store on its own (server/backends/logs/file-store.ts, no Kiln, one thread): the write cost
 // a line, the time to open (read every index) and the memory its index holds at N lines (default 1M),
 // and search p50/p99 for the logs bench's queries. The lines are bench/logs.ts's kind.
 // Run: bun bench/log-store-files.ts   (docs/observability.md has the figures)
 import { mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { FileLogStore } from "../server/logs/file-store";
+import { FileLogStore } from "../server/backends/logs/file-store";
 import { parseQuery } from "../server/logs/query";
-import type { StoredLine } from "../server/logs/store";
+import type { StoredLine } from "../server/backends/logs/log-store";
 import { pct } from "./support";
 
 const N = Number(process.env.N ?? 1_000_000);

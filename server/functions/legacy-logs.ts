@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { classify } from "../logs/ingest";
 import type { LogsService } from "../logs/service";
-import type { StoredLine } from "../logs/store";
+import type { StoredLine } from "../backends/logs/log-store";
 import type { ControlStore } from "../store/store";
 
 const BATCH = 5000;

@@ -1,4 +1,4 @@
-import type { StoredLine } from "./store";
+import type { StoredLine } from "../backends/logs/log-store";
 
 /** A log entry as the API shows it (spec: "Log entry and log search result"). */
 export interface LogEntryView {

@@ -1,7 +1,7 @@
 import postgres from "postgres";
 import { newId } from "../ids";
 import type { ControlStore } from "../store/store";
-import type { StoredLine } from "./store";
+import type { StoredLine } from "../backends/logs/log-store";
 
 /** The channel on which instances say which lines they wrote for projects tailed elsewhere. */
 export const LINES_CHANNEL = "kiln_log_lines";

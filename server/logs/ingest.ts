@@ -2,7 +2,7 @@ import type { Clock } from "../clock";
 import { newIdWithPrefix } from "../ids";
 import { FlushLoop } from "../store/flush-loop";
 import { levelOf, normalizeLevel } from "./levels";
-import type { LogStore, StoredLine } from "./store";
+import type { LogStore, StoredLine } from "../backends/logs/log-store";
 import type { TailHub } from "./tail";
 
 /** A line as a worker reports it (runtime-sandbox/worker.ts `LogLine`). */

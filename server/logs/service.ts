@@ -7,11 +7,12 @@ import type { ControlStore } from "../store/store";
 import { entryView, type LogEntryView } from "./entries";
 import { LogIngest } from "./ingest";
 import { LogFanout } from "./fanout";
-import { FileLogStoreThread } from "./file-store-thread";
-import { importPgliteLogStore } from "./import-pglite-store";
-import { pgCopyWriter } from "./pg-copy";
+import { FileLogStoreThread } from "../backends/logs/file-store-thread";
+import { importPgliteLogStore } from "../backends/logs/import-pglite-store";
+import { pgCopyWriter } from "../backends/logs/pg-copy";
 import { parseQuery, QueryError, toPredicate, type QueryNode } from "./query";
-import { SqlLogStore, type BuildLogSummary, type LineQuery, type LogImports, type LogStore, type ResourceType, type StoredLine } from "./store";
+import { type BuildLogSummary, type LineQuery, type LogImports, type LogStore, type ResourceType, type StoredLine } from "../backends/logs/log-store";
+import { SqlLogStore } from "../backends/logs/sql-store";
 import { TailHub, tailStream } from "./tail";
 
 export const DEFAULT_SEARCH_LIMIT = 100;

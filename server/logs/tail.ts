@@ -1,5 +1,5 @@
 import { entryView, type LogEntryView } from "./entries";
-import type { StoredLine } from "./store";
+import type { StoredLine } from "../backends/logs/log-store";
 
 export interface TailSubscription {
   projectId: string;

@@ -8,7 +8,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import postgres from "postgres";
 import { describe, expect, test } from "vitest";
-import { FileLogStore } from "../../server/logs/file-store";
+import { FileLogStore } from "../../server/backends/logs/file-store";
 import { deploy, settled, tgz } from "../support/functions";
 import { BUN, createProject, createToken, eventually, KILN, removeDir, ROOT, startKiln, STORE, useCli, useKiln, type TestKiln } from "../support/kiln";
 

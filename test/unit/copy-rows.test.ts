@@ -4,9 +4,10 @@ import { afterAll, describe, expect, test } from "vitest";
 import { openPglite, PgliteStore } from "../../server/store/pglite-store";
 import { PostgresStore } from "../../server/store/postgres-store";
 import { copyText } from "../../server/store/store";
-import { pgCopyWriter } from "../../server/logs/pg-copy";
+import { pgCopyWriter } from "../../server/backends/logs/pg-copy";
 import { parseQuery } from "../../server/logs/query";
-import { SqlLogStore, type StoredLine } from "../../server/logs/store";
+import { type StoredLine } from "../../server/backends/logs/log-store";
+import { SqlLogStore } from "../../server/backends/logs/sql-store";
 import { findPgBin, startPgServer } from "../support/postgres-server";
 import { freshDataDir } from "../support/pglite";
 

@@ -1,4 +1,4 @@
-// The embedded profile's log store (server/logs/file-store.ts): every search answers as a full scan
+// The embedded profile's log store (server/backends/logs/file-store.ts): every search answers as a full scan
 // of the lines would (bloom filters and level lists never hide a match, the newest-first walk stops
 // only when the answer is final), across reopening; a crash's torn index tail is cut and later
 // writes stay readable; retention trims and drops exactly the older lines and deletes emptied day
@@ -8,9 +8,9 @@ import { appendFileSync, existsSync, mkdtempSync, readdirSync, renameSync, rmSyn
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, test } from "vitest";
-import { bloomHas, bloomOf, FileLogStore } from "../../server/logs/file-store";
+import { bloomHas, bloomOf, FileLogStore } from "../../server/backends/logs/file-store";
 import { parseQuery, toPredicate } from "../../server/logs/query";
-import { newerFirst, type LineQuery, type StoredLine } from "../../server/logs/store";
+import { newerFirst, type LineQuery, type StoredLine } from "../../server/backends/logs/log-store";
 
 const dirs: string[] = [];
 afterEach(() => {

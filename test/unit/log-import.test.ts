@@ -1,14 +1,15 @@
 // The move of an earlier version's embedded log store (a PGlite database, `<data-dir>/logs`) into
-// the segment files (server/logs/import-pglite-store.ts): every line once, in a move cut short and
+// the segment files (server/backends/logs/import-pglite-store.ts): every line once, in a move cut short and
 // resumed as in one that runs through; the old database removed only once the move is done.
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, expect, test } from "vitest";
-import { FileLogStore } from "../../server/logs/file-store";
-import { importPgliteLogStore } from "../../server/logs/import-pglite-store";
-import { LogDbThread } from "../../server/logs/log-db";
-import { SqlLogStore, type LogImports, type StoredLine } from "../../server/logs/store";
+import { FileLogStore } from "../../server/backends/logs/file-store";
+import { importPgliteLogStore } from "../../server/backends/logs/import-pglite-store";
+import { LogDbThread } from "../../server/backends/logs/log-db";
+import { type LogImports, type StoredLine } from "../../server/backends/logs/log-store";
+import { SqlLogStore } from "../../server/backends/logs/sql-store";
 import { freshDataDir } from "../support/pglite";
 
 const root = mkdtempSync(join(tmpdir(), "kiln-log-import-"));

@@ -3,7 +3,7 @@
 import { describe, expect, test } from "vitest";
 import { PlatformClock } from "../../server/clock";
 import { classify, LogIngest, lineId } from "../../server/logs/ingest";
-import type { LogStore, StoredLine } from "../../server/logs/store";
+import type { LogStore, StoredLine } from "../../server/backends/logs/log-store";
 import { TailHub } from "../../server/logs/tail";
 import { eventually } from "../support/kiln";
 

@@ -1,12 +1,12 @@
-// The log store's segment keys (server/logs/keys.ts): a segment's keys never rule out a line that
+// The log store's segment keys (server/backends/logs/keys.ts): a segment's keys never rule out a line that
 // matches (checked against PostgreSQL's own ILIKE and against the tail's predicate, on hostile
 // text too), what a query requires, and how a batch is cut into segments.
 import type { PGlite } from "@electric-sql/pglite";
 import * as fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { fieldKey, KeySet, keysSatisfy, requiredKeys, SEGMENT_KEYS, SEGMENT_LINES, termKeys } from "../../server/logs/keys";
+import { fieldKey, KeySet, keysSatisfy, requiredKeys, SEGMENT_KEYS, SEGMENT_LINES, termKeys } from "../../server/backends/logs/keys";
 import { parseQuery, toPredicate, type QueryNode } from "../../server/logs/query";
-import { segmentsOf, type StoredLine } from "../../server/logs/store";
+import { segmentsOf, type StoredLine } from "../../server/backends/logs/log-store";
 import { freshPglite } from "../support/pglite";
 
 const keysOf = (...bodies: string[]) => {

@@ -1,4 +1,4 @@
-import type { Migration } from "../store/migrations";
+import type { Migration } from "../../store/migrations";
 
 /**
  * The log store's schema. It lives where the log store does: in the embedded profile its own

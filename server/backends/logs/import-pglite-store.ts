@@ -1,8 +1,8 @@
 import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import type { Logger } from "../log";
+import type { Logger } from "../../log";
 import { LogDbThread } from "./log-db";
-import { fromRow, LINE_COLUMNS, type LogImports } from "./store";
+import { fromRow, LINE_COLUMNS, type LogImports } from "./log-store";
 
 const SOURCE = "pglite-log-store";
 const BATCH = 5000;

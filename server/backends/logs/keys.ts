@@ -21,8 +21,8 @@
  * `body ILIKE '%term%'` holds under any PostgreSQL locale, every trigram of the term is among the
  * body's: the index never hides a match (it may let through segments that hold none).
  */
-import { normalizeLevel } from "./levels";
-import type { QueryField, QueryNode } from "./query";
+import { normalizeLevel } from "../../logs/levels";
+import type { QueryField, QueryNode } from "../../logs/query";
 
 /** Lines of a segment at most, and its distinct keys at most (a segment closes early beyond). */
 export const SEGMENT_LINES = 64;

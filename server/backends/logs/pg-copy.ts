@@ -1,7 +1,7 @@
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import postgres from "postgres";
-import type { CopyText } from "./store";
+import type { CopyText } from "./sql-store";
 
 /**
  * The production log store's writes: COPY on a connection of its own, so a batch of lines never

@@ -1,5 +1,5 @@
-import { compiledPglite } from "../store/pglite-wasm";
-import { copyText, type ControlStore, type Row, type Sql } from "../store/store";
+import { compiledPglite } from "../../store/pglite-wasm";
+import { copyText, type ControlStore, type Row, type Sql } from "../../store/store";
 import { ThreadCalls } from "./thread-calls";
 
 export type LogDbRequest =

@@ -2,8 +2,8 @@ import { closeSync, existsSync, fstatSync, ftruncateSync, mkdirSync, openSync, r
 import { join } from "node:path";
 import { crc32 } from "node:zlib";
 import { keysSatisfy } from "./keys";
-import { toPredicate } from "./query";
-import { keyCondition, levelsOf, newerFirst, segmentsOf, type BuildLogSummary, type LineQuery, type LogImports, type LogStore, type LogStream, type ResourceType, type StoredLine } from "./store";
+import { toPredicate } from "../../logs/query";
+import { keyCondition, levelsOf, newerFirst, segmentsOf, type BuildLogSummary, type LineQuery, type LogImports, type LogStore, type LogStream, type ResourceType, type StoredLine } from "./log-store";
 
 /**
  * The embedded profile's log store: append-only segment files and an index of them, no database.

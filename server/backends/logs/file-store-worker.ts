@@ -4,7 +4,7 @@
 // searches run here, off Kiln's main thread.
 import { FileLogStore } from "./file-store";
 import type { FileStoreReply, FileStoreRequest } from "./file-store-thread";
-import type { LineQuery, StoredLine } from "./store";
+import type { LineQuery, StoredLine } from "./log-store";
 
 declare const self: Worker;
 

@@ -1,4 +1,4 @@
-import type { BuildLogSummary, LineQuery, LogImports, LogStore, StoredLine } from "./store";
+import type { BuildLogSummary, LineQuery, LogImports, LogStore, StoredLine } from "./log-store";
 import { ThreadCalls } from "./thread-calls";
 
 export type FileStoreOp = "open" | "append" | "search" | "buildSummaries" | "removeProject" | "removeOlderThan" | "importPosition" | "importBatch" | "close";

@@ -5,8 +5,8 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { PGlite } from "@electric-sql/pglite";
 import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm";
-import { migrate } from "../store/migrations";
-import { PGLITE_CONF, PgliteStore } from "../store/pglite-store";
+import { migrate } from "../../store/migrations";
+import { PGLITE_CONF, PgliteStore } from "../../store/pglite-store";
 import type { LogDbReply, LogDbRequest } from "./log-db";
 import { LOG_SCHEMA } from "./migrations";
 
