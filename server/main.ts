@@ -13,7 +13,7 @@ import { closeDataDir, lockDataDir, openCodeToSandboxUid } from "./data-dir";
 import { preloadMailCatcher } from "./emulators/area";
 import { openApiRoutes } from "./http/openapi";
 import { Router, type Transport } from "./http/route";
-import { renderError, serveHttp } from "./http/server";
+import { renderError, serveHttp, stopHttp } from "./http/server";
 import { createLogger, type Logger } from "./log";
 import type { Platform } from "./platform";
 import { openControlStore } from "./store/open-store";
@@ -151,7 +151,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
       // Streams that never end by themselves (live log tails) end first: in-flight requests finish.
       for (const area of started) area.closing?.(services);
       phase = "in-flight HTTP requests";
-      await server.stop(false); // stop accepting; in-flight requests finish
+      await stopHttp(server); // stop accepting; in-flight requests finish
       // What boot took, released in reverse: areas, the store, the clock, the data-dir lock.
       if (takeFault(config, "stop-hang")) {
         phase = "an injected fault (stop-hang)";

@@ -69,7 +69,8 @@ export function payloadTooLarge(limit: BodyLimit): HttpError {
 /**
  * Requests answered before their body was all read. The server discards the rest after the answer;
  * server.ts shortens such a connection's idle timeout, so a client that stopped sending (and keeps
- * the connection open) does not hold it, and a graceful stop, for the full idle timeout.
+ * the connection open) does not hold it for the full idle timeout, and a graceful stop closes it once
+ * no request is in flight (`stopHttp`).
  */
 export const unreadBodies = new WeakSet<Request>();
 

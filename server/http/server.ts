@@ -1,3 +1,4 @@
+import type { Server } from "bun";
 import { Elysia } from "elysia";
 import type { HostRouter } from "../area";
 import type { Logger } from "../log";
@@ -29,6 +30,25 @@ export function renderError(log: Logger, err: unknown, request: Request): Respon
  * it yet: a busy client can pause a few seconds, so this is not shorter than that.
  */
 const UNREAD_BODY_IDLE_SECONDS = 10;
+
+/**
+ * A graceful stop: no new connections; requests in flight (streamed responses included) finish.
+ * Connections still discarding a refused body hold no request, so once none is in flight they are
+ * closed: otherwise the stop waits as long as the client keeps sending (or UNREAD_BODY_IDLE_SECONDS).
+ */
+export async function stopHttp(server: Server<unknown>): Promise<void> {
+  const graceful = server.stop(false);
+  let done = false;
+  void graceful.then(() => (done = true));
+  while (!done) {
+    if (server.pendingRequests === 0) {
+      await server.stop(true);
+      break;
+    }
+    await Promise.race([graceful, new Promise((r) => setTimeout(r, 50))]);
+  }
+  await graceful;
+}
 
 export function serveHttp(t: Transport, router: Router, byHost: HostRouter = () => null) {
   const meta = new WeakMap<Request, { ip: string; arrivedAt: number }>();

@@ -262,8 +262,10 @@ describe("request body limits", () => {
 });
 
 describe("settings", () => {
-  test("KILN_MAX_JSON_BODY_BYTES and the deploy upload limit (archive limit + 1 MiB) are enforced with 413", async () => {
-    await withKiln({ env: { KILN_MAX_JSON_BODY_BYTES: "2000", KILN_SOURCE_ARCHIVE_LIMIT_MB: "1" } }, async (kk) => {
+  test("KILN_MAX_JSON_BODY_BYTES and the deploy upload limit (archive limit + 1 MiB) are enforced with 413; refused uploads do not hold up the stop", async () => {
+    // KILN_STOP_TIMEOUT_MS: Kiln gives up on a stop after it and exits 1. A stop used to wait for the
+    // connections still discarding the refused uploads, for their idle timeout (10 s).
+    await withKiln({ env: { KILN_MAX_JSON_BODY_BYTES: "2000", KILN_SOURCE_ARCHIVE_LIMIT_MB: "1", KILN_STOP_TIMEOUT_MS: "6000" } }, async (kk) => {
       const p = await createProject(kk);
       const big = await kk.api("POST", "/projects", { body: { name: "x".repeat(2100) } });
       expect(big.status).toBe(413);
@@ -278,6 +280,7 @@ describe("settings", () => {
       form.set("a", new Blob([new Uint8Array(blob)]), "a.tgz");
       const batch = await fetch(`${kk.url}/projects/${p.id}/functions/batch`, { method: "POST", headers: { authorization: `Bearer ${kk.token}` }, body: form });
       expect(batch.status).toBe(413);
+      expect(await kk.stop()).toBe(0);
     });
   });
 });
