@@ -188,12 +188,17 @@ describe("the wire endpoint", () => {
     const a = connect(db.connection_string);
     await a`create table dying (x int)`;
     const doomed = postgres(db.connection_string, { max: 1, onnotice: () => {} });
+    // Dies once its insert ran (not after a fixed sleep: on a loaded runner the client could still be
+    // connecting, and postgres.js leaves the rejection of its cut-short type query unhandled).
+    let inserted!: () => void;
+    const insertedNow = new Promise<void>((r) => (inserted = r));
     const tx = doomed.begin(async (t) => {
       await t`insert into dying values (1)`;
+      inserted();
       await new Promise(() => {}); // never commits
     });
     tx.catch(() => {});
-    await new Promise((r) => setTimeout(r, 200));
+    await insertedNow;
     await doomed.end({ timeout: 0 });
     expect(await a`select count(*)::int as n from dying`).toEqual([{ n: 0 }]);
     await a`insert into dying values (2)`;
