@@ -6,7 +6,7 @@ import { request as httpRequest } from "node:http";
 import { connect } from "node:net";
 import { describe, expect, test } from "vitest";
 import { deploy, tgz } from "../support/functions";
-import { createProject, eventually, useKiln, withKiln, type TestKiln } from "../support/kiln";
+import { createProject, eventually, PRODUCT_ALLOCATOR, useKiln, withKiln, type TestKiln } from "../support/kiln";
 
 const MB = 1_048_576;
 
@@ -130,7 +130,8 @@ function declaredThenStall(k: TestKiln, path: string, headers: Record<string, st
 const zeros = (n: number) => Buffer.from("0,".repeat(n / 2));
 
 describe("request body limits", () => {
-  const k = useKiln();
+  // Measures Kiln's memory: the allocator as users run it.
+  const k = useKiln({ env: PRODUCT_ALLOCATOR });
   let project: { id: string };
   let anon: string;
   /** An anon key that may invoke: the invoke route authorizes before it reads a body. */

@@ -67,6 +67,12 @@ export async function freshDatabase(): Promise<string> {
   return u.toString();
 }
 
+/**
+ * `env` for a Kiln whose memory a test measures: Bun's allocator as Kiln runs for users, handing freed
+ * pages back to the kernel (vitest.config.ts turns that off for the suite's short-lived processes).
+ */
+export const PRODUCT_ALLOCATOR: Record<string, string | undefined> = { MIMALLOC_PURGE_DELAY: undefined };
+
 export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), "kiln-test-"));
   const databaseUrl = opts.databaseUrl ?? (STORE === "postgres" ? await freshDatabase() : undefined);
