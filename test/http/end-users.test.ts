@@ -1,7 +1,7 @@
 // End users: sign-up, sign-in, sessions, password reset, profile, auth config, rate limits, the
 // mail catcher. JWTs are verified with jose against the project's published keys.
 import { createRemoteJWKSet, decodeProtectedHeader, jwtVerify } from "jose";
-import { describe, expect, test } from "vitest";
+import { beforeEach, describe, expect, test } from "vitest";
 import { createProject, createToken, eventually, useKiln } from "../support/kiln";
 
 const k = useKiln({ args: ["--controllable-clock"] });
@@ -340,6 +340,15 @@ describe("auth config", () => {
 });
 
 describe("rate limits", () => {
+  // Budgets count in hourly windows of Kiln's clock, which runs with the wall clock: an hour boundary
+  // between a test's requests (CI once crossed one) would start a fresh budget. Each test starts with
+  // at least 5 minutes of its window left, moving the clock past the boundary when it is closer.
+  beforeEach(async () => {
+    const now = Date.parse((await k.api("GET", "/_kiln/clock", { token: null })).body.now) / 1000;
+    const left = 3600 - (now % 3600);
+    if (left < 300) expect((await k.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds: Math.ceil(left) + 1 } })).status).toBe(200);
+  });
+
   test("signup reports X-RateLimit-Limit/Remaining and, on 429, X-RateLimit-Reset (Unix seconds)", async () => {
     const a = await app();
     await k.api("PATCH", `/auth/config?project_id=${a.id}`, { body: { rate_limits: { signup: 2 } } });
