@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { existsSync, lchownSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, lchownSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { egressWiring, registryHostsFromEnv, startBuildEgress } from "./build-egress";
@@ -167,22 +167,50 @@ function chownTree(dir: string, uid: number, gid: number): void {
   }
 }
 
+const INSTALLER_COMMAND = /bwrap|setpriv|unshare|npm|pip|bundle|python|ruby/;
+
 /**
  * After a crash: kills the installer a build in `root` may have left running, then forgets it. The
- * group is only killed when its leader is still an installer or bubblewrap (pids get reused).
+ * group is only killed when its leader is still an installer or bubblewrap (pids get reused). The
+ * group is not all: bubblewrap's inner process starts a session of its own (--new-session), and when
+ * Kiln dies before that process armed --die-with-parent it outlives the group, reparented to init
+ * (CI saw one); so every installer or sandbox process whose command line names the build folder
+ * goes too (killing bubblewrap's inner process ends its whole pid namespace).
  */
 export function killLeftoverInstaller(root: string): void {
-  let pid: number;
+  let pid: number | null = null;
   try {
     pid = Number(readFileSync(pidFile(root), "utf8"));
   } catch {
-    return;
+    // no installer was started, or it finished: still look for strays below
   }
   rmSync(pidFile(root), { force: true });
+  if (pid) {
+    try {
+      if (INSTALLER_COMMAND.test(readFileSync(`/proc/${pid}/cmdline`, "utf8"))) process.kill(-pid, "SIGKILL");
+    } catch {
+      // not running any more (or not Linux)
+    }
+  }
+  let entries: string[] = [];
   try {
-    const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-    if (/bwrap|setpriv|unshare|npm|pip|bundle|python|ruby/.test(cmdline)) process.kill(-pid, "SIGKILL");
+    entries = readdirSync("/proc").filter((e) => /^\d+$/.test(e));
   } catch {
-    // not running any more (or not Linux)
+    return; // not Linux
+  }
+  const roots = [root];
+  try {
+    roots.push(realpathSync(root));
+  } catch {
+    // the folder is gone
+  }
+  const namesRoot = (a: string) => roots.some((r) => a === r || a.startsWith(`${r}/`));
+  for (const e of entries) {
+    try {
+      const args = readFileSync(`/proc/${e}/cmdline`, "utf8").split("\0");
+      if (INSTALLER_COMMAND.test(args[0] ?? "") && args.some(namesRoot)) process.kill(Number(e), "SIGKILL");
+    } catch {
+      // gone meanwhile, or not ours to kill
+    }
   }
 }
