@@ -478,6 +478,10 @@ describe("the backing table fails → 503 {error}", () => {
       const back = await locks.read("pg");
       expect(back.status).toBe(200);
       expect(back.body).toMatchObject({ held: true, fencing_token: f });
+    } catch (e) {
+      // CI once saw a request reset mid-outage (ECONNRESET): say whether Kiln was still running.
+      console.error(`kiln exit ${kk.proc.exitCode} signal ${kk.proc.signalCode}\n${kk.stderr.slice(-3000)}`);
+      throw e;
     } finally {
       await admin.unsafe(`alter database ${db} with allow_connections true`).catch(() => {});
       await admin.end();
