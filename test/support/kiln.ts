@@ -203,11 +203,13 @@ export function stopProcess(proc: ChildProcess, stderr: () => string): Promise<n
     const t0 = Date.now();
     const secs = () => ((Date.now() - t0) / 1000).toFixed(1);
     const timers: ReturnType<typeof setTimeout>[] = [];
+    let poll: ReturnType<typeof setInterval> | undefined;
     let done = false;
     const finish = (code: number | null) => {
       if (done) return;
       done = true;
       for (const t of timers) clearTimeout(t);
+      clearInterval(poll);
       // A slow stop is worth a line in the output even when it ends well (what CI runs show).
       if (Date.now() - t0 > SLOW_STOP_MS) console.error(`kiln took ${secs()} s to stop (exit ${code})`);
       ok(code);
@@ -219,13 +221,9 @@ export function stopProcess(proc: ChildProcess, stderr: () => string): Promise<n
         console.error(`kiln did not exit ${secs()} s after SIGTERM (${processState(proc.pid)}); killed\n${stderr().slice(-3000)}`);
         proc.kill("SIGKILL");
         // Gone is gone: do not rely on the exit event alone.
-        const poll = setInterval(() => {
-          if (!processState(proc.pid)) {
-            clearInterval(poll);
-            finish(null);
-          }
+        poll = setInterval(() => {
+          if (!processState(proc.pid)) finish(null);
         }, 200);
-        timers.push(poll as any);
         timers.push(
           setTimeout(() => {
             console.error(`kiln (pid ${proc.pid}) still there ${secs()} s after SIGKILL: ${processState(proc.pid)}`);
