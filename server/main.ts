@@ -16,6 +16,7 @@ import { Router, type Transport } from "./http/route";
 import { renderError, serveHttp, stopHttp } from "./http/server";
 import { createLogger, type Logger } from "./log";
 import type { Platform } from "./platform";
+import { handleUnhandledRejections } from "./unhandled-rejections";
 import { openControlStore } from "./store/open-store";
 
 export type Services = Awaited<ReturnType<typeof startAreas<typeof AREAS>>>;
@@ -86,6 +87,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   // Processes of Kiln's own uid (function code without a sandbox, say) cannot read its environment
   // (KILN_PLATFORM_TOKEN, KILN_ADMIN_TOKEN) or memory through /proc.
   hideOwnProcEntries();
+  handleUnhandledRejections(log);
   if (!config.smtpUrl) preloadMailCatcher();
 
   // The shared infrastructure, then every area in order (server/areas.ts).

@@ -3,14 +3,15 @@
 import { execFileSync } from "node:child_process";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll } from "vitest";
 import { eventually, type TestKiln } from "./kiln";
+import { removeDir } from "./dirs";
 
 const work = mkdtempSync(join(tmpdir(), "kiln-fn-test-"));
-afterAll(() => rmSync(work, { recursive: true, force: true }));
+afterAll(() => removeDir(work));
 let n = 0;
 
 /** A tar.gz of `files` (path → content); `extra` may add more to the folder first (symlinks, say). */

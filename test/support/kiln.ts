@@ -1,8 +1,8 @@
 // Starts a real `kiln start` process for black-box tests and speaks HTTP to it.
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { rm } from "node:fs/promises";
+import { mkdtempSync, readdirSync, readFileSync } from "node:fs";
+import { removeDir } from "./dirs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import postgres from "postgres";
@@ -241,10 +241,7 @@ process.on("exit", () => {
   for (const k of running) k.proc.kill("SIGKILL");
 });
 
-/** Removes a data dir a test made. */
-export function removeDir(dir: string) {
-  rmSync(dir, { recursive: true, force: true });
-}
+export { removeDir } from "./dirs";
 
 /** Creates a project with the platform token and returns it. */
 export async function createProject(k: TestKiln, name = `p-${randomBytes(4).toString("hex")}`, token?: string) {
@@ -286,7 +283,7 @@ export function useKiln(opts: KilnOptions = {}): TestKiln {
     if (!inst) return;
     // Kiln exits 1 when its stop outlasts KILN_STOP_TIMEOUT_MS: say what it waited for.
     if ((await inst.stop()) !== 0) console.error(`kiln did not stop cleanly:\n${inst.stderr.slice(-2000)}`);
-    await rm(inst.dataDir, { recursive: true, force: true });
+    removeDir(inst.dataDir);
   });
   return new Proxy({} as TestKiln, {
     get(_, prop) {

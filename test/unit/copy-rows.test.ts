@@ -1,4 +1,3 @@
-import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { openPglite, PgliteStore } from "../../server/store/pglite-store";
@@ -10,9 +9,10 @@ import { type StoredLine } from "../../server/backends/logs/log-store";
 import { SqlLogStore } from "../../server/backends/logs/sql-store";
 import { findPgBin, startPgServer } from "../support/postgres-server";
 import { freshDataDir } from "../support/pglite";
+import { removeDir } from "../support/dirs";
 
 const dirs: string[] = [];
-afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+afterAll(() => dirs.forEach(removeDir));
 
 describe("copyRows (function logs go in with COPY)", () => {
   test("COPY text escapes the format's own characters and writes null as \\N", () => {

@@ -1,12 +1,13 @@
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { BACKGROUND_NICE, backgroundPriority } from "../../server/backends/databases/background-priority";
 import { EmbeddedEngine } from "../../server/backends/databases/embedded";
+import { removeDir } from "../support/dirs";
 
 const dirs: string[] = [];
-afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+afterAll(() => dirs.forEach(removeDir));
 
 function engine(o: { maxOpen: number; memoryBudgetMb: number; snapshotReplayLimitBytes?: number }) {
   const dir = mkdtempSync(join(tmpdir(), "kiln-engine-test-"));

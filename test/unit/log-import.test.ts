@@ -1,7 +1,7 @@
 // The move of an earlier version's embedded log store (a PGlite database, `<data-dir>/logs`) into
 // the segment files (server/backends/logs/import-pglite-store.ts): every line once, in a move cut short and
 // resumed as in one that runs through; the old database removed only once the move is done.
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, expect, test } from "vitest";
@@ -11,9 +11,10 @@ import { LogDbThread } from "../../server/backends/logs/log-db";
 import { type LogImports, type StoredLine } from "../../server/backends/logs/log-store";
 import { SqlLogStore } from "../../server/backends/logs/sql-store";
 import { freshDataDir } from "../support/pglite";
+import { removeDir } from "../support/dirs";
 
 const root = mkdtempSync(join(tmpdir(), "kiln-log-import-"));
-afterAll(() => rmSync(root, { recursive: true, force: true }));
+afterAll(() => removeDir(root));
 const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 
 /** An old store holding `n` lines a project (an empty cluster, migrated and written as the old Kiln did). */
