@@ -1,7 +1,7 @@
 // Project access tokens: every rule and error row of the spec, and the Authentication rules
 // for project tokens.
 import { describe, expect, test } from "vitest";
-import { createProject, createToken, eventually, useKiln, withKiln } from "../support/kiln";
+import { clearOfWindowEnd, createProject, createToken, eventually, useKiln, withKiln } from "../support/kiln";
 
 describe("project access tokens", () => {
   // Time is Kiln's controllable clock: expiry is reached by moving it forward, never by waiting.
@@ -186,6 +186,7 @@ describe("project access tokens", () => {
   });
 
   test("usage: last_used_at, all_time_requests and daily counts per token and for all tokens", async () => {
+    await clearOfWindowEnd(k, 86_400); // the daily counts below are all today's
     const p = await createProject(k);
     const t = await createToken(k, p.id, { name: "busy" });
     const idle = await createToken(k, p.id, { name: "idle" });

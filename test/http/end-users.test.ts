@@ -2,7 +2,7 @@
 // mail catcher. JWTs are verified with jose against the project's published keys.
 import { createRemoteJWKSet, decodeProtectedHeader, jwtVerify } from "jose";
 import { beforeEach, describe, expect, test } from "vitest";
-import { createProject, createToken, eventually, useKiln } from "../support/kiln";
+import { clearOfWindowEnd, createProject, createToken, eventually, useKiln } from "../support/kiln";
 
 const k = useKiln({ args: ["--controllable-clock"] });
 
@@ -343,11 +343,7 @@ describe("rate limits", () => {
   // Budgets count in hourly windows of Kiln's clock, which runs with the wall clock: an hour boundary
   // between a test's requests (CI once crossed one) would start a fresh budget. Each test starts with
   // at least 5 minutes of its window left, moving the clock past the boundary when it is closer.
-  beforeEach(async () => {
-    const now = Date.parse((await k.api("GET", "/_kiln/clock", { token: null })).body.now) / 1000;
-    const left = 3600 - (now % 3600);
-    if (left < 300) expect((await k.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds: Math.ceil(left) + 1 } })).status).toBe(200);
-  });
+  beforeEach(() => clearOfWindowEnd(k, 3600));
 
   test("signup reports X-RateLimit-Limit/Remaining and, on 429, X-RateLimit-Reset (Unix seconds)", async () => {
     const a = await app();

@@ -258,6 +258,20 @@ export async function createToken(k: TestKiln, projectId: string, body: Record<s
   return r.body as { id: string; token: string; name: string; scope: string };
 }
 
+/**
+ * For a test that counts in windows of Kiln's clock (hourly rate limits, daily usage): when the
+ * current window of `periodSeconds` has less than `marginSeconds` left, moves the clock (Kiln started
+ * with --controllable-clock) just past its end, so the test's requests all fall in one window. The
+ * clock runs with the wall clock, and CI runs cross hours and midnights.
+ */
+export async function clearOfWindowEnd(k: TestKiln, periodSeconds: number, marginSeconds = 300) {
+  const now = Date.parse((await k.api("GET", "/_kiln/clock", { token: null })).body.now) / 1000;
+  const left = periodSeconds - (now % periodSeconds);
+  if (left >= marginSeconds) return;
+  const r = await k.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds: Math.ceil(left) + 1 } });
+  if (r.status !== 200) throw new Error(`clock advance: ${r.status} ${r.text}`);
+}
+
 /** Polls until the predicate holds (async work such as deletion and propagation). */
 export async function eventually<T>(fn: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 10_000): Promise<T> {
   const end = Date.now() + timeoutMs;
