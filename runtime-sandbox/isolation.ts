@@ -1,5 +1,5 @@
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, rmdirSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { SANDBOX_UID, systemMountList, systemPartLength, type Mount } from "./mounts";
@@ -148,6 +148,17 @@ function dropTo(user: { uid: number; gid: number; userns: boolean } | null): str
 const NS_SCRIPT = join(import.meta.dirname, "namespace-sandbox.sh");
 let nsRoot: string | null = null;
 
+/** The empty dir sandboxes mount their root on (in their own mount namespaces); gone when Kiln exits. */
+function sandboxMountPoint(): string {
+  const dir = mkdtempSync(join(tmpdir(), "kiln-sandbox-root-"));
+  process.once("exit", () => {
+    try {
+      rmdirSync(dir);
+    } catch {}
+  });
+  return dir;
+}
+
 class Namespaces implements Isolation {
   readonly kind = "namespaces" as const;
   readonly description: string;
@@ -158,7 +169,7 @@ class Namespaces implements Isolation {
   enclose(e: Enclosure, command: string[]): EnclosedCommand {
     // One empty directory serves every sandbox of this Kiln as the mount point of its new root:
     // each mounts its own tmpfs there, in its own mount namespace.
-    nsRoot ??= mkdtempSync(join(tmpdir(), "kiln-sandbox-root-"));
+    nsRoot ??= sandboxMountPoint();
     const unshare = [hostTool("unshare")!, ...(this.user ? [] : ["--user", "--map-root-user"]), "--mount", "--pid", "--ipc", "--uts", "--cgroup"];
     if (!e.network) unshare.push("--net");
     unshare.push("--kill-child", "--propagation", "private", "--");

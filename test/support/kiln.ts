@@ -4,7 +4,7 @@ import { randomBytes } from "node:crypto";
 import { mkdtempSync, readdirSync, readFileSync } from "node:fs";
 import { removeDir } from "./dirs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { basename, join, resolve } from "node:path";
 import postgres from "postgres";
 import { afterAll, beforeAll, inject } from "vitest";
 
@@ -75,6 +75,7 @@ export const PRODUCT_ALLOCATOR: Record<string, string | undefined> = { MIMALLOC_
 
 export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), "kiln-test-"));
+  if (basename(dataDir).startsWith("kiln-test-")) madeDirs.add(dataDir);
   const databaseUrl = opts.databaseUrl ?? (STORE === "postgres" ? await freshDatabase() : undefined);
   const token = opts.generatedToken ? "" : (opts.env?.KILN_PLATFORM_TOKEN ?? secret("pk"));
   const adminToken = opts.env?.KILN_ADMIN_TOKEN ?? secret("admin");
@@ -239,6 +240,19 @@ export function stopProcess(proc: ChildProcess, stderr: () => string): Promise<n
 const running = new Set<TestKiln>();
 process.on("exit", () => {
   for (const k of running) k.proc.kill("SIGKILL");
+});
+
+/**
+ * The test data dirs of this file's Kilns. Tests remove what they start, but one that fails or times
+ * out (or restarts a Kiln on its dir and keeps it to the end) leaves its Kiln and dir behind: when the
+ * file ends, a Kiln still running is killed and every dir goes. Registered when a test file first
+ * imports this module, the hook runs after the file's own (vitest runs afterAll hooks as a stack).
+ */
+const madeDirs = new Set<string>();
+afterAll(() => {
+  for (const k of running) k.proc.kill("SIGKILL");
+  for (const d of madeDirs) removeDir(d);
+  madeDirs.clear();
 });
 
 export { removeDir } from "./dirs";

@@ -5,17 +5,19 @@ import type { PGlite } from "@electric-sql/pglite";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { afterAll } from "vitest";
 import { openPglite, PGLITE_CONF, type PgliteExtensions } from "../../server/store/pglite-store";
 import { createFromTemplate, type TemplateSpec } from "../../server/store/template";
+import { removeDir } from "./dirs";
 
 const EMPTY_CLUSTER: TemplateSpec = { kind: "test-empty-cluster", fingerprint: "1", prepare: async () => {}, drop: [] };
 
+// Removed when the test file ends (a worker process is ended without its "exit" event, which left
+// them behind).
 const made: string[] = [];
-process.on("exit", () => {
-  for (const d of made) rmSync(d, { recursive: true, force: true });
-});
+afterAll(() => made.splice(0).forEach(removeDir));
 
-/** A new data dir holding an empty cluster (removed when the test process exits). */
+/** A new data dir holding an empty cluster (removed when the test file ends). */
 export async function freshDataDir(prefix = "kiln-test-pglite-"): Promise<string> {
   const dir = mkdtempSync(join(tmpdir(), prefix));
   rmSync(dir, { recursive: true });
