@@ -16,8 +16,8 @@ import { Router, type Transport } from "./http/route";
 import { renderError, serveHttp, stopHttp } from "./http/server";
 import { createLogger, type Logger } from "./log";
 import type { Platform } from "./platform";
-import { handleUnhandledRejections } from "./unhandled-rejections";
 import { openControlStore } from "./store/open-store";
+import { handleUnhandledRejections } from "./unhandled-rejections";
 
 export type Services = Awaited<ReturnType<typeof startAreas<typeof AREAS>>>;
 

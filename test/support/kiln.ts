@@ -2,11 +2,11 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readdirSync, readFileSync } from "node:fs";
-import { removeDir } from "./dirs";
 import { tmpdir } from "node:os";
 import { basename, join, resolve } from "node:path";
 import postgres from "postgres";
 import { afterAll, beforeAll, inject } from "vitest";
+import { removeDir } from "./dirs";
 
 export const ROOT = resolve(import.meta.dirname, "../..");
 export const BUN = join(ROOT, "node_modules/.bin/bun");
