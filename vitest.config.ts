@@ -22,7 +22,7 @@ const blackBox = { include: ["test/http/**/*.test.ts"], exclude: ["test/http/fun
 export default defineConfig({
   test: {
     // The suite is CPU-bound on the 2-core runner (every file starts Kilns). Clean-clone CI runs in one
-    // session (2026-11-27), vitest's duration: 4 workers 932, 941, 944 s; 3 workers 891 s; 2 workers
+    // session (2026-11-27), vitest's duration: 4 workers 932, 941, 944 s; 3 workers 891, 883 s; 2 workers
     // 915 s. Fewer workers also means fewer Kilns sharing the cores at once.
     maxWorkers: 3,
     projects: [
