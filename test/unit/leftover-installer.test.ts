@@ -3,7 +3,7 @@
 // sandbox process that names the folder but left that group (bubblewrap's inner process starts a
 // session of its own; CI once saw it outlive a Kiln killed mid-build).
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, expect, test } from "vitest";
@@ -19,6 +19,18 @@ function stray(name: string, arg: string): ChildProcess {
   const p = spawn("tail", ["-f", arg], { argv0: name, detached: true, stdio: "ignore" });
   started.push(p);
   return p;
+}
+
+/** Until each process runs its program (before its exec, /proc shows the parent's command line). */
+async function execed(...ps: ChildProcess[]): Promise<void> {
+  const shows = (p: ChildProcess) => {
+    try {
+      return readFileSync(`/proc/${p.pid}/cmdline`, "utf8").includes("\0-f\0");
+    } catch {
+      return false;
+    }
+  };
+  while (!ps.every(shows)) await new Promise((r) => setTimeout(r, 10));
 }
 
 const alive = (p: ChildProcess) => p.exitCode === null && p.signalCode === null;
@@ -39,7 +51,7 @@ test("strays naming the build folder go, with no pid file or one naming another 
     const inner = stray("bwrap", join(root, "package.json")); // left the group (its own session)
     const otherBuild = stray("bwrap", join(other, "package.json"));
     const notAnInstaller = stray("tail", join(root, "package.json"));
-    await new Promise((r) => setTimeout(r, 200));
+    await execed(group, inner, otherBuild, notAnInstaller);
     writeFileSync(`${root}.build-pid`, String(group.pid));
     killLeftoverInstaller(root);
     await Promise.all([exited(group), exited(inner)]);
@@ -49,7 +61,7 @@ test("strays naming the build folder go, with no pid file or one naming another 
     expect(alive(notAnInstaller)).toBe(true);
     // Without a pid file (Kiln died before writing it), the stray still goes.
     const late = stray("npm", join(root, "package.json"));
-    await new Promise((r) => setTimeout(r, 200));
+    await execed(late);
     killLeftoverInstaller(root);
     await exited(late);
     expect(late.signalCode).toBe("SIGKILL");
