@@ -3,6 +3,9 @@
 // explicit opt-in to run unsandboxed. Host tools are hidden per test by starting Kiln in a private
 // mount namespace with /dev/null bound over them, which needs root (as CI runs).
 import { spawnSync } from "node:child_process";
+import { mkdtempSync, readdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, test } from "vitest";
 import { deploy, localServer, npmTarball, settled, tgz } from "../support/functions";
 import { BUN, createProject, FUNCTION_RUNTIME, KILN, removeDir, ROOT, startKiln, type TestKiln } from "../support/kiln";
@@ -63,7 +66,10 @@ describe.skipIf(!run)("function sandbox", () => {
   test("without bubblewrap, functions are isolated with util-linux namespaces: no data dir, no Kiln environment, no host network, never root; builds reach only allowed registries", async () => {
     const registry = await localServer({ "/greeting.tgz": npmTarball("greeting", "module.exports = 'hello from a local registry';") });
     const service = await localServer({});
-    const k = await startKiln({ wrap: NO_BWRAP, env: { KILN_LOG: "", KILN_BUILD_ALLOW_HOSTS: `127.0.0.1:${registry.port}` } });
+    // A temp folder of its own: the sandboxes' mount point Kiln makes there is gone once it exits.
+    const tmp = mkdtempSync(join(tmpdir(), "kiln-sandbox-tmp-"));
+    const mountPoints = () => readdirSync(tmp).filter((f) => f.startsWith("kiln-sandbox-root-"));
+    const k = await startKiln({ wrap: NO_BWRAP, env: { KILN_LOG: "", KILN_BUILD_ALLOW_HOSTS: `127.0.0.1:${registry.port}`, TMPDIR: tmp } });
     try {
       const p = await createProject(k);
       const sk = await serviceKey(k, p.id);
@@ -98,9 +104,13 @@ describe.skipIf(!run)("function sandbox", () => {
       expect(doc.out).toMatch(/isolation: Linux namespaces/);
       expect(doc.out).toMatch(/not used: bubblewrap/);
       expect(doc.code).toBe(0);
+      expect(mountPoints()).toHaveLength(1);
+      expect(await k.stop()).toBe(0);
+      expect(mountPoints()).toEqual([]);
     } finally {
       await k.stop();
       removeDir(k.dataDir);
+      removeDir(tmp);
       registry.close();
       service.close();
     }
