@@ -47,15 +47,23 @@ export class DatabaseWireRouter implements WireRouter {
     const d = await this.target(target);
     if (!d) throw new Error("the database is not available");
     const parsed = parseAccessMode(client.applicationName);
-    if (!parsed) throw new Error(`application_name service_user_access: must be followed by an end user's id, got "${client.applicationName}"`);
+    if (!parsed) throw refused(`application_name service_user_access: must be followed by an end user's id, got "${client.applicationName}"`);
     let mode: AccessMode = { kind: "admin" };
     if (parsed.kind === "user") {
+      // Only the project's own end users: a made-up or another project's id would give a session
+      // whose auth.uid() no sign-in ever vouched for (RLS policies trust it).
       const [u] = await this.store.query(`select email from auth_users where id = $1 and project_id = $2`, [parsed.userId, d.projectId]);
-      mode = { kind: "user", userId: parsed.userId, email: u?.email ?? null };
+      if (!u) throw refused(`no end user ${parsed.userId} in project ${d.projectId} (application_name service_user_access:<user id>)`);
+      mode = { kind: "user", userId: parsed.userId, email: u.email };
     }
     const backend = await this.databases.engine.openWire(d.id, mode, client, control);
     return tracked(backend, d.id, mode.kind === "admin" ? roleName(d.id) : "authenticated", this.databases);
   }
+}
+
+/** A connection refused for what its startup asked for: SQLSTATE 28000, invalid_authorization_specification. */
+function refused(message: string): Error {
+  return Object.assign(new Error(message), { code: "28000" });
 }
 
 /**
