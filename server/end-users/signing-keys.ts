@@ -3,6 +3,7 @@ import type { JWK, JWTPayload } from "jose";
 /** jose loads with the first key operation, not with Kiln (start-up time and memory). */
 const jose = () => import("jose");
 import { newId } from "../ids";
+import { hasLowS, withLowS } from "./ecdsa-low-s";
 import type { ControlStore, Sql } from "../store/store";
 
 const ALG = "ES256";
@@ -80,13 +81,15 @@ export class SigningKeys {
     const { kid, key } = await this.current(projectId);
     const iat = Math.floor(this.now().getTime() / 1000);
     const { SignJWT } = await jose();
-    return new SignJWT({ ...claims, project_id: projectId })
+    const jwt = await new SignJWT({ ...claims, project_id: projectId })
       .setProtectedHeader({ alg: ALG, kid, typ: "JWT" })
       .setIssuer(issuerOf(projectId))
       .setAudience(AUDIENCE)
       .setIssuedAt(iat)
       .setExpirationTime(iat + ttlSeconds)
       .sign(key);
+    // WebCrypto picks either S; verify() accepts only the low one (see ecdsa-low-s.ts).
+    return withLowS(jwt, ALG);
   }
 
   /** The claims of a valid token signed by one of the project's usable keys, or null. */
@@ -99,6 +102,8 @@ export class SigningKeys {
       return null;
     }
     if (!kid) return null;
+    // jose accepts both (r, s) and its twin (r, n - s); only the canonical low-S form is a token.
+    if (!hasLowS(jwt, ALG)) return null;
     let entry = this.publicKeys.get(kid);
     if (!entry) {
       const [row] = await this.store.query(`select project_id, public_jwk, rotated_at from auth_signing_keys where kid = $1`, [kid]);

@@ -153,6 +153,37 @@ describe("sessions", () => {
     expect((await k.api("GET", "/auth/user", { token: r.body.access_token })).status).toBe(200);
   });
 
+  test("ECDSA malleability: every issued token has low S; its high-S twin (s' = n - s, same claims, valid for jose) is 401", async () => {
+    const P256_N = 0xffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551n;
+    const parts = (jwt: string) => {
+      const [h, p, sig] = jwt.split(".");
+      const raw = Buffer.from(sig!, "base64url");
+      return { head: `${h}.${p}`, r: raw.subarray(0, 32), s: BigInt("0x" + raw.subarray(32).toString("hex")) };
+    };
+    const twin = (jwt: string) => {
+      const { head, r, s } = parts(jwt);
+      return `${head}.${Buffer.concat([r, Buffer.from((P256_N - s).toString(16).padStart(64, "0"), "hex")]).toString("base64url")}`;
+    };
+    const a = await app();
+    const u = await signup(a.anon);
+    // WebCrypto picks either S at random; Kiln must hand out the low one every time (2^-8 by chance).
+    const tokens = [u.access_token as string];
+    for (let i = 0; i < 7; i++) tokens.push((await k.api("POST", "/auth/signin", { token: a.anon, body: { email: u.email, password: u.password } })).body.access_token);
+    for (const t of tokens) expect(parts(t).s <= P256_N / 2n).toBe(true);
+    const jwks = createRemoteJWKSet(new URL(`${k.url}/auth/jwks.json?project_id=${a.id}`));
+    for (const t of tokens.slice(0, 2)) {
+      const high = twin(t);
+      // The twin is a valid signature over the same claims: a generic verifier accepts it...
+      expect((await jwtVerify(high, jwks, { audience: "authenticated" })).payload.sub).toBe(u.user.id);
+      // ...Kiln does not, on the end-user routes and wherever an end-user token is a credential.
+      const r = await k.api("GET", "/auth/user", { token: high });
+      expect(r.status).toBe(401);
+      expect(r.body).toEqual({ error: "invalid token" });
+      expect((await k.api("POST", "/auth/logout", { token: high })).status).toBe(401);
+      expect((await k.api("GET", "/auth/user", { token: t })).status).toBe(200);
+    }
+  });
+
   test("signing key rotation: new tokens use the new key, old tokens keep verifying, JWKS lists both", async () => {
     const a = await app();
     const before = await signup(a.anon);
