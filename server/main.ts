@@ -16,6 +16,7 @@ import { Router, type Transport } from "./http/route";
 import { renderError, serveHttp, stopHttp } from "./http/server";
 import { createLogger, type Logger } from "./log";
 import type { Platform } from "./platform";
+import { loadSecretKey } from "./secrets/secret-key";
 import { openControlStore } from "./store/open-store";
 import { handleUnhandledRejections } from "./unhandled-rejections";
 
@@ -84,6 +85,8 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   mkdirSync(config.dataDir, { recursive: true });
   closeDataDir(config);
   undo.push(lockDataDir(config.dataDir));
+  // The key that encrypts the store's secrets lives outside it (environment, a file, or the data dir).
+  const secretKey = loadSecretKey(config.dataDir);
   // Processes of Kiln's own uid (function code without a sandbox, say) cannot read its environment
   // (KILN_PLATFORM_TOKEN, KILN_ADMIN_TOKEN) or memory through /proc.
   hideOwnProcEntries();
@@ -105,6 +108,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
     clock,
     log,
     store,
+    secretKey,
     principals: new PrincipalCache(() => config.credentialCacheMs, () => clock.nowMs()),
     address: { publicUrl: () => listening.publicUrl, httpPort: () => listening.httpPort },
   };

@@ -2,6 +2,7 @@ import type { PrincipalCache } from "./auth/principal-cache";
 import type { Clock } from "./clock";
 import type { Config } from "./config";
 import type { Logger } from "./log";
+import type { SecretKey } from "./secrets/secret-key";
 import type { ControlStore } from "./store/store";
 
 /** Where Kiln answers, known once it listens (function addresses and email links carry it). */
@@ -21,6 +22,8 @@ export interface Platform {
   clock: Clock;
   log: Logger;
   store: ControlStore;
+  /** The instance secret key (kept outside the store): encrypts the store's secrets, derives per-instance-stable values. */
+  secretKey: SecretKey;
   /** Verified credentials in memory; areas evict what they revoke. */
   principals: PrincipalCache;
   address: ListeningAddress;

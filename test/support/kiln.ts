@@ -51,6 +51,13 @@ export interface TestKiln {
   stop(): Promise<number | null>;
 }
 
+/**
+ * The instance secret key of every Kiln a test file starts (unless the test gives its own): two Kilns
+ * on one PostgreSQL store, or a restart on a kept data dir, must share it. Not a secret: tests only. A test
+ * that gives KILN_SECRET_KEY_FILE sets KILN_SECRET_KEY: undefined.
+ */
+export const TEST_SECRET_KEY = "A10Qdl2DbSyR4A9D78mjIiBjC4ESFKdOQSkd6ZRimKI=";
+
 export function secret(prefix: string): string {
   return `${prefix}-${randomBytes(24).toString("hex")}`;
 }
@@ -90,6 +97,7 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
     ...process.env,
     KILN_VALIDATE_RESPONSES: "1",
     KILN_LOG: "quiet",
+    KILN_SECRET_KEY: TEST_SECRET_KEY,
     KILN_ADMIN_TOKEN: adminToken,
     KILN_PLATFORM_TOKEN: token || undefined,
     ...(BLOBS === "s3" ? { KILN_S3_ACCESS_KEY: inject("s3").accessKey, KILN_S3_SECRET_KEY: inject("s3").secretKey, KILN_S3_REGION: inject("s3").region } : {}),
