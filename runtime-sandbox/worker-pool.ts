@@ -173,11 +173,14 @@ export class WorkerPool {
     this.sweeper.unref?.();
   }
 
-  /** `durable`: a durable execution's segment, replaying `journal`, with each new step reported to `onStep`. */
+  /**
+   * `durable`: a durable execution's segment, replaying `journal`, with each new step reported to
+   * `onStep` and its lines handed to `onLogs` as they are printed (the result's `logs` hold the rest).
+   */
   async invoke(
     v: FunctionVersion,
     event: unknown,
-    ctx: { invocationId: string; deadlineMs?: number; durable?: { journal: JournalEntry[]; onStep: (f: StepFrame) => Promise<StepAck> } },
+    ctx: { invocationId: string; deadlineMs?: number; durable?: { journal: JournalEntry[]; onStep: (f: StepFrame) => Promise<StepAck>; onLogs?: (lines: LogLine[]) => void } },
   ): Promise<InvokeResult> {
     if (this.closed) throw new FunctionError("crash", "the worker pool is closed");
     if (this.unavailable) throw new FunctionError("sandbox_unavailable", this.unavailable);
@@ -203,7 +206,7 @@ export class WorkerPool {
           context: { functionName: v.functionName, invocationId: ctx.invocationId, region: v.region, deadlineMs: deadline },
           ...(ctx.durable ? { durable: { journal: ctx.durable.journal } } : {}),
         },
-        { deadline, timeoutMessage, cpuSeconds: v.limits.cpuSeconds, onStep: ctx.durable?.onStep },
+        { deadline, timeoutMessage, cpuSeconds: v.limits.cpuSeconds, onStep: ctx.durable?.onStep, onLogs: ctx.durable?.onLogs },
       );
     } finally {
       this.release(g, lease.worker);

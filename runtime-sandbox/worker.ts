@@ -138,8 +138,12 @@ export class Worker {
   private inbox: string[] = [];
   private inboxBytes = 0;
   private logs: LogLine[] = [];
+  /** Lines and bytes of the current invocation, handed over or not (the per-invocation caps count both). */
+  private logCount = 0;
   private logBytes = 0;
   private dropped = 0;
+  /** A hand-over of lines to the invocation's `onLogs` is scheduled. */
+  private handOver = false;
   private readonly raw = { out: "", err: "" };
   private pending: {
     id: string;
@@ -150,6 +154,7 @@ export class Worker {
     deadline: number;
     timeoutMessage: string;
     onStep?: (f: StepFrame) => Promise<StepAck>;
+    onLogs?: (lines: LogLine[]) => void;
     steps: Promise<void>;
   } | null = null;
   private starting: { resolve: () => void; reject: (e: FunctionError) => void; timer: ReturnType<typeof setTimeout> } | null = null;
@@ -197,13 +202,34 @@ export class Worker {
 
   private exitStatus: ExitStatus = { code: null, signal: null, oomKilled: false };
 
-  /** Runs one invocation; resolves with the handler's outcome, rejects with a FunctionError. */
-  run(frame: InvokeFrame, o: { deadline: number; timeoutMessage: string; cpuSeconds?: number; onStep?: (f: StepFrame) => Promise<StepAck> }): Promise<Outcome> {
+  /**
+   * Runs one invocation; resolves with the handler's outcome, rejects with a FunctionError.
+   * `onLogs`: lines are handed over as they arrive (a turn of the event loop's worth at a time)
+   * instead of with the outcome, which then carries only the rest: a durable segment runs for as
+   * long as its handler does, and its lines must not wait in memory for its end.
+   */
+  run(
+    frame: InvokeFrame,
+    o: { deadline: number; timeoutMessage: string; cpuSeconds?: number; onStep?: (f: StepFrame) => Promise<StepAck>; onLogs?: (lines: LogLine[]) => void },
+  ): Promise<Outcome> {
     if (this.state !== "idle") return Promise.reject(new FunctionError("crash", "worker not available"));
     this.state = "busy";
     return new Promise<Outcome>((resolve, reject) => {
       const timers = [setTimeout(() => this.kill({ kind: "timeout", message: o.timeoutMessage }), Math.max(0, o.deadline - Date.now()))];
-      this.pending = { id: frame.id, started: performance.now(), resolve, reject, timers, deadline: o.deadline, timeoutMessage: o.timeoutMessage, onStep: o.onStep, steps: Promise.resolve() };
+      this.pending = {
+        id: frame.id,
+        started: performance.now(),
+        resolve,
+        reject,
+        timers,
+        deadline: o.deadline,
+        timeoutMessage: o.timeoutMessage,
+        onStep: o.onStep,
+        onLogs: o.onLogs,
+        steps: Promise.resolve(),
+      };
+      // What the worker printed while it started goes first.
+      if (o.onLogs && this.logs.length) this.scheduleHandOver();
       if (o.cpuSeconds) this.watchCpu(o.cpuSeconds);
       this.channel!.write(JSON.stringify({ t: "invoke", ...frame }) + "\n");
     });
@@ -331,19 +357,37 @@ export class Worker {
   }
 
   private push(level: LogLevel, message: string, ts = Date.now()): void {
-    if (this.logs.length >= MAX_LOG_LINES || this.logBytes + message.length > MAX_LOG_BYTES) {
+    if (this.logCount >= MAX_LOG_LINES || this.logBytes + message.length > MAX_LOG_BYTES) {
       this.dropped++;
       return;
     }
     if (message.length > MAX_LINE_BYTES) message = `${message.slice(0, MAX_LINE_BYTES)}… (truncated)`;
+    this.logCount++;
     this.logBytes += message.length;
     this.logs.push({ level, message, at: ts });
+    if (this.pending?.onLogs) this.scheduleHandOver();
+  }
+
+  /** Lines that arrive in one turn of the event loop (a chunk of output) are handed over together. */
+  private scheduleHandOver(): void {
+    if (this.handOver) return;
+    this.handOver = true;
+    setImmediate(() => {
+      this.handOver = false;
+      const sink = this.pending?.onLogs;
+      // Settled meanwhile: the lines go with the outcome (or the exit's leftovers) instead.
+      if (!sink || !this.logs.length) return;
+      const lines = this.logs;
+      this.logs = [];
+      sink(lines);
+    });
   }
 
   private takeLogs(): LogLine[] {
     const logs = this.logs;
     if (this.dropped) logs.push({ level: "warn", message: `${this.dropped} more log lines were dropped (limit ${MAX_LOG_LINES} lines / ${MAX_LOG_BYTES >> 20} MB per invocation)`, at: Date.now() });
     this.logs = [];
+    this.logCount = 0;
     this.logBytes = 0;
     this.dropped = 0;
     return logs;

@@ -284,8 +284,18 @@ export class DurableEngine {
     const journal: JournalEntry[] = rows
       .filter((r) => r.status === "completed" || r.status === "failed")
       .map((r) => ({ seq: r.seq, name: r.name, op: r.op, status: r.status, ...(r.status === "completed" ? { output: r.output ?? null } : { error: r.error }) }));
-    const lines: LogLine[] = [];
-    const say = (level: LogLine["level"], message: string) => lines.push({ level, message, at: Date.now() });
+    // Lines go to the log ingest as they are printed (batched into the store every second, as every
+    // function's are), not at the segment's end: a segment lasts as long as its handler runs, and its
+    // lines must be searchable meanwhile and survive a kill -9 of Kiln.
+    const record = (lines: readonly LogLine[]) => {
+      if (!lines.length) return;
+      try {
+        this.d.logs.ingest.invocation(fn, deploymentId, this.d.config.regions[0]!, exec.id, lines);
+      } catch (e) {
+        this.d.log.error("recording durable execution logs failed", e);
+      }
+    };
+    const say = (level: LogLine["level"], message: string) => record([{ level, message, at: Date.now() }]);
     let decision: Decision | null = null;
     let lost = false;
     let wrote = 0;
@@ -349,8 +359,8 @@ export class DurableEngine {
     let computeMs = 0;
     try {
       const pool = await this.d.functionPool();
-      const out = await pool.invoke(version, eventOf(exec), { invocationId: `${exec.id}:${exec.segments}`, durable: { journal, onStep } });
-      lines.unshift(...out.logs);
+      const out = await pool.invoke(version, eventOf(exec), { invocationId: `${exec.id}:${exec.segments}`, durable: { journal, onStep, onLogs: record } });
+      record(out.logs);
       computeMs = out.computeMs;
       if (lost) return await this.lateCompute(exec, computeMs);
       const d = decision as Decision | null;
@@ -370,7 +380,7 @@ export class DurableEngine {
     } catch (err) {
       // A crash, an out-of-memory or a timeout of the worker: the journal keeps what was done.
       const e = err as { kind?: string; message?: string; logs?: LogLine[] };
-      if (e.logs) lines.unshift(...e.logs);
+      if (e.logs) record(e.logs);
       if (this.stopping || lost || !e.kind) {
         if (!e.kind && !this.stopping) throw err;
         return;
@@ -379,12 +389,6 @@ export class DurableEngine {
       say("error", `segment ended: ${e.kind}: ${e.message}`);
       if (crashes >= MAX_CRASHES) await this.end(exec, "failed", { error: `${e.kind}: ${e.message}` });
       else await this.wait(exec, "queued", this.d.clock.nowMs() + backoffMs(crashes), 0, crashes);
-    } finally {
-      try {
-        this.d.logs.ingest.invocation(fn, deploymentId, this.d.config.regions[0]!, exec.id, lines);
-      } catch (e) {
-        this.d.log.error("recording durable execution logs failed", e);
-      }
     }
   }
 

@@ -96,3 +96,95 @@ test.each(["node", "python"] as const)("%s: kill -9 mid-step and mid-sleep: both
     await b?.stop();
   }
 });
+
+// Issue 24: a durable execution's lines reach the log store as they are printed, not when its
+// segment ends, so a kill -9 of Kiln mid-segment loses no more of them than of any function's lines
+// (the ingest writes every second). The handler prints between two steps for up to 20 s of its own
+// (wall) time; lines the live tail showed 2.5 s or more before the kill must be in the store after
+// the restart, found by the next instance.
+const TICKER = tgz({
+  "index.js": `exports.handler = async (event, step) => {
+    await step.run("first", () => 1);
+    for (let i = 0; i < 400; i++) { console.log("tick " + i); await new Promise((r) => setTimeout(r, 50)); }
+    await step.run("after", () => 2);
+    return "done";
+  };`,
+});
+
+/** The live tail's lines as they arrive, with when (performance.now()) each arrived. */
+async function tailLines(k: TestKiln, projectId: string, q: string) {
+  const ctl = new AbortController();
+  const res = await fetch(`${k.url}/projects/${projectId}/logs/tail?${new URLSearchParams({ q })}`, { headers: { authorization: `Bearer ${k.token}` }, signal: ctl.signal });
+  expect(res.status).toBe(200);
+  const lines: Array<{ id: string; body: string; at: number }> = [];
+  void (async () => {
+    const reader = res.body!.getReader();
+    const dec = new TextDecoder();
+    let buf = "";
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        buf += dec.decode(value, { stream: true });
+        let i: number;
+        while ((i = buf.indexOf("\n\n")) >= 0) {
+          const block = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          const data = block.split("\n").find((l) => l.startsWith("data: "));
+          if (block.includes("event: log") && data) {
+            const e = JSON.parse(data.slice(6));
+            lines.push({ id: e.id, body: String(e.body), at: performance.now() });
+          }
+        }
+      }
+    } catch {
+      // aborted, or Kiln was killed
+    }
+  })();
+  return { lines, close: () => ctl.abort() };
+}
+
+test("kill -9 while a durable execution prints between steps: its lines were in the live tail as printed, and those printed before the kill are in the store after the restart", { timeout: 180_000 }, async () => {
+  const a = await startKiln(OPTS);
+  let b: TestKiln | null = null;
+  try {
+    const p = await createProject(a);
+    const form = new FormData();
+    form.set("name", "ticker");
+    form.set("runtime", "nodejs22.x");
+    form.set("code", new Blob([new Uint8Array(TICKER)]), "code.tgz");
+    const fnId = (await (await fetch(`${a.url}/projects/${p.id}/durable-functions`, { method: "POST", headers: { authorization: `Bearer ${a.token}` }, body: form })).json()).id as string;
+    await eventually(() => a.api("GET", `/projects/${p.id}/durable-functions/${fnId}`), (r) => r.body.status === "active", 60_000);
+    const tail = await tailLines(a, p.id, "tick");
+    const id = (await a.api("POST", `/projects/${p.id}/durable-functions/${fnId}/executions`, { body: { input: {} } })).body.id as string;
+
+    // The first tick shows up while the segment still runs (before the fix: only at its end, 20 s on).
+    await eventually(async () => tail.lines.length, (n) => n > 0, 15_000);
+    const first = tail.lines[0]!.at;
+    await eventually(async () => tail.lines.at(-1)!.at, (at) => at - first >= 4000, 15_000);
+    const exec = (await a.api("GET", `/projects/${p.id}/durable-functions/${fnId}/executions/${id}`)).body;
+    expect(exec.status).toBe("running");
+    expect(exec.steps.map((s: any) => s.name)).toEqual(["first"]);
+    const killedAt = performance.now();
+    a.proc.kill("SIGKILL");
+    await new Promise((r) => a.proc.once("exit", r));
+    tail.close();
+    const due = tail.lines.filter((l) => l.at <= killedAt - 2500);
+    expect(due.length).toBeGreaterThan(5);
+    expect(tail.lines.every((l) => l.body.startsWith("tick "))).toBe(true);
+
+    b = await startKiln({ ...OPTS, dataDir: a.dataDir, databaseUrl: a.databaseUrl, env: { ...OPTS.env, KILN_PLATFORM_TOKEN: a.token } });
+    const stored = new Set<string>();
+    let cursor: string | undefined;
+    do {
+      const r = await b.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function" }, q: `invocation.id:${id} tick`, limit: 1000, cursor } });
+      expect(r.status, r.text).toBe(200);
+      for (const e of r.body.data) stored.add(e.id);
+      cursor = r.body.next_cursor;
+    } while (cursor);
+    expect(due.filter((l) => !stored.has(l.id)).map((l) => l.body)).toEqual([]);
+  } finally {
+    if (a.proc.exitCode === null && a.proc.signalCode === null) a.proc.kill("SIGKILL");
+    await b?.stop();
+  }
+});

@@ -378,6 +378,38 @@ def handler(event, step):
     expect(await eventually(executionsNow, (n) => n !== before)).toBe(before + 1);
   });
 
+  test("lines stream: what a running execution prints between its steps is searchable while it runs, not only when its segment ends (Python)", async () => {
+    // Up to 10 s of the handler's own (wall) time between two steps; the lines show up within the
+    // ingest's one-second batching. Before issue 24 they waited in memory for the segment's end.
+    const code = tgz({
+      "main.py": `import time
+
+def handler(event, step):
+    step.run("first", lambda: 1)
+    for i in range(200):
+        print(f"py tick {i}", flush=True)
+        time.sleep(0.05)
+    step.run("after", lambda: 2)
+    return "done"
+`,
+    });
+    const id = (await deployDurable(k, p.id, { name: "ticker-py", runtime: "python3.11" }, code)).body.id;
+    await active(k, p.id, id);
+    const ex = (await k.api("POST", `/durable-functions/${id}/executions`, { token: sk, body: { input: {} } })).body.id as string;
+    const search = (q: string) => k.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function", ids: [id] }, q: `invocation.id:${ex} ${q}`, limit: 1000 } });
+    const found = await eventually(() => search("tick"), (r) => r.body.data?.length > 0, 8_000);
+    const exec = (await k.api("GET", `/projects/${p.id}/durable-functions/${id}/executions/${ex}`)).body;
+    expect(exec.status).toBe("running");
+    expect(exec.steps.map((s: any) => [s.name, s.status])).toEqual([["first", "completed"]]);
+    // Part of the lines, in print order, while the handler is still printing the rest.
+    const ticks = found.body.data.map((e: any) => e.body).reverse();
+    expect(ticks.length).toBeLessThan(200);
+    expect(ticks).toEqual(ticks.map((_: unknown, i: number) => `py tick ${i}`));
+    // Kiln's own line about the step is there too, as it happened.
+    expect((await search(`"step \\"first\\" completed"`)).body.data).toHaveLength(1);
+    expect((await k.api("POST", `/projects/${p.id}/durable-functions/${id}/executions/${ex}/stop`)).status).toBe(200);
+  });
+
   test("re-run from a step: a new execution reuses the journal before it and runs the rest again", async () => {
     const id = (
       await deployDurable(
