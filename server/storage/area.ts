@@ -7,6 +7,7 @@ import { BucketsService } from "./buckets";
 import { StorageLimits, type StorageSettings } from "./limits";
 import { STORAGE_MIGRATIONS } from "./migrations";
 import { ObjectsService } from "./objects";
+import { ORPHAN_GRACE_MS, sweepOrphanBlobs } from "./orphans";
 import { PoliciesService } from "./policies";
 import { bucketRoutes, objectRoutes, policyRoutes } from "./routes";
 import { UploadsService } from "./uploads";
@@ -50,7 +51,14 @@ export const storageArea = defineArea({
       storagePolicies,
       storageObjects,
       uploads,
-      storageJobs: { expiry: null as { cancel(): void } | null, analyze: null as ReturnType<typeof setInterval> | null },
+      storageJobs: {
+        expiry: null as { cancel(): void } | null,
+        analyze: null as ReturnType<typeof setInterval> | null,
+        orphans: null as { cancel(): void } | null,
+        /** The sweep of unreferenced blobs under way, and whether Kiln is stopping. */
+        sweeping: null as Promise<void> | null,
+        stopping: false,
+      },
     };
   },
   routes: (r) => {
@@ -60,9 +68,25 @@ export const storageArea = defineArea({
   },
   project: { cleanup: (projectId, { buckets }) => buckets.removeAll(projectId) },
   // Expired upload sessions go hourly, on the platform clock (a test moves it 7 days and sees them gone).
-  resume: async ({ uploads, clock, log, storageJobs, store, storageObjects }) => {
+  resume: async ({ uploads, clock, log, storageJobs, store, storageObjects, blobs }) => {
     await uploads.removeExpired().catch((e) => log.error("removing expired upload sessions failed", e));
     storageJobs.expiry = clock.every(3_600_000, () => uploads.removeExpired(), "storage upload expiry");
+    // Blobs a crash left without a row: at start (in the background: it lists every blob) and daily.
+    const graceMs = num(process.env.KILN_STORAGE_ORPHAN_GRACE_MS) ?? ORPHAN_GRACE_MS;
+    const sweep = () => {
+      if (storageJobs.sweeping || storageJobs.stopping) return;
+      storageJobs.sweeping = sweepOrphanBlobs({ store, blobs, graceMs, stopped: () => storageJobs.stopping })
+        .then(
+          (r) => {
+            if (r.removed || r.aborted)
+              log.warn(`storage: removed ${r.removed} blob${r.removed === 1 ? "" : "s"} no object or upload session refers to, and aborted ${r.aborted} unfinished upload${r.aborted === 1 ? "" : "s"}, older than ${graceMs} ms (left by a crash or an interrupted removal); ${r.seen} looked at`);
+          },
+          (e) => log.error("sweeping unreferenced blobs failed", e),
+        )
+        .finally(() => (storageJobs.sweeping = null));
+    };
+    sweep();
+    storageJobs.orphans = clock.every(86_400_000, sweep, "storage orphan sweep");
     // PGlite has no autovacuum, so nothing gathers statistics: without them the planner sorts a
     // whole bucket for a listing's first page (66 ms at 20k objects, 0.13 ms after ANALYZE). The
     // embedded store analyzes the objects table after every 500 writes (a PostgreSQL server's
@@ -78,6 +102,9 @@ export const storageArea = defineArea({
   },
   drain: async ({ storageJobs }) => {
     storageJobs.expiry?.cancel();
+    storageJobs.orphans?.cancel();
+    storageJobs.stopping = true;
+    await storageJobs.sweeping;
     if (storageJobs.analyze) clearInterval(storageJobs.analyze);
   },
   stop: ({ blobs }) => blobs.close(),

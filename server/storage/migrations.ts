@@ -99,4 +99,9 @@ export const STORAGE_MIGRATIONS: Migration[] = [
       insert into storage_project_usage (project_id, bytes) select project_id, sum(size) from storage_objects group by project_id;
     `,
   },
+  {
+    // The sweep of unreferenced blobs (orphans.ts) asks which of a batch of keys a row holds.
+    id: "storage/003-objects-by-blob-key",
+    sql: `create index storage_objects_by_blob_key on storage_objects (blob_key);`,
+  },
 ];

@@ -126,6 +126,25 @@ describe.each(backends)("BlobStore: $name", (backend) => {
     }
   }, 60_000);
 
+  it("list: every key under a prefix (a folder or a name's start) with when its bytes were written", async () => {
+    const before = Date.now() - 60_000; // S3 servers keep LastModified to the second; clocks may differ a little
+    for (const key of ["ls/a/1.x", "ls/a/2.x", "ls/b/uploads/s/data", "lsx/other"]) await store.put(key, Readable.from([Buffer.from(key)]));
+    const all = async (prefix?: string) => {
+      const out: { key: string; modifiedMs: number }[] = [];
+      for await (const b of store.list(prefix)) out.push(b);
+      return out.sort((x, y) => x.key.localeCompare(y.key));
+    };
+    const under = await all("ls/");
+    expect(under.map((b) => b.key)).toEqual(["ls/a/1.x", "ls/a/2.x", "ls/b/uploads/s/data"]);
+    for (const b of under) expect(b.modifiedMs).toBeGreaterThan(before);
+    expect((await all("ls/a/")).map((b) => b.key)).toEqual(["ls/a/1.x", "ls/a/2.x"]);
+    expect((await all("ls")).map((b) => b.key)).toEqual(["ls/a/1.x", "ls/a/2.x", "ls/b/uploads/s/data", "lsx/other"]);
+    expect((await all()).map((b) => b.key)).toEqual(expect.arrayContaining(["ls/a/1.x", "lsx/other"]));
+    await store.deletePrefix("ls/");
+    await store.delete("lsx/other");
+    expect(await all("ls")).toEqual([]);
+  });
+
   it("serves inclusive byte ranges: first byte, middle (across a part boundary), last byte, whole", async () => {
     const bytes = randomBytes(12 * MiB + 3);
     await store.put("proj/ranges", Readable.from([bytes]));
@@ -377,6 +396,22 @@ describe("S3BlobStore specifics", () => {
     }
   });
 
+  it("abortStaleUploads aborts the unfinished uploads under its prefix begun before the time given, and only those", async () => {
+    const store = await s3Store();
+    try {
+      const id = await raw.initiateNewMultipartUpload(store.bucket, "kiln/p/b/half.v", {});
+      const outside = await raw.initiateNewMultipartUpload(store.bucket, "other/half", {});
+      expect(await store.abortStaleUploads(Date.now() - 3_600_000)).toBe(0);
+      expect((await incompleteUploads(store.bucket)).sort()).toEqual(["kiln/p/b/half.v", "other/half"]);
+      expect(await store.abortStaleUploads(Date.now() + 60_000)).toBe(1);
+      expect(await incompleteUploads(store.bucket)).toEqual(["other/half"]);
+      await raw.abortMultipartUpload(store.bucket, "other/half", outside);
+      void id;
+    } finally {
+      await store.close();
+    }
+  });
+
   it("refuses keys that are not Kiln's", async () => {
     const store = await s3Store();
     try {
@@ -409,6 +444,12 @@ describe("FilesystemBlobStore: resumable parts in place (putAt, finishAt)", () =
     const whole = Buffer.concat([parts[0], again, parts[2]]);
     expect(await store.finishAt!("s/up/data", "p/object", whole.length, [{ key: "s/up/2.v2", offset: offsets[1] }])).toEqual({ size: whole.length });
     expect(md5(await readAll(await store.get("p/object")))).toBe(md5(whole));
+    // The object's blob is new as of its completion: a link would keep the session file's mtime (its
+    // last part's, maybe days old), and the sweep of unreferenced blobs spares only young files.
+    await store.putAt!("s/up3/data", 0, Readable.from([Buffer.from("abc")]));
+    utimesSync(join(dir, "s", "up3", "data"), new Date(0), new Date(0));
+    await store.finishAt!("s/up3/data", "p/object3", 3, []);
+    for await (const b of store.list("p/object3")) expect(b.modifiedMs).toBeGreaterThan(Date.now() - 60_000);
     // The object stays when the session's files go.
     await store.deletePrefix("s/up/");
     expect(md5(await readAll(await store.get("p/object")))).toBe(md5(whole));

@@ -62,7 +62,24 @@ export interface BlobStore {
    * once. The file under `key` stays until the caller deletes it, so deleting `to` undoes this.
    */
   finishAt?(key: string, to: string, size: number, patches: { key: string; offset: number }[]): Promise<{ size: number }>;
+  /**
+   * Every blob whose key starts with `prefix` (all when empty), with when its bytes were last
+   * written (epoch ms: a file's mtime, an S3 object's LastModified, on the backend's clock), in no
+   * promised order. Names that are not Kiln keys (and the filesystem's temporaries) are left out.
+   * For the sweep of blobs a crash left unreferenced (`server/storage/orphans.ts`).
+   */
+  list(prefix?: string): AsyncIterable<{ key: string; modifiedMs: number }>;
+  /**
+   * Optional (S3): removes uploads a crash left unfinished that began before `beforeMs` (epoch ms,
+   * the backend's clock): they are invisible to `list` but hold storage. Answers how many went.
+   */
+  abortStaleUploads?(beforeMs: number): Promise<number>;
   close(): Promise<void>;
+}
+
+/** A Kiln blob key ([A-Za-z0-9/_.-], no empty, `.` or `..` parts). */
+export function isBlobKey(key: string): boolean {
+  return /^[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/.test(key) && !key.split("/").some((p) => p === "." || p === "..");
 }
 
 /** More bytes arrived than the caller allowed; nothing was stored. */

@@ -3,12 +3,12 @@ import { createReadStream, existsSync, mkdirSync, rmSync } from "node:fs";
 import { copyFile, type FileHandle, link, open, readdir, rename, rm, stat } from "node:fs/promises";
 import { dirname, join, sep } from "node:path";
 import type { Readable } from "node:stream";
-import { BlobTooLarge, type BlobSource, type BlobStore, BufferPool, noteBytesReceived } from "./blob-store";
+import { BlobTooLarge, type BlobSource, type BlobStore, BufferPool, isBlobKey, noteBytesReceived } from "./blob-store";
 import { md5Thread } from "./md5-thread";
 
 /** Kiln's keys are its own ([A-Za-z0-9/_.-], no `..`): anything else is a programming error. */
 function checkKey(key: string): void {
-  if (!/^[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/.test(key) || key.split("/").some((p) => p === "." || p === "..")) throw new Error(`bad blob key '${key}'`);
+  if (!isBlobKey(key)) throw new Error(`bad blob key '${key}'`);
 }
 
 /** Bytes gathered before each write (fewer, larger writes than the stream's own chunks). */
@@ -199,6 +199,38 @@ export class FilesystemBlobStore implements BlobStore {
     await walk(this.root);
   }
 
+  /** Every file under `prefix` with its mtime (temporaries and names that are no keys left out). */
+  async *list(prefix = ""): AsyncIterable<{ key: string; modifiedMs: number }> {
+    const trimmed = prefix.replace(/\/+$/, "");
+    // The folder holding the prefix's last part; only its entries starting with that part count.
+    const parts = trimmed ? trimmed.split("/") : [];
+    const base = prefix.endsWith("/") || !parts.length ? "" : parts.pop()!;
+    const walk = async function* (dir: string, rel: string[], filter: string): AsyncGenerator<{ key: string; modifiedMs: number }> {
+      let entries;
+      try {
+        entries = await readdir(dir, { withFileTypes: true });
+      } catch {
+        return;
+      }
+      for (const e of entries) {
+        if (!e.name.startsWith(filter) || e.name.startsWith(".tmp-")) continue;
+        const p = join(dir, e.name);
+        if (e.isDirectory()) yield* walk(p, [...rel, e.name], "");
+        else if (e.isFile()) {
+          const key = [...rel, e.name].join("/");
+          if (!isBlobKey(key)) continue;
+          try {
+            yield { key, modifiedMs: (await stat(p)).mtimeMs };
+          } catch {
+            // removed meanwhile
+          }
+        }
+      }
+    };
+    if (parts.length && !isBlobKey(parts.join("/"))) throw new Error(`bad blob prefix '${prefix}'`);
+    yield* walk(join(this.root, ...parts), parts, base);
+  }
+
   private tmpFor(path: string): string {
     return join(dirname(path), `.tmp-${randomBytes(8).toString("hex")}`);
   }
@@ -331,6 +363,10 @@ export class FilesystemBlobStore implements BlobStore {
       }
       const { size: have } = await fh.stat();
       if (have !== size) throw new Error(`'${key}' holds ${have} bytes, not ${size}`);
+      // A link keeps the file's mtime, the session's last part: the object's blob is new as of now
+      // (the sweep of unreferenced blobs spares files younger than its grace period).
+      const now = new Date();
+      await fh.utimes(now, now);
       await fh.sync();
     } finally {
       await fh.close();

@@ -6,7 +6,7 @@ import { Agent as HttpsAgent } from "node:https";
 import { Readable } from "node:stream";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { Client, CopyDestinationOptions, CopySourceOptions } from "minio";
-import { BlobTooLarge, type BlobSource, type BlobStore, BufferPool, noteBytesReceived } from "./blob-store";
+import { BlobTooLarge, type BlobSource, type BlobStore, BufferPool, isBlobKey, noteBytesReceived } from "./blob-store";
 
 export interface S3BlobStoreOptions {
   /** `http(s)://host:port` of the S3 endpoint. */
@@ -65,7 +65,7 @@ const MAX_COPY = 5 * 1024 * MiB;
 
 /** Kiln's keys are its own ([A-Za-z0-9/_.-], no `..`): anything else is a programming error. */
 function checkKey(key: string): void {
-  if (!/^[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/.test(key) || key.split("/").some((p) => p === "." || p === "..")) throw new Error(`bad blob key '${key}'`);
+  if (!isBlobKey(key)) throw new Error(`bad blob key '${key}'`);
 }
 
 function s3Code(err: unknown): string | undefined {
@@ -461,6 +461,38 @@ export class S3BlobStore implements BlobStore {
     } catch (err) {
       if (!isUnsupported(err)) throw err;
     }
+  }
+
+  /** The objects under this store's prefix (and `prefix`), with their LastModified. */
+  async *list(prefix = ""): AsyncIterable<{ key: string; modifiedMs: number }> {
+    if (prefix && !/^[A-Za-z0-9/_.-]+$/.test(prefix)) throw new Error(`bad blob prefix '${prefix}'`);
+    for await (const item of this.client.listObjectsV2(this.bucket, this.prefix + prefix, true)) {
+      if (!item.name || !item.name.startsWith(this.prefix)) continue;
+      const key = item.name.slice(this.prefix.length);
+      if (!isBlobKey(key)) continue;
+      yield { key, modifiedMs: new Date(item.lastModified as Date | string).getTime() };
+    }
+  }
+
+  /** Multipart uploads under this store's prefix begun before `beforeMs` (a crash mid-upload left them) are aborted. */
+  async abortStaleUploads(beforeMs: number): Promise<number> {
+    let n = 0;
+    try {
+      for await (const u of this.client.listIncompleteUploads(this.bucket, this.prefix, true)) {
+        // Each item carries its Initiated time (not in minio's type).
+        const initiated = new Date((u as unknown as { initiated?: Date | string }).initiated ?? NaN).getTime();
+        if (!u.key || !u.uploadId || !(initiated < beforeMs)) continue;
+        await this.client.abortMultipartUpload(this.bucket, u.key, u.uploadId).then(
+          () => n++,
+          (err) => {
+            if (s3Code(err) !== "NoSuchUpload") throw err;
+          },
+        );
+      }
+    } catch (err) {
+      if (!isUnsupported(err)) throw err;
+    }
+    return n;
   }
 
   async copy(from: string, to: string): Promise<void> {
