@@ -23,6 +23,7 @@ export function startCommand(program: Command): void {
     .option("--docker-host <address>", "container engine API for --function-runtime docker: unix:///path or tcp://host:port (KILN_DOCKER_HOST; default DOCKER_HOST, then the Docker and Podman sockets)")
     .option("--function-image <image>", "base image of function containers, imported when missing (KILN_FUNCTION_IMAGE; default kiln-runtime:base)")
     .option("--smtp-port <n>", "SMTP port of the built-in mail catcher (0 picks a free one; KILN_SMTP_PORT)")
+    .option("--mail-catcher <mode>", "who reads the built-in mail catcher's pages: open (no credential; default without --database-url/--postgres-url), token (this Kiln's platform token; default with them) or off (needs KILN_SMTP_URL) (KILN_MAIL_CATCHER)")
     .option("--public-url <url>", "address used in links Kiln mails out (KILN_PUBLIC_URL; default: the listening address)")
     .option("--controllable-clock", "let tests move Kiln's clock forward via POST /_kiln/clock/advance and /_kiln/clock/set (KILN_CONTROLLABLE_CLOCK=1)")
     .option("--clock-start <instant>", "start the controllable clock at this RFC 3339 instant instead of now (implies --controllable-clock; KILN_CLOCK_START)")

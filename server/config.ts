@@ -30,6 +30,12 @@ export interface Config {
   /** Send email through this SMTP server instead of the local catcher (self-hosting). */
   smtpUrl?: string;
   mailFrom: string;
+  /**
+   * Who reads the local mail catcher's pages (every project's mail, reset links included): anyone who
+   * reaches Kiln (`open`, the embedded profile's default), only the instance account's platform token
+   * (`token`, the production profile's default), or nobody: no catcher (`off`, needs `smtpUrl`).
+   */
+  mailCatcher: "open" | "token" | "off";
   /** SMTP port of the local mail catcher (0: a free one). */
   smtpPort: number;
   /** Base address for links in emails; default: the listening address. */
@@ -105,6 +111,7 @@ export interface StartOptions {
   databaseUrl?: string;
   minCliVersion?: string;
   smtpPort?: string | number;
+  mailCatcher?: string;
   publicUrl?: string;
   controllableClock?: boolean;
   clockStart?: string;
@@ -218,12 +225,27 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     dbIdleInTransactionTimeoutMs: intEnv("KILN_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 60_000),
     smtpUrl: env.KILN_SMTP_URL || undefined,
     mailFrom: env.KILN_MAIL_FROM || "Kiln <no-reply@kiln.localhost>",
+    mailCatcher: mailCatcherOf(opts, env),
     smtpPort: Number(opts.smtpPort ?? env.KILN_SMTP_PORT ?? 0),
     publicUrl: (opts.publicUrl ?? env.KILN_PUBLIC_URL)?.replace(/\/+$/, "") || undefined,
   };
 }
 
-/** Takes one injected failure of the given name, if any are left. */
+/**
+ * `--mail-catcher` (KILN_MAIL_CATCHER). The catcher holds every project's reset and confirmation
+ * links, so a Kiln in the production profile (a shared server) guards it with the platform token
+ * unless told otherwise; the embedded profile (one developer's machine) keeps it open.
+ */
+function mailCatcherOf(opts: StartOptions, env: Record<string, string | undefined>): Config["mailCatcher"] {
+  const production = Boolean(opts.databaseUrl || env.KILN_DATABASE_URL || opts.postgresUrl || env.KILN_POSTGRES_URL);
+  const given = opts.mailCatcher ?? (env.KILN_MAIL_CATCHER || undefined);
+  const mode = (given ?? (production ? "token" : "open")).toLowerCase();
+  if (mode !== "open" && mode !== "token" && mode !== "off") throw new Error(`--mail-catcher must be open, token or off, got "${given}"`);
+  if (mode === "off" && !env.KILN_SMTP_URL)
+    throw new Error("--mail-catcher off needs KILN_SMTP_URL: Kiln mails sign-up confirmations, email changes and password resets, and without the catcher they must go to a mail server");
+  return mode;
+}
+
 /** `--s3-endpoint` (KILN_S3_ENDPOINT) with its bucket and credentials from the environment. */
 function s3Of(opts: StartOptions, env: Record<string, string | undefined>): Config["s3"] {
   const endPoint = opts.s3Endpoint ?? env.KILN_S3_ENDPOINT;
@@ -243,6 +265,7 @@ function clockStartOf(v: string | undefined): number | undefined {
   return ms;
 }
 
+/** Takes one injected failure of the given name, if any are left. */
 export function takeFault(config: Config, name: string): boolean {
   const left = config.faults[name] ?? 0;
   if (left <= 0) return false;

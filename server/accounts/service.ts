@@ -40,6 +40,12 @@ export class AccountsService {
     return r.plan;
   }
 
+  /** Whether this is the instance's own account (made at first start), not one made via /admin/accounts. */
+  async isDefault(accountId: string): Promise<boolean> {
+    const [r] = await this.store.query<{ is_default: boolean }>(`select is_default from accounts where id = $1`, [accountId]);
+    return r?.is_default === true;
+  }
+
   private async addToken(accountId: string, token: string, tx: Sql): Promise<void> {
     await tx.query(
       `insert into platform_tokens (id, account_id, token_hash, token_prefix, created_at) values ($1, $2, $3, $4, $5)

@@ -12,11 +12,12 @@ import { mailCatcherRoutes, type MailCatcherRouteDeps } from "./mail-routes";
 export async function serveMailCatcher(o: { host: string; smtpPort: number; httpPort: number }) {
   const catcher = new MailCatcher();
   const smtp = await catcher.start({ host: o.host, port: o.smtpPort });
-  const deps: MailCatcherRouteDeps = { mailCatcher: catcher, smtpAddress: `${smtp.host}:${smtp.port}` };
+  // No accounts here: the standalone catcher is a development tool, open like the embedded profile's.
+  const deps: MailCatcherRouteDeps = { mailCatcher: catcher, smtpAddress: `${smtp.host}:${smtp.port}`, mailCatcherAccess: "open", isOperator: async () => false };
   const router = new Router();
   mailCatcherRoutes(router.area());
   const log = createLogger();
-  // The catcher's routes take no credential, so this guard only ever answers rule `none`.
+  // Open access: the catcher's routes never ask this guard for more than rule `none`.
   const guard = { authorize: async () => ({ principal: null, project: null }) } as unknown as Guard;
   const app = new Elysia();
   router.bind(app, { config: { validateResponses: false } as Config, log, guard, deps, renderError: (err, req) => renderError(log, err, req) }, () => ({ ip: "local", arrivedAt: performance.now() }));

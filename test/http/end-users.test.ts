@@ -22,9 +22,10 @@ async function signup(anon: string, addr = email(), password = "correct horse", 
   return { ...r.body, email: addr, password };
 }
 
+/** Read with the platform token: the production profile (postgres project) guards the catcher (mail-catcher-access.test.ts). */
 async function mailTo(to: string, subject?: RegExp) {
   const r = await eventually(
-    () => k.api("GET", `/_emulators/mail/messages?to=${encodeURIComponent(to)}`, { token: null }),
+    () => k.api("GET", `/_emulators/mail/messages?to=${encodeURIComponent(to)}`),
     (r) => r.body.data.some((m: any) => !subject || subject.test(m.subject)),
   );
   return r.body.data.find((m: any) => !subject || subject.test(m.subject));
@@ -233,7 +234,7 @@ describe("password reset through the mail catcher", () => {
     expect(r.status).toBe(200);
     expect(r.body).toEqual(known.body);
     const mail = await mailTo(u.email, /reset/i);
-    expect((await k.api("GET", `/_emulators/mail/messages?to=${ghost}`, { token: null })).body.data).toEqual([]);
+    expect((await k.api("GET", `/_emulators/mail/messages?to=${ghost}`)).body.data).toEqual([]);
     const link = mail.links[0];
     const weak = await k.api("POST", "/auth/reset-password", { token: a.anon, body: { token: tokenFrom(link), password: "x" } });
     expect(weak.body).toEqual({ error: "password must be at least 8 characters" });
@@ -467,16 +468,16 @@ describe("mail catcher", () => {
     await k.api("POST", "/auth/forgot-password", { token: a.anon, body: { email: one.email } });
     await k.api("POST", "/auth/forgot-password", { token: a.anon, body: { email: one.email } });
     const msgs = await eventually(
-      () => k.api("GET", `/_emulators/mail/messages?to=${one.email.toUpperCase()}`, { token: null }),
+      () => k.api("GET", `/_emulators/mail/messages?to=${one.email.toUpperCase()}`),
       (r) => r.body.data.length === 2,
     );
     const [newest, older] = msgs.body.data;
     expect(Date.parse(newest.received_at)).toBeGreaterThanOrEqual(Date.parse(older.received_at));
     expect(newest).toMatchObject({ to: [one.email.toLowerCase()], subject: "Reset your password", from: expect.stringContaining("@") });
-    expect((await k.api("GET", `/_emulators/mail/messages/${newest.id}`, { token: null })).body.id).toBe(newest.id);
-    const page = await fetch(`${k.url}/_emulators/mail`);
+    expect((await k.api("GET", `/_emulators/mail/messages/${newest.id}`)).body.id).toBe(newest.id);
+    const page = await fetch(`${k.url}/_emulators/mail`, { headers: { Authorization: `Bearer ${k.token}` } });
     expect(await page.text()).toContain("Reset your password");
-    expect((await k.api("DELETE", "/_emulators/mail/messages", { token: null })).status).toBe(204);
-    expect((await k.api("GET", "/_emulators/mail/messages", { token: null })).body.data).toEqual([]);
+    expect((await k.api("DELETE", "/_emulators/mail/messages")).status).toBe(204);
+    expect((await k.api("GET", "/_emulators/mail/messages")).body.data).toEqual([]);
   });
 });
