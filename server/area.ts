@@ -1,6 +1,7 @@
 import type { Guard } from "./auth/guard";
 import type { AreaRouter } from "./http/route";
 import type { Platform } from "./platform";
+import type { SecretColumn } from "./secrets/store-secrets";
 import type { Migration } from "./store/migrations";
 import type { Sql } from "./store/store";
 
@@ -17,6 +18,8 @@ export interface Area<Name extends string, Needs extends object, Provides extend
   name: Name;
   /** Its schema, run in order after those of the areas before it; ids are `<area>/<nnn>-<what>`. */
   migrations?: readonly Migration[];
+  /** Its columns that hold secrets: written encrypted with the instance secret key (server/secrets). */
+  secrets?: readonly SecretColumn[];
   start(deps: Needs): Provides | Promise<Provides>;
   routes?(r: AreaRouter<Needs & Provides>): void;
   /** Host-name routing (function addresses); gets the guard, which exists once every area started. */

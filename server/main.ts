@@ -17,6 +17,7 @@ import { renderError, serveHttp, stopHttp } from "./http/server";
 import { createLogger, type Logger } from "./log";
 import type { Platform } from "./platform";
 import { loadSecretKey } from "./secrets/secret-key";
+import { secureStoredSecrets } from "./secrets/store-secrets";
 import { openControlStore } from "./store/open-store";
 import { handleUnhandledRejections } from "./unhandled-rejections";
 
@@ -87,6 +88,11 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   undo.push(lockDataDir(config.dataDir));
   // The key that encrypts the store's secrets lives outside it (environment, a file, or the data dir).
   const secretKey = loadSecretKey(config.dataDir);
+  if (config.databaseUrl && secretKey.source === "data-dir")
+    log.warn(
+      `the secret key that encrypts the control store's secrets is ${secretKey.generated ? "new, in" : "read from"} ${secretKey.file}: ` +
+        "every Kiln instance sharing this store needs the same key; give each one KILN_SECRET_KEY_FILE (or KILN_SECRET_KEY), and keep a copy: without it the store's secrets cannot be read",
+    );
   // Processes of Kiln's own uid (function code without a sandbox, say) cannot read its environment
   // (KILN_PLATFORM_TOKEN, KILN_ADMIN_TOKEN) or memory through /proc.
   hideOwnProcEntries();
@@ -102,6 +108,10 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
     return store.close();
   });
   trace("control store open");
+  const secured = await secureStoredSecrets(store, secretKey, (AREAS as readonly AnyArea[]).flatMap((a) => a.secrets ?? []));
+  if (secured.encrypted || secured.reencrypted)
+    log.info(`secret key ${secretKey.id}: encrypted ${secured.encrypted} stored secrets kept in plaintext, re-encrypted ${secured.reencrypted} written with a previous key`);
+  trace("stored secrets checked");
   let listening = { publicUrl: "", httpPort: 0 };
   const platform: Platform = {
     config,

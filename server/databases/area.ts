@@ -20,13 +20,18 @@ import { DatabasesService } from "./service";
 import { DueTimers } from "./timers";
 import { DatabaseWireRouter } from "./wire-router";
 
-type Needs = Pick<Platform, "store" | "config" | "clock" | "log"> & { projects: ProjectsService; accounts: AccountsService };
+type Needs = Pick<Platform, "store" | "config" | "clock" | "log" | "secretKey"> & { projects: ProjectsService; accounts: AccountsService };
 
 /** Managed PostgreSQL: the engine, and the wire listener every connection string points at. */
 export const databasesArea = defineArea({
   name: "databases",
   migrations: DATABASES_MIGRATIONS,
-  start: async ({ store, config, clock, log }: Needs) => {
+  // The client password of every database and branch (the connection strings' password).
+  secrets: [
+    { table: "databases", key: "id", column: "client_password" },
+    { table: "database_branches", key: "id", column: "client_password" },
+  ],
+  start: async ({ store, config, clock, log, secretKey }: Needs) => {
     const now = () => clock.now();
     let engine: DatabaseEngine;
     if (config.postgresUrl) {
@@ -50,7 +55,7 @@ export const databasesArea = defineArea({
     const activity = new DatabaseActivity(store, now, log);
     const wireAddress = { host: config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host, port: 0 };
     const fault = (name: string) => takeFault(config, name);
-    const databases = new DatabasesService(store, engine, now, activity, () => wireAddress, log, fault, (ms) => clock.sleep(ms));
+    const databases = new DatabasesService(store, engine, now, activity, () => wireAddress, log, secretKey, fault, (ms) => clock.sleep(ms));
     const branches = new BranchesService(store, engine, clock, databases, log, fault);
     const backups = new BackupsService(store, engine, clock, join(config.dataDir, "database-backups"), log);
     // The production engine's point in time maps platform instants to the server's real time.

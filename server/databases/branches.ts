@@ -4,6 +4,7 @@ import type { Clock } from "../clock";
 import type { PlanName } from "../config";
 import { badRequest, conflict, forbidden, HttpError, notFound } from "../http/errors";
 import { newId } from "../ids";
+import type { SecretKey } from "../secrets/secret-key";
 import type { ControlStore, Row } from "../store/store";
 import { isUniqueViolation } from "../store/store";
 import { TtlCache } from "../store/ttl-cache";
@@ -32,14 +33,15 @@ export interface BranchRecord {
   updated_at: string;
 }
 
-function toBranch(r: Row): BranchRecord {
+/** A row as services use it; `client_password` is stored encrypted with the instance secret key. */
+function toBranch(r: Row, key: SecretKey): BranchRecord {
   return {
     id: r.id,
     database_id: r.database_id,
     project_id: r.project_id,
     name: r.name,
     status: r.status,
-    client_password: r.client_password,
+    client_password: key.decrypt(r.client_password),
     ttl_seconds: r.ttl_seconds,
     expires_at: new Date(r.expires_at).toISOString(),
     storage_bytes: r.storage_bytes === null || r.storage_bytes === undefined ? null : Number(r.storage_bytes),
@@ -107,18 +109,18 @@ export class BranchesService {
 
   async list(d: DatabaseRecord): Promise<BranchRecord[]> {
     const rows = await this.store.query(`select * from database_branches where database_id = $1 and ${LIVE} order by created_at, id`, [d.id]);
-    return rows.map(toBranch);
+    return rows.map((r) => toBranch(r, this.databases.secretKey));
   }
 
   async get(d: DatabaseRecord, name: string): Promise<BranchRecord> {
     const [r] = await this.store.query(`select * from database_branches where database_id = $1 and name = $2 and ${LIVE}`, [d.id, name]);
     if (!r) throw notFound("branch not found");
-    return toBranch(r);
+    return toBranch(r, this.databases.secretKey);
   }
 
   async byId(id: string): Promise<BranchRecord | null> {
     const [r] = await this.store.query(`select * from database_branches where id = $1`, [id]);
-    return r ? toBranch(r) : null;
+    return r ? toBranch(r, this.databases.secretKey) : null;
   }
 
   /** A single branch as GET shows it: its divergence measured now while active. */
@@ -167,7 +169,7 @@ export class BranchesService {
   /** Background pass: each active branch's divergence recorded. */
   async sample(): Promise<void> {
     const rows = await this.store.query(`select * from database_branches where status = 'active'`);
-    for (const r of rows) await this.measure(toBranch(r)).catch(() => null);
+    for (const r of rows) await this.measure(toBranch(r, this.databases.secretKey)).catch(() => null);
   }
 
   // ---- writes -------------------------------------------------------------------------------------
@@ -192,9 +194,9 @@ export class BranchesService {
         const [r] = await tx.query(
           `insert into database_branches (id, database_id, project_id, name, status, client_password, ttl_seconds, expires_at, storage_bytes, created_at, updated_at)
            values ($1, $2, $3, $4, 'provisioning', $5, $6, $7, 0, $8, $8) returning *`,
-          [newId(), d.id, d.project_id, input.name, newPassword(), ttl, new Date(now.getTime() + ttl * 1000).toISOString(), now.toISOString()],
+          [newId(), d.id, d.project_id, input.name, this.databases.secretKey.encrypt(newPassword()), ttl, new Date(now.getTime() + ttl * 1000).toISOString(), now.toISOString()],
         );
-        return toBranch(r!);
+        return toBranch(r!, this.databases.secretKey);
       });
     } catch (err) {
       if (isUniqueViolation(err)) throw conflict(`a branch named '${input.name}' already exists in this database`);
@@ -215,7 +217,7 @@ export class BranchesService {
     );
     if (!r) throw conflict(`the branch is ${b.status}`);
     this.onExpiryChange();
-    return toBranch(r);
+    return toBranch(r, this.databases.secretKey);
   }
 
   /** Discards the branch's writes: re-forked from the parent as it is now; same name, credentials and lifetime. */
@@ -236,7 +238,7 @@ export class BranchesService {
           where id = $1 returning *`,
         [b.id, new Date(now.getTime() + b.ttl_seconds * 1000).toISOString(), now.toISOString()],
       );
-      return toBranch(u!);
+      return toBranch(u!, this.databases.secretKey);
     });
     this.forget(b.id);
     // It serves no connections until it is active again.
@@ -252,12 +254,12 @@ export class BranchesService {
     const password = newPassword();
     const [r] = await this.store.query(`update database_branches set client_password = $2, updated_at = $3 where id = $1 and status = 'active' returning *`, [
       b.id,
-      password,
+      this.databases.secretKey.encrypt(password),
       this.clock.now().toISOString(),
     ]);
     if (!r) throw conflict("the branch is no longer active");
     this.forget(b.id);
-    const updated = toBranch(r);
+    const updated = toBranch(r, this.databases.secretKey);
     return {
       message: "branch password reset: new connections must use the new password; open connections continue; the parent's credentials are unchanged",
       role_name: roleName(b.id),
@@ -281,7 +283,7 @@ export class BranchesService {
     if (!r) return b;
     await this.engine.disconnect(b.id, "the branch was deleted");
     if (b.status !== "deleting" || !this.jobs.has(b.id)) this.enqueue(b.id, () => this.teardown(b.id));
-    return toBranch(r);
+    return toBranch(r, this.databases.secretKey);
   }
 
   /** Every branch of a database, removed now (the database is being deleted). */
@@ -362,7 +364,7 @@ export class BranchesService {
 
   /** Builds and teardowns a stop interrupted start again. */
   async resume(): Promise<void> {
-    for (const r of await this.store.query(`select * from database_branches where status = 'provisioning'`)) this.build(toBranch(r));
+    for (const r of await this.store.query(`select * from database_branches where status = 'provisioning'`)) this.build(toBranch(r, this.databases.secretKey));
     for (const r of await this.store.query(`select id from database_branches where status = 'deleting'`)) void this.enqueue(r.id, () => this.teardown(r.id));
   }
 

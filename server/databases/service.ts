@@ -3,6 +3,7 @@ import { plan as planOf } from "../accounts/plans";
 import type { PlanName } from "../config";
 import { badRequest, conflict, forbidden, HttpError, notFound } from "../http/errors";
 import { newId } from "../ids";
+import type { SecretKey } from "../secrets/secret-key";
 import type { ControlStore, Row, Sql } from "../store/store";
 import { TtlCache } from "../store/ttl-cache";
 import { DatabaseQueryError, LINT_SQL, type AccessMode, type DatabaseEngine } from "../backends/databases/engine";
@@ -44,7 +45,8 @@ export interface DatabaseRecord {
   updated_at: string;
 }
 
-function toRecord(r: Row): DatabaseRecord {
+/** A row as services use it; `client_password` is stored encrypted with the instance secret key. */
+function toRecord(r: Row, key: SecretKey): DatabaseRecord {
   return {
     id: r.id,
     project_id: r.project_id,
@@ -52,7 +54,7 @@ function toRecord(r: Row): DatabaseRecord {
     region: r.region,
     pg_version: r.pg_version,
     status: r.status,
-    client_password: r.client_password,
+    client_password: key.decrypt(r.client_password),
     storage_bytes: r.storage_bytes === null || r.storage_bytes === undefined ? null : Number(r.storage_bytes),
     created_at: new Date(r.created_at).toISOString(),
     updated_at: new Date(r.updated_at).toISOString(),
@@ -93,6 +95,8 @@ export class DatabasesService {
     readonly activity: DatabaseActivity,
     private readonly wire: () => WireAddress,
     private readonly log: { error: (m: string, e?: unknown) => void },
+    /** Encrypts the client passwords the store keeps (branches' too). */
+    readonly secretKey: SecretKey,
     /** Fault injection for tests (KILN_FAULTS). */
     private readonly fault: (name: string) => boolean = () => false,
     /** Waits on the platform clock (faults that hold work until a test moves the clock). */
@@ -147,9 +151,9 @@ export class DatabasesService {
       const [r] = await tx.query(
         `insert into databases (id, project_id, name, region, pg_version, status, client_password, created_at, updated_at)
          values ($1, $2, $3, $4, $5, 'provisioning', $6, $7, $7) returning *`,
-        [newId(), projectId, name, region, pgVersion, newPassword(), at],
+        [newId(), projectId, name, region, pgVersion, this.secretKey.encrypt(newPassword()), at],
       );
-      return toRecord(r!);
+      return toRecord(r!, this.secretKey);
     });
     this.provision(row.id);
     return row;
@@ -194,18 +198,18 @@ export class DatabasesService {
       `select * from databases where project_id = $1 and status <> 'deleted' order by created_at, id`,
       [projectId],
     );
-    return rows.map(toRecord);
+    return rows.map((r) => toRecord(r, this.secretKey));
   }
 
   async get(projectId: string, name: string): Promise<DatabaseRecord> {
     const [r] = await this.store.query(`select * from databases where project_id = $1 and name = $2 and status <> 'deleted'`, [projectId, name]);
     if (!r) throw notFound("database not found");
-    return toRecord(r);
+    return toRecord(r, this.secretKey);
   }
 
   async byId(id: string): Promise<DatabaseRecord | null> {
     const [r] = await this.store.query(`select * from databases where id = $1`, [id]);
-    return r ? toRecord(r) : null;
+    return r ? toRecord(r, this.secretKey) : null;
   }
 
   async delete(projectId: string, name: string): Promise<void> {
@@ -277,8 +281,8 @@ export class DatabasesService {
     const password = newPassword();
     const updated = await this.unlessRestoring(d.id, "reset its password", async (tx, status) => {
       if (status !== "active") throw conflict(`the database is ${status}`);
-      const [r] = await tx.query(`update databases set client_password = $2, updated_at = $3 where id = $1 returning *`, [d.id, password, this.now().toISOString()]);
-      return toRecord(r!);
+      const [r] = await tx.query(`update databases set client_password = $2, updated_at = $3 where id = $1 returning *`, [d.id, this.secretKey.encrypt(password), this.now().toISOString()]);
+      return toRecord(r!, this.secretKey);
     });
     this.forget(d.id);
     return {

@@ -10,16 +10,18 @@ import { endUserRoutes } from "./routes";
 import { EndUsersService } from "./service";
 import { SigningKeys } from "./signing-keys";
 
-type Needs = Pick<Platform, "store" | "clock" | "log" | "principals" | "address"> & { mailer: Mailer; projects: ProjectsService; keys: KeysService };
+type Needs = Pick<Platform, "store" | "clock" | "log" | "principals" | "address" | "secretKey"> & { mailer: Mailer; projects: ProjectsService; keys: KeysService };
 
 /** End users of a project: sign-up, sessions, password reset and confirmation by email, signing keys. */
 export const endUsersArea = defineArea({
   name: "end-users",
   migrations: END_USERS_MIGRATIONS,
-  start: ({ store, clock, log, principals, address, mailer }: Needs) => {
+  // The private half of each project's signing key (the public half is published as JWKS).
+  secrets: [{ table: "auth_signing_keys", key: "kid", column: "private_jwk", json: true }],
+  start: ({ store, clock, log, principals, address, mailer, secretKey }: Needs) => {
     const now = () => clock.now();
     const authConfig = new AuthConfigService(store, now);
-    const signingKeys = new SigningKeys(store, now);
+    const signingKeys = new SigningKeys(store, now, secretKey);
     const endUsers = new EndUsersService({
       store,
       now,

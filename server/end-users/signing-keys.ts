@@ -4,6 +4,7 @@ import type { JWK, JWTPayload } from "jose";
 const jose = () => import("jose");
 import { newId } from "../ids";
 import { hasLowS, withLowS } from "./ecdsa-low-s";
+import type { SecretKey } from "../secrets/secret-key";
 import type { ControlStore, Sql } from "../store/store";
 
 const ALG = "ES256";
@@ -37,6 +38,8 @@ export class SigningKeys {
   constructor(
     private readonly store: ControlStore,
     private readonly now: () => Date,
+    /** The private JWK is stored encrypted with it (a JSON string in the jsonb column). */
+    private readonly secretKey: SecretKey,
   ) {}
 
   async create(projectId: string, tx: Sql = this.store): Promise<string> {
@@ -45,8 +48,8 @@ export class SigningKeys {
     const kid = newId();
     const pub = { ...(await exportJWK(publicKey)), kid, alg: ALG, use: "sig" };
     await tx.query(
-      `insert into auth_signing_keys (kid, project_id, private_jwk, public_jwk, created_at) values ($1, $2, $3::text::jsonb, $4::text::jsonb, $5)`,
-      [kid, projectId, JSON.stringify(await exportJWK(privateKey)), JSON.stringify(pub), this.now().toISOString()],
+      `insert into auth_signing_keys (kid, project_id, private_jwk, public_jwk, created_at) values ($1, $2, to_jsonb($3::text), $4::text::jsonb, $5)`,
+      [kid, projectId, this.secretKey.encrypt(JSON.stringify(await exportJWK(privateKey))), JSON.stringify(pub), this.now().toISOString()],
     );
     return kid;
   }
@@ -71,7 +74,7 @@ export class SigningKeys {
     }
     let key = this.privateKeys.get(row!.kid);
     if (!key) {
-      key = (await (await jose()).importJWK(row!.private_jwk as JWK, ALG)) as Key;
+      key = (await (await jose()).importJWK(JSON.parse(this.secretKey.decrypt(row!.private_jwk as string)) as JWK, ALG)) as Key;
       this.privateKeys.set(row!.kid, key);
     }
     return { kid: row!.kid, key };

@@ -8,8 +8,9 @@ import { VariablesService } from "./service";
 export const variablesArea = defineArea({
   name: "variables",
   migrations: VARIABLES_MIGRATIONS,
-  start: ({ store, clock }: Pick<Platform, "store" | "clock"> & { projects: ProjectsService }) => ({
-    variables: new VariablesService(store, clock, Number(process.env.KILN_VARIABLE_PROPAGATION_MS ?? 200)),
+  secrets: [{ table: "variables", key: "id", column: "value" }],
+  start: ({ store, clock, secretKey }: Pick<Platform, "store" | "clock" | "secretKey"> & { projects: ProjectsService }) => ({
+    variables: new VariablesService(store, clock, Number(process.env.KILN_VARIABLE_PROPAGATION_MS ?? 200), secretKey),
   }),
   routes: variableRoutes,
   project: { cleanup: (projectId, { variables }) => variables.removeAll(projectId) },
