@@ -20,13 +20,13 @@ import { DatabasesService } from "./service";
 import { DueTimers } from "./timers";
 import { DatabaseWireRouter } from "./wire-router";
 
-type Needs = Pick<Platform, "store" | "config" | "clock" | "log"> & { projects: ProjectsService; accounts: AccountsService };
+type Needs = Pick<Platform, "store" | "config" | "clock" | "log" | "secretKey"> & { projects: ProjectsService; accounts: AccountsService };
 
 /** Managed PostgreSQL: the engine, and the wire listener every connection string points at. */
 export const databasesArea = defineArea({
   name: "databases",
   migrations: DATABASES_MIGRATIONS,
-  start: async ({ store, config, clock, log }: Needs) => {
+  start: async ({ store, config, clock, log, secretKey }: Needs) => {
     const now = () => clock.now();
     let engine: DatabaseEngine;
     if (config.postgresUrl) {
@@ -34,7 +34,11 @@ export const databasesArea = defineArea({
       const { PostgresEngine } = await import("../backends/databases/production");
       // Point-in-time restore archives the whole server's WAL: on only when asked for (docs/databases.md).
       const pitr = /^(1|on|true|yes)$/i.test(process.env.KILN_POSTGRES_PITR ?? "");
-      const pg = new PostgresEngine(config.postgresUrl, { pitrDir: pitr ? join(config.dataDir, "database-pitr") : undefined, log });
+      const pg = new PostgresEngine(config.postgresUrl, {
+        pitrDir: pitr ? join(config.dataDir, "database-pitr") : undefined,
+        log,
+        tenantPassword: (role) => secretKey.derive(`postgres tenant role ${role}`),
+      });
       await pg.init();
       engine = pg;
     } else {
