@@ -54,7 +54,8 @@ export interface KilnRoleCheck {
 
 /**
  * What Kiln's own role (the `--postgres-url` user) may do. It needs LOGIN, CREATEDB and CREATEROLE
- * (a database and a login role per managed database), REPLICATION only for point-in-time restore.
+ * (a database and a login role per managed database), REPLICATION only for point-in-time restore
+ * (without it that feature answers 503 saying so; Kiln still starts).
  * Superuser works but is more than it needs; so are BYPASSRLS and the file/program roles.
  */
 export async function checkKilnRole(admin: postgres.Sql, opts: { replication: boolean }): Promise<KilnRoleCheck> {
@@ -71,7 +72,6 @@ export async function checkKilnRole(admin: postgres.Sql, opts: { replication: bo
   else {
     if (!row.rolcreatedb) missing.push("CREATEDB");
     if (!row.rolcreaterole) missing.push("CREATEROLE");
-    if (opts.replication && !row.rolreplication) missing.push("REPLICATION (point-in-time restore is on)");
     if (!opts.replication && row.rolreplication) excess.push("REPLICATION");
     if (row.rolbypassrls) excess.push("BYPASSRLS");
     for (const d of row.dangerous) excess.push(`membership in ${d}`);
