@@ -102,7 +102,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   // The shared infrastructure, then every area in order (server/areas.ts).
   const clock = new PlatformClock((label, err) => log.error(`${label} failed`, err), config.clockStartMs);
   undo.push(() => clock.stop());
-  const store = await openControlStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: SCHEMA });
+  const store = await openControlStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: SCHEMA, warn: (m) => log.warn(m) });
   undo.push(() => {
     phase = "closing the control store";
     return store.close();

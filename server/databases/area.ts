@@ -39,7 +39,11 @@ export const databasesArea = defineArea({
       const { PostgresEngine } = await import("../backends/databases/production");
       // Point-in-time restore archives the whole server's WAL: on only when asked for (docs/databases.md).
       const pitr = /^(1|on|true|yes)$/i.test(process.env.KILN_POSTGRES_PITR ?? "");
-      const pg = new PostgresEngine(config.postgresUrl, { pitrDir: pitr ? join(config.dataDir, "database-pitr") : undefined, log });
+      const pg = new PostgresEngine(config.postgresUrl, {
+        pitrDir: pitr ? join(config.dataDir, "database-pitr") : undefined,
+        log,
+        tenantPassword: (role) => secretKey.derive(`postgres tenant role ${role}`),
+      });
       await pg.init();
       engine = pg;
     } else {

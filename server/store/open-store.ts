@@ -6,12 +6,18 @@ import type { ControlStore } from "./store";
 import { controlTemplate, createFromTemplate } from "./template";
 
 /** Opens the control store the configuration names and brings its schema up to date. */
-export async function openControlStore(opts: { dataDir: string; databaseUrl?: string; schema: readonly Migration[] }): Promise<ControlStore> {
+export async function openControlStore(opts: { dataDir: string; databaseUrl?: string; schema: readonly Migration[]; warn?: (m: string) => void }): Promise<ControlStore> {
   let store: ControlStore;
   if (opts.databaseUrl) {
     // Loaded only in the production profile: the embedded default never pays for it.
     const { PostgresStore } = await import("./postgres-store");
-    store = new PostgresStore(opts.databaseUrl);
+    const pg = new PostgresStore(opts.databaseUrl);
+    store = pg;
+    const warning = await pg.closeToPublic().catch(async (err) => {
+      await pg.close().catch(() => {});
+      throw err;
+    });
+    if (warning) opts.warn?.(warning);
   } else {
     const dir = join(opts.dataDir, "control");
     if (!existsSync(join(dir, "PG_VERSION"))) {

@@ -45,6 +45,26 @@ export class PostgresStore implements ControlStore {
     }
   }
 
+  /**
+   * Only Kiln's role may connect to the control database (it holds every project's tokens, keys and
+   * passwords): PUBLIC's CONNECT goes when Kiln's role owns the database or is a superuser. Returns a
+   * warning when PUBLIC keeps it (another role owns the database), null otherwise.
+   */
+  async closeToPublic(): Promise<string | null> {
+    const [r] = await this.sql.unsafe(
+      `select current_database() as db, current_user as me,
+              (select rolsuper from pg_roles where rolname = current_user) or pg_has_role(current_user, datdba, 'USAGE') as can
+         from pg_database where datname = current_database()`,
+    );
+    const { db, me, can } = r as unknown as { db: string; me: string; can: boolean };
+    const ident = `"${db.replace(/"/g, '""')}"`;
+    if (can) await this.sql.unsafe(`revoke connect, temporary on database ${ident} from public`);
+    const [open] = await this.sql.unsafe(`select has_database_privilege('public', current_database(), 'CONNECT') as open`);
+    return open!.open
+      ? `every role of the server may connect to the control database "${db}" (PUBLIC has CONNECT) and Kiln's role "${me}" cannot revoke it: as its owner run REVOKE CONNECT ON DATABASE ${ident} FROM PUBLIC (docs/production.md)`
+      : null;
+  }
+
   async close(): Promise<void> {
     await this.sql.end({ timeout: 5 });
   }

@@ -24,6 +24,8 @@ export interface KilnOptions {
   dataDir?: string;
   /** Keep the database across restarts (postgres store). */
   databaseUrl?: string;
+  /** The managed databases' server as Kiln's role sees it (postgres store; the test server's superuser by default). */
+  postgresUrl?: string;
   /** Do not set KILN_PLATFORM_TOKEN (let Kiln generate one). */
   generatedToken?: boolean;
   /** A command that runs Kiln (its argv follows), e.g. a mount namespace hiding host tools. */
@@ -87,7 +89,7 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
   const token = opts.generatedToken ? "" : (opts.env?.KILN_PLATFORM_TOKEN ?? secret("pk"));
   const adminToken = opts.env?.KILN_ADMIN_TOKEN ?? secret("admin");
   // The postgres project runs the production profile: control store and managed databases on PostgreSQL.
-  const production = databaseUrl ? ["--database-url", databaseUrl, "--postgres-url", inject("pgUrl")] : [];
+  const production = databaseUrl ? ["--database-url", databaseUrl, "--postgres-url", opts.postgresUrl ?? inject("pgUrl")] : [];
   // The containers project runs every function in a container on the engine its global setup provides.
   const containers = FUNCTION_RUNTIME === "docker" ? ["--function-runtime", "docker", "--docker-host", inject("dockerHost")] : [];
   // The s3 project keeps storage objects on the S3 server its global setup provides, a bucket per Kiln.

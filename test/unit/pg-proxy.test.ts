@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import type { AccessMode } from "../../server/backends/databases/engine";
 import { openProxy, startupParams, type ProxyTarget } from "../../server/backends/databases/pg-proxy";
 import { PostgresEngine, serverDatabaseName } from "../../server/backends/databases/production";
+import { tenantRoleName } from "../../server/backends/databases/tenant-roles";
 import { startWireListener, type WireBackend, type WireClient, type WireListener } from "../../server/backends/databases/wire/listener";
 import { B, errorFields, firstResult, readInt32, simpleQuery } from "../../server/backends/databases/wire/protocol";
 import { startPgServer, type PgServer } from "../support/postgres-server";
@@ -24,7 +25,7 @@ const backends: WireBackend[] = [];
 
 beforeAll(async () => {
   server = await startPgServer();
-  engine = new PostgresEngine(server.url);
+  engine = new PostgresEngine(server.url, { tenantPassword: (role) => `test-password-${role}` });
   await engine.init();
   await engine.create(DB);
   admin = postgres(server.url, { max: 1, onnotice: () => {} });
@@ -149,8 +150,8 @@ describe("startup parameters", () => {
     expect(dateStyle).toBe("SQL, DMY");
     expect(timeZone).toBe("Asia/Tokyo");
     expect(appName).toBe("my-app");
-    // The server's user stays Kiln's internal one; the client's `user` was not passed on.
-    expect(sessionUser).toBe(new URL(server.url).username);
+    // The server's user is the database's own tenant role (never Kiln's); the client's `user` was not passed on.
+    expect(sessionUser).toBe(tenantRoleName(DB));
     expect(currentUser).toBe(sessionUser);
     expect(today).toMatch(/^\d\d\/\d\d\/\d{4}$/); // DateStyle SQL, DMY: dd/mm/yyyy
 

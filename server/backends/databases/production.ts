@@ -1,4 +1,5 @@
-import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import postgres from "postgres";
 import {
@@ -18,6 +19,7 @@ import { ServerPitr } from "./pitr";
 import { openProxy } from "./pg-proxy";
 import type { WireBackend, WireClient, WireControl } from "./wire/listener";
 import { backgroundPriority } from "./background-priority";
+import { adoptObjectsSql, checkKilnRole, ensureTenantRole, ident, lockDatabaseSql, roleCheckMessages, tenantRoleName } from "./tenant-roles";
 
 function hours(v: string | undefined, fallback: number): number {
   const n = Number(v);
@@ -29,15 +31,14 @@ export function serverDatabaseName(id: string): string {
   return `kiln_${id}`;
 }
 
-function ident(name: string): string {
-  return `"${name.replace(/"/g, '""')}"`;
-}
+/** Refused to start: Kiln's role cannot run the production engine (the message says what to grant). */
+export class KilnRoleRefused extends Error {}
 
 /**
  * Production engine: every Kiln database is a database on a real PostgreSQL server (`--postgres-url`,
- * a role allowed to create databases and roles). Kiln's wire listener still authenticates clients
- * with their per-database credentials and proxies them with the server credentials; internal
- * credentials never leave Kiln.
+ * a role allowed to create databases and roles). Each database has a login role of its own that owns
+ * it (tenant-roles.ts); Kiln's wire listener authenticates clients with their per-database credentials
+ * and proxies them as that role, never as Kiln's own. Internal credentials never leave Kiln.
  */
 export class PostgresEngine implements DatabaseEngine {
   readonly kind = "postgres" as const;
@@ -56,23 +57,39 @@ export class PostgresEngine implements DatabaseEngine {
        * base backups. Off (undefined): `restore_to` is refused.
        */
       pitrDir?: string;
-      log?: { error: (m: string, e?: unknown) => void };
-    } = {},
+      log?: { error: (m: string, e?: unknown) => void; warn?: (m: string) => void };
+      /**
+       * The password of a tenant role: derived from Kiln's secret key, so every instance sharing the
+       * server agrees on it without storing it.
+       */
+      tenantPassword: (role: string) => string;
+    },
   ) {
     this.url = new URL(adminUrl);
     this.admin = postgres(adminUrl, { max: 2, onnotice: () => {}, idle_timeout: 30 });
   }
 
+  /** Whether Kiln's own role is a superuser (it then needs no membership in tenant roles). */
+  private superuser = false;
+
   async init(): Promise<void> {
     const [r] = await this.admin.unsafe(`select current_setting('server_version_num')::int / 10000 as v`);
     this.version = Number(r!.v);
+    const check = await checkKilnRole(this.admin, { replication: !!this.opts.pitrDir });
+    const { refuse, warn } = roleCheckMessages(check);
+    if (refuse) {
+      await this.admin.end({ timeout: 1 }).catch(() => {});
+      throw new KilnRoleRefused(refuse);
+    }
+    if (warn) this.opts.log?.warn?.(warn);
+    this.superuser = check.superuser;
     if (this.opts.pitrDir) {
       this.pitr = new ServerPitr({
         url: this.url,
         dir: this.opts.pitrDir,
         serverMajor: this.version,
         admin: this.admin,
-        env: () => ({ ...this.toolEnv(""), PGDATABASE: decodeURIComponent(this.url.pathname.slice(1)) || "postgres" }),
+        env: () => ({ ...this.adminToolEnv(), PGDATABASE: decodeURIComponent(this.url.pathname.slice(1)) || "postgres" }),
         log: this.opts.log ?? { error: (m, e) => console.error(m, e) },
         baseIntervalMs: hours(process.env.KILN_POSTGRES_PITR_BASE_HOURS, 24),
         retentionMs: hours(process.env.KILN_POSTGRES_PITR_RETENTION_HOURS, 168),
@@ -103,10 +120,39 @@ export class PostgresEngine implements DatabaseEngine {
     return this.version ? [this.version] : [];
   }
 
+  /** A connection URL of database `id` as its tenant role (the server's host, port and options). */
   private urlFor(id: string): string {
     const u = new URL(this.url.toString());
+    const role = tenantRoleName(id);
+    u.username = encodeURIComponent(role);
+    u.password = encodeURIComponent(this.opts.tenantPassword(role));
     u.pathname = `/${serverDatabaseName(id)}`;
     return u.toString();
+  }
+
+  /**
+   * The tenant role of `id` exists with its password, and owns the database. A database an older
+   * Kiln made (owned by Kiln's role) is handed over first: its privileges brought to the current
+   * model while Kiln's role still owns what it made (default privileges of that role included),
+   * then the database and everything Kiln's role owns in it change owner.
+   */
+  private async ensureTenant(id: string): Promise<void> {
+    const role = tenantRoleName(id);
+    const database = serverDatabaseName(id);
+    await ensureTenantRole(this.admin, role, this.opts.tenantPassword(role), this.superuser);
+    const [db] = await this.admin.unsafe(`select pg_get_userbyid(datdba) as owner from pg_database where datname = $1`, [database]);
+    if (!db || db.owner === role) return;
+    const u = new URL(this.url.toString());
+    u.pathname = `/${database}`;
+    const own = postgres(u.toString(), { max: 1, onnotice: () => {} });
+    try {
+      await own.unsafe(PRIVILEGES_UPGRADE_SQL);
+      await own.unsafe(adoptObjectsSql(role));
+    } finally {
+      await own.end({ timeout: 2 }).catch(() => {});
+    }
+    await this.admin.unsafe(`alter database ${ident(database)} owner to ${ident(role)}`);
+    await this.admin.unsafe(lockDatabaseSql(database));
   }
 
   /** Databases checked (and upgraded if an older Kiln made them) against the privileges model in this process. */
@@ -119,8 +165,8 @@ export class PostgresEngine implements DatabaseEngine {
   private ensureCurrent(id: string): Promise<void> {
     let p = this.current.get(id);
     if (!p) {
-      p = this.pool(id)
-        .unsafe(PRIVILEGES_UPGRADE_SQL)
+      p = this.ensureTenant(id)
+        .then(() => this.pool(id).unsafe(PRIVILEGES_UPGRADE_SQL))
         .then(() => undefined);
       p.catch(() => this.current.delete(id));
       this.current.set(id, p);
@@ -138,8 +184,14 @@ export class PostgresEngine implements DatabaseEngine {
   }
 
   async create(id: string): Promise<void> {
+    const role = tenantRoleName(id);
+    await ensureTenantRole(this.admin, role, this.opts.tenantPassword(role), this.superuser);
     const exists = await this.admin.unsafe(`select 1 from pg_database where datname = $1`, [serverDatabaseName(id)]);
-    if (exists.length === 0) await this.admin.unsafe(`create database ${ident(serverDatabaseName(id))}`);
+    // template0: nothing the operator put in template1 (extensions such as dblink) reaches a tenant.
+    if (exists.length === 0) await this.admin.unsafe(`create database ${ident(serverDatabaseName(id))} owner ${ident(role)} template template0`);
+    await this.admin.unsafe(lockDatabaseSql(serverDatabaseName(id)));
+    this.current.set(id, Promise.resolve());
+    // The setup runs as the tenant role: what it makes is the tenant's.
     const db = postgres(this.urlFor(id), { max: 1, onnotice: () => {} });
     try {
       for (const stmt of DATABASE_SETUP_SQL) {
@@ -161,6 +213,12 @@ export class PostgresEngine implements DatabaseEngine {
     this.current.delete(id);
     await p?.end({ timeout: 1 }).catch(() => {});
     await this.admin.unsafe(`drop database if exists ${ident(serverDatabaseName(id))} with (force)`);
+    await this.dropTenantRole(id);
+  }
+
+  /** The role goes with its database; a role still owning something elsewhere (never Kiln's doing) stays, logged. */
+  private async dropTenantRole(id: string): Promise<void> {
+    await this.admin.unsafe(`drop role if exists ${ident(tenantRoleName(id))}`).catch((e) => this.opts.log?.error(`dropping role ${tenantRoleName(id)} failed`, e));
   }
 
   async run(id: string, mode: AccessMode, text: string, params: unknown[]): Promise<QueryResult> {
@@ -185,8 +243,8 @@ export class PostgresEngine implements DatabaseEngine {
       {
         host: this.url.hostname,
         port: Number(this.url.port || 5432),
-        user: decodeURIComponent(this.url.username),
-        password: decodeURIComponent(this.url.password),
+        user: tenantRoleName(id),
+        password: this.opts.tenantPassword(tenantRoleName(id)),
         database: serverDatabaseName(id),
         applicationName: client.applicationName,
         // The client's DateStyle, TimeZone, options (-c ...) and the like: the session starts as asked,
@@ -251,8 +309,8 @@ export class PostgresEngine implements DatabaseEngine {
     return this.tools;
   }
 
-  /** libpq's environment for a tool run against one of Kiln's databases (the password stays out of argv). */
-  private toolEnv(id: string): Record<string, string> {
+  /** libpq's environment for a tool run as Kiln's own role (the server-wide work of point-in-time restore). */
+  private adminToolEnv(): Record<string, string> {
     const env: Record<string, string> = {};
     for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("PG")) env[k] = v;
     return {
@@ -261,17 +319,39 @@ export class PostgresEngine implements DatabaseEngine {
       PGPORT: this.url.port || "5432",
       PGUSER: decodeURIComponent(this.url.username),
       PGPASSWORD: decodeURIComponent(this.url.password),
-      PGDATABASE: serverDatabaseName(id),
       PGAPPNAME: "kiln",
       PGCONNECT_TIMEOUT: "10",
     };
   }
 
-  /** Runs a tool; resolves when it exits 0, else throws with its stderr. */
-  private async runTool(cmd: string[], id: string, what = cmd[0]!.split("/").pop()): Promise<void> {
-    const proc = Bun.spawn(cmd, { env: this.toolEnv(id), stdin: "ignore", stdout: "ignore", stderr: "pipe" });
-    const [code, err] = await Promise.all([proc.exited, new Response(proc.stderr).text()]);
-    if (code !== 0) throw new Error(`${what} failed (${code}): ${err.trim().slice(0, 2000)}`);
+  /**
+   * Runs a tool against databases of Kiln's as their tenant roles: the roles of `ids` (the first is
+   * the default user and database; a command naming several says which with --username). Passwords go through a password file (mode 0600, gone
+   * after the run), never argv. Resolves when it exits 0, else throws with its stderr.
+   */
+  private async runTool(cmd: string[], ids: string[], what = cmd[0]!.split("/").pop()): Promise<void> {
+    const dir = mkdtempSync(join(tmpdir(), "kiln-pgpass-"));
+    try {
+      const esc = (v: string) => v.replace(/\\/g, "\\\\").replace(/:/g, "\\:");
+      const passfile = join(dir, "pgpass");
+      writeFileSync(
+        passfile,
+        ids.map((id) => [this.url.hostname, this.url.port || "5432", "*", tenantRoleName(id), this.opts.tenantPassword(tenantRoleName(id))].map(esc).join(":")).join("\n") + "\n",
+        { mode: 0o600 },
+      );
+      const { PGPASSWORD: _, PGUSER: __, ...env } = this.adminToolEnv();
+      env.PGPASSFILE = passfile;
+      // A single database: the tool connects as its role by default.
+      if (ids.length === 1) {
+        env.PGUSER = tenantRoleName(ids[0]!);
+        env.PGDATABASE = serverDatabaseName(ids[0]!);
+      }
+      const proc = Bun.spawn(cmd, { env, stdin: "ignore", stdout: "ignore", stderr: "pipe" });
+      const [code, err] = await Promise.all([proc.exited, new Response(proc.stderr).text()]);
+      if (code !== 0) throw new Error(`${what} failed (${code}): ${err.trim().slice(0, 2000)}`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   }
 
   /**
@@ -281,17 +361,25 @@ export class PostgresEngine implements DatabaseEngine {
    */
   private async copyInto(sourceId: string, targetId: string): Promise<void> {
     const { dump, restore } = await this.pgTools();
-    await this.createEmpty(targetId);
+    await this.createEmpty(targetId, tenantRoleName(targetId));
     // One OS pipe between the two tools, at the lowest CPU priority: the dump's bytes never pass through
     // Kiln's event loop (which also carries the parent's wire traffic), and the tools take a core only
     // when the parent's clients leave it free (the server's backends pace themselves on them).
-    const script = `set -o pipefail; "$0" --format=custom --compress=0 --dbname="$2" | "$1" --exit-on-error --dbname="$3"`;
-    await this.runTool([...(await backgroundPriority()), "bash", "-c", script, dump, restore, serverDatabaseName(sourceId), serverDatabaseName(targetId)], targetId, "pg_dump | pg_restore");
+    // Each side as its own tenant role: the copy's objects belong to the target's role (--no-owner).
+    const script = `set -o pipefail; "$0" --format=custom --compress=0 --username="$4" --dbname="$2" | "$1" --exit-on-error --no-owner --username="$5" --dbname="$3"`;
+    await this.runTool(
+      [...(await backgroundPriority()), "bash", "-c", script, dump, restore, serverDatabaseName(sourceId), serverDatabaseName(targetId), tenantRoleName(sourceId), tenantRoleName(targetId)],
+      [sourceId, targetId],
+      "pg_dump | pg_restore",
+    );
   }
 
-  private async createEmpty(id: string): Promise<void> {
+  /** A new empty database owned by tenant role `role` (made if missing), only that role connecting. */
+  private async createEmpty(id: string, role: string): Promise<void> {
+    await ensureTenantRole(this.admin, role, this.opts.tenantPassword(role), this.superuser);
     await this.dropServerDatabase(id);
-    await this.admin.unsafe(`create database ${ident(serverDatabaseName(id))} template template0`);
+    await this.admin.unsafe(`create database ${ident(serverDatabaseName(id))} owner ${ident(role)} template template0`);
+    await this.admin.unsafe(lockDatabaseSql(serverDatabaseName(id)));
   }
 
   private async dropServerDatabase(id: string): Promise<void> {
@@ -368,7 +456,7 @@ export class PostgresEngine implements DatabaseEngine {
     const { dump } = await this.pgTools();
     await this.ensureCurrent(id);
     try {
-      await this.runTool([dump, "--format=custom", "--file", path], id);
+      await this.runTool([dump, "--format=custom", "--file", path], [id]);
     } catch (err) {
       rmSync(path, { force: true });
       throw err;
@@ -383,13 +471,15 @@ export class PostgresEngine implements DatabaseEngine {
     try {
       if (!existsSync(path)) throw new Error("the backup no longer exists: its file is gone");
       const { dump, restore } = await this.pgTools();
-      await this.createEmpty(incoming);
+      // The incoming copy belongs to the database's own role: the swap keeps owner and credentials.
+      await this.ensureCurrent(id);
+      await this.createEmpty(incoming, tenantRoleName(id));
       const results = await Promise.allSettled([
-        this.runTool([restore, "--exit-on-error", "--dbname", serverDatabaseName(incoming), path], incoming),
+        this.runTool([restore, "--exit-on-error", "--no-owner", "--username", tenantRoleName(id), "--dbname", serverDatabaseName(incoming), path], [id]),
         keepAt
           ? (async () => {
               mkdirSync(dirname(keepAt), { recursive: true });
-              await this.runTool([dump, "--format=custom", "--file", keepAt], id).catch((err) => {
+              await this.runTool([dump, "--format=custom", "--file", keepAt], [id]).catch((err) => {
                 throw new Error(`the pre-restore state could not be kept: ${(err as Error).message}`);
               });
             })()
