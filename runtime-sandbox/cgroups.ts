@@ -172,6 +172,8 @@ export interface WorkerCgroup {
   by: CgroupEnforcement;
   /** Kills by the OOM killer inside this cgroup so far. */
   oomKills(): number;
+  /** The pids of every process in it (one read of cgroup.procs). */
+  processes(): number[];
   killAll(): void;
   remove(): Promise<void>;
 }
@@ -255,6 +257,8 @@ export class CgroupHost {
       cpu: by.cpu !== null,
       by,
       oomKills: () => (memDir ? oomKills(memDir) : 0),
+      // Every hierarchy holds the same processes: the wrapper joins each before the sandbox starts.
+      processes: () => (made[0] ? readPids(join(made[0].dir, "cgroup.procs")) : []),
       killAll: () => {
         for (const d of made) {
           // v2 (5.14+): the kernel kills every process of the folder at once.

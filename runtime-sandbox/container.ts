@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { PassThrough, type Readable } from "node:stream";
 import type Docker from "dockerode";
 import { DEFAULT_MAX_PROCESSES, pidAlive, runtimeArgv, sandboxEnv, sandboxMounts, SANDBOX_PATHS, type LaunchSpec } from "./sandbox";
+import { descendants, sandboxProcesses } from "./process-tree";
 import type { ExitStatus, WorkerProcess } from "./worker";
 
 /**
@@ -297,6 +298,26 @@ class ContainerProcess implements WorkerProcess {
   kill(): void {
     this.killed = true;
     void this.container?.kill().catch(() => {});
+  }
+
+  /**
+   * The runtime is the container's pid 1 and reaps nothing it did not start, so what a function left
+   * running is killed from the host where Kiln may (the engine on this host, Kiln root or the same
+   * uid) and the container is not reused: its next invocation gets a fresh one. The container's own
+   * /proc is looked at first (one read); a rootless engine's containers may be out of Kiln's reach.
+   */
+  killStrays(): number | "replace" {
+    if (!this.pid || this.status || sandboxProcesses(this.pid) === 1) return 0;
+    const strays = descendants(this.pid);
+    if (!strays.length) return 0;
+    for (const pid of strays) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // gone, or not Kiln's to signal: the container's kill takes it
+      }
+    }
+    return "replace";
   }
 
   cleanup(): void {

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { SANDBOX_UID, systemMountList, systemPartLength, type Mount } from "./mounts";
 import { which } from "./runtimes";
+import { seccompLoader } from "./seccomp";
 
 /**
  * How a local worker or build is isolated from the host. Three kinds, best first:
@@ -81,7 +82,7 @@ class Bubblewrap implements Isolation {
     private readonly bw: BwrapInfo,
     private readonly user: { uid: number; gid: number; userns: boolean } | null,
   ) {
-    this.description = `bubblewrap (${bw.path})${user ? `, user code as uid ${user.uid}` : ""}`;
+    this.description = `bubblewrap (${bw.path})${user ? `, user code as uid ${user.uid}` : ""}, ${seccompNote()}`;
   }
 
   enclose(e: Enclosure, command: string[]): EnclosedCommand {
@@ -110,8 +111,19 @@ class Bubblewrap implements Isolation {
     a.push("--tmpfs", "/tmp");
     a.push(...toBwrap(e.mounts.slice(system)));
     a.push("--chdir", e.chdir);
-    return { argv: [this.bw.path, ...a, "--", ...dropTo(this.user), ...command] };
+    return { argv: [this.bw.path, ...a, "--", ...dropTo(this.user), ...seccompPrefix(), ...command] };
   }
+}
+
+/** The seccomp loader (seccomp.ts) goes last, after every namespace the sandbox makes, right before the command. */
+function seccompPrefix(): string[] {
+  const s = seccompLoader();
+  return typeof s === "string" ? [] : s.prefix;
+}
+
+function seccompNote(): string {
+  const s = seccompLoader();
+  return typeof s === "string" ? `no seccomp filter (${s})` : "seccomp filter";
 }
 
 function toBwrap(mounts: Mount[]): string[] {
@@ -163,7 +175,7 @@ class Namespaces implements Isolation {
   readonly kind = "namespaces" as const;
   readonly description: string;
   constructor(private readonly user: { uid: number; gid: number; userns: boolean } | null) {
-    this.description = `Linux namespaces through util-linux (unshare, mount, pivot_root, setpriv)${user ? `, user code as uid ${user.uid}` : ""}`;
+    this.description = `Linux namespaces through util-linux (unshare, mount, pivot_root, setpriv)${user ? `, user code as uid ${user.uid}` : ""}, ${seccompNote()}`;
   }
 
   enclose(e: Enclosure, command: string[]): EnclosedCommand {
@@ -181,7 +193,7 @@ class Namespaces implements Isolation {
     if (this.user) plan.push("--drop-to", String(this.user.uid), String(this.user.gid));
     if (!this.user || this.user.userns) plan.push("--map-user", SANDBOX_UID);
     // setpriv --pdeathsig: unshare dies with Kiln, and --kill-child takes the sandbox with it.
-    return { argv: [hostTool("setpriv")!, "--pdeathsig", "KILL", "--", ...unshare, "/bin/sh", NS_SCRIPT, ...plan, "--", ...command] };
+    return { argv: [hostTool("setpriv")!, "--pdeathsig", "KILL", "--", ...unshare, "/bin/sh", NS_SCRIPT, ...plan, "--", ...seccompPrefix(), ...command] };
   }
 }
 

@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
 import type { Socket } from "node:net";
+import { ancestry, descendants, sandboxProcesses } from "./process-tree";
 import type { WorkerCgroup } from "./sandbox";
 import type { ExitStatus, WorkerProcess } from "./worker";
 
@@ -14,6 +15,8 @@ export class LocalProcess implements WorkerProcess {
   readonly channel: Promise<Socket>;
   private readonly proc: ChildProcess;
   private runtimePidCache: number | null = null;
+  /** The worker's own processes: the runtime and its ancestors up to the spawned one (sandbox, its init). */
+  private own: number[] | null = null;
   private exitListeners: Array<(s: ExitStatus) => void> = [];
   private closeListeners: Array<() => void> = [];
   private status: ExitStatus | null = null;
@@ -60,6 +63,42 @@ export class LocalProcess implements WorkerProcess {
     void this.cgroup?.remove();
   }
 
+  /**
+   * Kills every process of this worker but its own (the sandbox's, its init, the runtime): what the
+   * function started and left running. Synchronous, so nothing it left runs after the response. The
+   * worker's cgroup lists them in one read; without one the process tree below the spawned process
+   * is walked (every process of a sandbox descends from it: orphans go to the sandbox's init), after
+   * a cheap look at the sandbox's own /proc says there is more than the init and the runtime.
+   */
+  killStrays(): number {
+    if (this.status || !this.proc.pid) return 0;
+    const rt = this.runtimePid();
+    if (!rt) return 0;
+    this.own ??= ancestry(rt, this.proc.pid);
+    const own = this.own;
+    if (!own) return 0;
+    const init = own[1];
+    if (!this.cgroup && init !== undefined && sandboxProcesses(init) === 2) return 0;
+    const killed = new Set<number>();
+    // A stray forking while the list is read leaves a child the next round finds (a process with a
+    // pending SIGKILL forks no more), so this ends within a few rounds.
+    for (let round = 0; round < 20; round++) {
+      let fresh = 0;
+      for (const pid of this.cgroup ? this.cgroup.processes() : descendants(this.proc.pid)) {
+        if (own.includes(pid) || killed.has(pid)) continue;
+        killed.add(pid);
+        fresh++;
+        try {
+          process.kill(pid, "SIGKILL");
+        } catch {
+          // gone already
+        }
+      }
+      if (!fresh) break;
+    }
+    return killed.size;
+  }
+
   /** The interpreter's pid on the host: below the bubblewrap and cgroup-wrapper processes when sandboxed. */
   runtimePid(): number | null {
     if (this.runtimePidCache) return this.runtimePidCache;
@@ -71,7 +110,8 @@ export class LocalProcess implements WorkerProcess {
       } catch {
         return null;
       }
-      if (comm !== "bwrap" && comm !== "sh") return (this.runtimePidCache = pid);
+      // bwrap and its init; the namespace sandbox's unshare and its init (sh); the cgroup wrapper (sh).
+      if (comm !== "bwrap" && comm !== "sh" && comm !== "unshare") return (this.runtimePidCache = pid);
       pid = firstChild(pid);
     }
     return null;
@@ -92,3 +132,4 @@ function firstChild(pid: number): number | null {
     return null;
   }
 }
+

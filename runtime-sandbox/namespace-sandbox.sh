@@ -6,9 +6,10 @@
 #     --kill-child --propagation private -- /bin/sh namespace-sandbox.sh PLAN... -- COMMAND...
 #
 # and this script, running as root of those fresh namespaces, builds a new root on a tmpfs from the
-# plan (the same mount list bubblewrap gets), pivots into it, and drops every capability before it
-# execs the command: as the sandbox uid when Kiln runs as root (--drop-to), else as uid 1000 of a
-# nested user namespace (--map-user), like bubblewrap's --uid 1000.
+# plan (the same mount list bubblewrap gets), pivots into it, and starts the command with every
+# capability dropped: as the sandbox uid when Kiln runs as root (--drop-to), else as uid 1000 of a
+# nested user namespace (--map-user), like bubblewrap's --uid 1000. COMMAND begins with the seccomp
+# loader (seccomp.ts). The script itself stays as the sandbox's pid 1 until the command ends.
 #
 # Plan words (after --root DIR): --ro-bind SRC DEST | --bind SRC DEST | --symlink TARGET DEST | --tmpfs DEST BYTES |
 # --cover-dir DEST | --cover-file DEST | --proc | --dev | --hostname NAME | --chdir DIR |
@@ -88,8 +89,17 @@ PATH=$command_path
 export PATH
 if [ -n "$drop" ]; then
   # shellcheck disable=SC2086
-  if [ -n "$map" ]; then exec setpriv $drop --inh-caps=-all --bounding-set=-all --no-new-privs -- unshare --user --map-user="$map" --map-group="$map" -- "$@"; fi
+  if [ -n "$map" ]; then set -- setpriv $drop --inh-caps=-all --bounding-set=-all --no-new-privs -- unshare --user --map-user="$map" --map-group="$map" -- "$@"
   # shellcheck disable=SC2086
-  exec setpriv $drop --inh-caps=-all --bounding-set=-all --no-new-privs -- "$@"
+  else set -- setpriv $drop --inh-caps=-all --bounding-set=-all --no-new-privs -- "$@"; fi
+else
+  set -- setpriv --inh-caps=-all --no-new-privs -- unshare --user --map-user="$map" --map-group="$map" -- "$@"
 fi
-exec setpriv --inh-caps=-all --no-new-privs -- unshare --user --map-user="$map" --map-group="$map" -- "$@"
+# The command runs as pid 2; this shell stays the sandbox's pid 1, as bubblewrap's init does. It
+# reaps whatever the command leaves behind (a runtime as pid 1 reaps nothing, and unreaped zombies
+# count against the process limit), and when the command ends it ends, which ends the pid namespace
+# and every process in it. It keeps no descriptor of the command's (fd 3 is the worker's channel).
+"$@" &
+child=$!
+exec 3>&- </dev/null >/dev/null 2>&1
+wait "$child"

@@ -99,6 +99,12 @@ export interface WorkerProcess {
   onClose(l: () => void): void;
   /** Kills it and everything it started, now. */
   kill(): void;
+  /**
+   * After an invocation: kills whatever the function started and left running, leaving the worker
+   * itself warm. Returns how many processes it killed, or "replace" when the worker must not serve
+   * again (what it left cannot be cleared from here).
+   */
+  killStrays(): number | "replace";
   /** After the end: gives back what it held (cgroup folders, the container). */
   cleanup(): void;
   /** The interpreter's pid on this host, for CPU accounting; null when unknown. */
@@ -321,17 +327,26 @@ export class Worker {
         if (!p || f.id !== p.id || this.killReason) return;
         if (Date.now() > p.deadline) return this.kill({ kind: "timeout", message: p.timeoutMessage });
         const computeMs = performance.now() - p.started;
+        // Nothing the function started runs past its answer: not outside its time limit and CPU
+        // budget, and not holding the worker's process limit for the next invocation.
+        const strays = this.proc.killStrays();
         // Output a subprocess wrote before the handler returned is already in the stdout/stderr
         // pipes, but this turn of the event loop may have read fd 3 first: read the rest, then settle.
         setImmediate(() => {
           if (this.pending !== p || this.killReason) return; // the worker died meanwhile: finish() rejects it
           this.pending = null;
           for (const t of p.timers) clearTimeout(t);
-          this.state = "idle";
           this.lastUsed = Date.now();
+          if (strays) this.push("warn", strays === "replace" ? "the function left processes running; its worker is replaced" : `killed ${strays} process${strays === 1 ? "" : "es"} the function left running after it returned`);
+          this.state = "idle";
           const logs = this.takeLogs();
           if (f.t === "result") p.resolve({ ok: true, value: f.value, logs, computeMs });
           else p.resolve({ ok: false, error: String(f.error ?? ""), type: String(f.type ?? "Error"), logs, computeMs });
+          // Not reused: out of the pool's choice at once (it drops exited workers), ended after this answer.
+          if (strays === "replace") {
+            this.state = "exited";
+            this.kill({ kind: "crash", message: "stopped: the function left processes running" });
+          }
         });
         return;
       }

@@ -3,7 +3,7 @@
 // container outlives the Kiln that made it. Runs only in the "containers" project (vitest.config.ts),
 // whose global setup provides a Docker engine; functions.test.ts runs there too.
 import { spawnSync } from "node:child_process";
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { connect, type Socket } from "node:net";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -65,6 +65,48 @@ describe("the container runtime", () => {
     // The function's environment is its own: nothing of Kiln's, no channel address left behind.
     const env = (info.Config.Env ?? []).map((e) => e.split("=")[0]);
     expect(env).not.toContain("KILN_PLATFORM_TOKEN");
+  });
+
+  test("what a function leaves running is killed when it answers, and its container is not reused; no user namespace can be made (the engine's seccomp profile)", async () => {
+    const p = await createProject(k);
+    const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
+    const tag = `kiln-stray-container-${process.pid}`;
+    const running = () =>
+      readdirSync("/proc").filter((d) => {
+        try {
+          return /^\d+$/.test(d) && readFileSync(`/proc/${d}/cmdline`, "utf8").includes(tag);
+        } catch {
+          return false;
+        }
+      });
+    const code = tgz({
+      "index.js": `const cp = require("node:child_process"), fs = require("node:fs");
+let calls = 0;
+const tagged = (tag) => fs.readdirSync("/proc").filter((p) => { try { return fs.readFileSync("/proc/" + p + "/cmdline", "utf8").includes(tag); } catch { return false; } });
+const refused = (args) => { try { cp.execFileSync(args[0], args.slice(1), { stdio: "pipe" }); return "ok"; } catch (e) { return String(e.stderr).trim(); } };
+exports.handler = async (e) => {
+  if (e.probe) return { unshare: refused(["unshare", "-U", "true"]), mount: refused(["mount", "-t", "tmpfs", "none", "/tmp"]) };
+  cp.spawn("setsid", ["sh", "-c", "while :; do :; done", e.tag], { detached: true, stdio: "ignore" }).unref();
+  cp.spawn("sh", ["-c", "(sh -c 'while :; do :; done' " + e.tag + " &) &"], { stdio: "ignore" }).unref();
+  while (tagged(e.tag).length < 2) await new Promise((r) => setTimeout(r, 10));
+  return { calls: ++calls };
+};`,
+    });
+    const fn = await settled(k, p.id, (await deploy(k, p.id, { name: "strays", runtime: "nodejs22.x" }, code)).body.id);
+    expect(fn.status).toBe("active");
+    try {
+      for (let i = 0; i < 3; i++) {
+        const r = await k.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: { tag } } });
+        expect(r.status, JSON.stringify(r.body)).toBe(200);
+        expect(r.body).toEqual({ calls: 1 }); // a fresh container each time
+        await expect.poll(running, { timeout: 5000, interval: 20 }).toEqual([]);
+      }
+      const r = await k.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: { probe: true } } });
+      expect(r.body.unshare).toMatch(/Operation not permitted/);
+      expect(r.body.mount).not.toBe("ok"); // util-linux's mount refuses a non-root user before the call
+    } finally {
+      for (const pid of running()) process.kill(Number(pid), "SIGKILL");
+    }
   });
 
   test("a redeploy retires the old version's container; deleting the function removes its containers", async () => {

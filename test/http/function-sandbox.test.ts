@@ -3,7 +3,7 @@
 // explicit opt-in to run unsandboxed. Host tools are hidden per test by starting Kiln in a private
 // mount namespace with /dev/null bound over them, which needs root (as CI runs).
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, test } from "vitest";
@@ -115,6 +115,85 @@ describe.skipIf(!run)("function sandbox", () => {
       service.close();
     }
   });
+
+  // The hostile probe of issue 24: background processes outliving their invocation (busy loops at
+  // 100% CPU past the 200, outside the time limit and CPU budget, filling the warm worker's process
+  // limit), and a sandbox that let code make user namespaces.
+  test.each([
+    ["bubblewrap", []],
+    ["namespaces", NO_BWRAP],
+  ] as const)("%s: what a function leaves running is killed when it answers, and namespaces, ptrace, keys, bpf and mount are refused", async (kind, wrap) => {
+    const k = await startKiln({ wrap: [...wrap], env: { KILN_LOG: "" } });
+    const tag = `kiln-stray-http-${process.pid}-${kind}`;
+    const running = () =>
+      readdirSync("/proc").filter((d) => {
+        try {
+          return /^\d+$/.test(d) && readFileSync(`/proc/${d}/cmdline`, "utf8").includes(tag);
+        } catch {
+          return false;
+        }
+      });
+    try {
+      const p = await createProject(k);
+      const sk = await serviceKey(k, p.id);
+      const strays = await deploy(
+        k,
+        p.id,
+        { name: "strays", runtime: "nodejs22.x" },
+        tgz({
+          "index.js": `const cp = require("node:child_process"), fs = require("node:fs");
+const tagged = (tag) => fs.readdirSync("/proc").filter((p) => { try { return fs.readFileSync("/proc/" + p + "/cmdline", "utf8").includes(tag); } catch { return false; } });
+exports.handler = async (e) => {
+  cp.spawn("setsid", ["sh", "-c", "while :; do :; done", e.tag], { detached: true, stdio: "ignore" }).unref();
+  cp.spawn("sh", ["-c", "(sh -c 'while :; do :; done' " + e.tag + " &) &"], { stdio: "ignore" }).unref();
+  cp.spawn("sh", ["-c", "sleep 1000; :", e.tag], { stdio: "ignore" }).unref();
+  while (tagged(e.tag).length < 3) await new Promise((r) => setTimeout(r, 10));
+  return { pid: process.pid };
+};`,
+        }),
+      );
+      expect((await settled(k, p.id, strays.body.id)).status).toBe("active");
+      // 45 calls leave 135 processes behind if nothing clears them: over the default limit of 128.
+      let runtimePid: number | undefined;
+      for (let i = 0; i < 45; i++) {
+        const r = await k.api("POST", `/functions/${strays.body.id}/invoke`, { token: sk, body: { payload: { tag } } });
+        expect(r.status, JSON.stringify(r.body)).toBe(200);
+        runtimePid ??= r.body.pid;
+        expect(r.body.pid).toBe(runtimePid); // the same warm worker every time
+        await expect.poll(running, { timeout: 5000, interval: 20 }).toEqual([]);
+      }
+
+      const probe = await deploy(
+        k,
+        p.id,
+        { name: "syscalls", runtime: "python3.11" },
+        tgz({
+          "main.py": [
+            "import ctypes, errno, platform, subprocess",
+            "libc = ctypes.CDLL(None, use_errno=True)",
+            "NR = {'x86_64': dict(ptrace=101, keyctl=250, bpf=321, mount=165, unshare=272),",
+            "      'aarch64': dict(ptrace=117, keyctl=219, bpf=280, mount=40, unshare=97)}[platform.machine()]",
+            "def call(name, *args):",
+            "    return 'ok' if libc.syscall(NR[name], *args) >= 0 else errno.errorcode[ctypes.get_errno()]",
+            "def handler(event, context):",
+            "    u = subprocess.run(['unshare', '-U', 'true'], capture_output=True, text=True)",
+            "    return {'unshareCommand': u.stderr.strip(), 'unshare': call('unshare', 0x10000000), 'ptrace': call('ptrace', 0, 0, 0, 0),",
+            "            'keyctl': call('keyctl', 0, ctypes.c_long(-3), 0), 'bpf': call('bpf', 0, ctypes.create_string_buffer(128), 128),",
+            "            'mount': call('mount', b'none', b'/tmp', b'tmpfs', 0, None)}",
+          ].join("\n"),
+        }),
+      );
+      expect((await settled(k, p.id, probe.body.id)).status).toBe("active");
+      const r = await k.api("POST", `/functions/${probe.body.id}/invoke`, { token: sk, body: { payload: {} } });
+      expect(r.status).toBe(200);
+      expect(r.body).toEqual({ unshareCommand: "unshare: unshare failed: Operation not permitted", unshare: "EPERM", ptrace: "EPERM", keyctl: "EPERM", bpf: "EPERM", mount: "EPERM" });
+      expect(k.stderr).toMatch(/functions are sandboxed: .*seccomp filter/);
+    } finally {
+      for (const pid of running()) process.kill(Number(pid), "SIGKILL");
+      await k.stop();
+      removeDir(k.dataDir);
+    }
+  }, 120_000);
 
   test("with no working sandbox, start warns, deploys and invocations answer 503 naming the fix, and doctor fails", async () => {
     // A function deployed while a sandbox worked, then the same data dir on a host with none.

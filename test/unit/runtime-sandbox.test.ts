@@ -577,6 +577,112 @@ describe.each(sandboxes)("isolation (%s)", (sandbox) => {
     expect(r.tcp).toBe("hello from the host");
   });
 
+  test("what a function leaves running is killed when it answers; its warm worker serves the next calls within its process limit", async () => {
+    // Each call leaves three processes: a busy loop in a session of its own, a double-forked busy
+    // loop (reparented to the sandbox's init), and a sleeper. Fourteen calls leave 42, over the
+    // process limit of 32, if nothing clears them.
+    const v = fn(
+      {
+        "index.js": `const cp = require("node:child_process"), fs = require("node:fs");
+const mine = (tag) => fs.readdirSync("/proc").filter((p) => /^\\d+$/.test(p)).filter((p) => { try { return fs.readFileSync("/proc/" + p + "/cmdline", "utf8").includes(tag); } catch { return false; } });
+exports.handler = async (e) => {
+  // Processes alive in the sandbox (a zombie of the last call may wait to be reaped: it is dead).
+  const before = fs.readdirSync("/proc").filter((p) => /^\\d+$/.test(p)).filter((p) => { try { return !/\\) Z /.test(fs.readFileSync("/proc/" + p + "/stat", "utf8")); } catch { return false; } }).length;
+  cp.spawn("setsid", ["sh", "-c", "while :; do :; done", e.tag], { detached: true, stdio: "ignore" }).unref();
+  cp.spawn("sh", ["-c", "(sh -c 'while :; do :; done' " + e.tag + " &) &"], { stdio: "ignore" }).unref();
+  cp.spawn("sh", ["-c", "sleep 1000; :", e.tag], { stdio: "ignore" }).unref();
+  // All three are running before it answers (a fourth, the double fork's middle shell, may be too).
+  while (mine(e.tag).length < 3) await new Promise((r) => setTimeout(r, 10));
+  return { before, started: true };
+};`,
+      },
+      { limits: { memoryMb: 256, timeoutMs: 10_000, maxProcesses: 32 } },
+    );
+    const p = newPool({ sandbox });
+    const tag = `kiln-stray-${process.pid}-${sandbox}`;
+    const running = () =>
+      readdirSync("/proc")
+        .filter((d) => /^\d+$/.test(d))
+        .filter((d) => {
+          try {
+            return readFileSync(`/proc/${d}/cmdline`, "utf8").includes(tag);
+          } catch {
+            return false;
+          }
+        });
+    try {
+      for (let i = 0; i < 14; i++) {
+        const r = await p.invoke(v, { tag }, { invocationId: id() });
+        expect(r.status, text(r)).toBe(200);
+        expect(r.coldStart).toBe(i === 0);
+        // The sandbox held only its init and the runtime when the call began.
+        expect(json(r)).toEqual({ before: 2, started: true });
+        expect(r.logs.map((l) => l.message).join("\n")).toMatch(/killed \d+ processes the function left running after it returned/);
+        // SIGKILLed before the answer went out; gone once the kernel has run their exit (a zombie
+        // has no command line), which on a loaded machine can take a moment.
+        await expect.poll(running, { timeout: 5000, interval: 20 }).toEqual([]);
+      }
+    } finally {
+      for (const pid of running()) process.kill(Number(pid), "SIGKILL");
+    }
+  }, 60_000);
+
+  test("the CPU budget is measured on the runtime itself (not on a sandbox process above it)", async () => {
+    const v = fn({ "index.js": "exports.handler = async () => { for (;;) {} };" }, { limits: { memoryMb: 256, timeoutMs: 20_000, cpuSeconds: 1 } });
+    const p = newPool({ sandbox });
+    const e = await failure(p.invoke(v, null, { invocationId: id() }));
+    expect(e.kind).toBe("timeout");
+    expect(e.message).toContain("CPU time limit");
+  }, 30_000);
+
+  test("nested user namespaces, ptrace, keyctl, bpf, mount and setns are refused (EPERM); threads and subprocesses work", async () => {
+    // Numbers for x86_64 and aarch64; the sandbox has util-linux's unshare under /usr.
+    const v = fn(
+      {
+        "main.py": [
+          "import ctypes, errno, os, platform, subprocess, threading",
+          "libc = ctypes.CDLL(None, use_errno=True)",
+          "NR = {'x86_64': dict(ptrace=101, keyctl=250, bpf=321, mount=165, setns=308, unshare=272),",
+          "      'aarch64': dict(ptrace=117, keyctl=219, bpf=280, mount=40, setns=268, unshare=97)}[platform.machine()]",
+          "def call(name, *args):",
+          "    r = libc.syscall(NR[name], *args)",
+          "    return 'ok' if r >= 0 else errno.errorcode[ctypes.get_errno()]",
+          "def handler(event, context):",
+          "    attr = ctypes.create_string_buffer(128)",
+          "    t = threading.Thread(target=lambda: None); t.start(); t.join()",
+          "    userns = subprocess.run(['unshare', '--user', '--map-root-user', '--mount', 'mount', '-t', 'tmpfs', 'none', '/tmp'], capture_output=True, text=True)",
+          "    return {",
+          "        'unshareUser': call('unshare', 0x10000000),",
+          "        'unshareNet': call('unshare', 0x40000000),",
+          "        'ptrace': call('ptrace', 0, 0, 0, 0),",
+          "        'keyctl': call('keyctl', 0, ctypes.c_long(-3), 0),",
+          "        'bpf': call('bpf', 0, attr, 128),",
+          "        'mount': call('mount', b'none', b'/tmp', b'tmpfs', 0, None),",
+          "        'setns': call('setns', os.open('/proc/self/ns/net', os.O_RDONLY), 0),",
+          "        'unshareCommand': [userns.returncode, userns.stderr.strip()],",
+          "        'fork': subprocess.run(['sh', '-c', 'echo forked'], capture_output=True, text=True).stdout.strip(),",
+          "    }",
+        ].join("\n"),
+      },
+      { runtime: "python3.12", entry: "main.py" },
+    );
+    const p = newPool({ sandbox });
+    const r = json(await p.invoke(v, null, { invocationId: id() }));
+    expect(r).toMatchObject({ unshareUser: "EPERM", unshareNet: "EPERM", ptrace: "EPERM", keyctl: "EPERM", bpf: "EPERM", mount: "EPERM", setns: "EPERM", fork: "forked" });
+    expect(r.unshareCommand[0]).not.toBe(0);
+    expect(r.unshareCommand[1]).toMatch(/Operation not permitted/);
+    // Node's worker threads and child processes under the same filter.
+    const node = fn({
+      "index.js": `const { Worker } = require("node:worker_threads"), cp = require("node:child_process");
+exports.handler = async () => ({
+  thread: await new Promise((resolve) => new Worker("require('node:worker_threads').parentPort.postMessage(6 * 7)", { eval: true }).on("message", resolve)),
+  child: cp.execFileSync("sh", ["-c", "echo child"]).toString().trim(),
+  unshare: (() => { try { cp.execFileSync("unshare", ["-U", "true"], { stdio: "pipe" }); return "ok"; } catch (e) { return String(e.stderr).trim(); } })(),
+});`,
+    });
+    expect(json(await p.invoke(node, null, { invocationId: id() }))).toEqual({ thread: 42, child: "child", unshare: "unshare: unshare failed: Operation not permitted" });
+  });
+
   test("python sees the same sandbox", async () => {
     const v = fn(
       {
