@@ -10,7 +10,8 @@ import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import { tenantRoleName } from "../../server/backends/databases/tenant-roles";
 import { makeSecretKey, parseKey } from "../../server/secrets/secret-key";
 import { connect, withApp } from "../support/database-clients";
-import { activeDatabase } from "../support/databases";
+import { activeDatabase, backup } from "../support/databases";
+import { startPgServer, type PgServer } from "../support/postgres-server";
 import { createProject, eventually, freshDatabase, startKiln, STORE, TEST_SECRET_KEY, useKiln, type TestKiln } from "../support/kiln";
 
 type Err = { code?: string; message: string };
@@ -280,6 +281,43 @@ describe.skipIf(STORE !== "postgres")("production engine: a database an older Ki
     } finally {
       await kiln.stop();
     }
+  });
+});
+
+describe.skipIf(STORE !== "postgres")("production engine: TLS to the server (sslmode and sslrootcert in --postgres-url)", () => {
+  // A server of its own that refuses every TCP connection without TLS.
+  let pg: PgServer;
+  let k: TestKiln;
+  const tlsUrl = (mode: string, rootCert?: string) => `${pg.url}?sslmode=${mode}${rootCert ? `&sslrootcert=${encodeURIComponent(rootCert)}` : ""}`;
+  beforeAll(async () => {
+    pg = await startPgServer({ tls: true });
+    k = await startKiln({ postgresUrl: tlsUrl("verify-full", pg.certFile), args: ["--controllable-clock"] });
+  }, 120_000);
+  afterAll(async () => {
+    await k?.stop();
+    await pg?.stop();
+  });
+
+  test("verify-full: wire sessions, the query API and a backup (pg_dump) reach the server over TLS", async () => {
+    const t = await tenant(k);
+    const c = t.sessions.service_full_access();
+    expect(await c.unsafe(`select ssl from pg_stat_ssl where pid = pg_backend_pid()`)).toEqual([{ ssl: true }]);
+    await c.unsafe(`create table items (id int primary key, name text); insert into items values (1, 'over tls')`);
+    const sk = (await k.api("POST", `/projects/${t.project.id}/service-keys`, { body: { name: "backend" } })).body.key as string;
+    const q = await k.api("POST", `/databases/${t.db.database_name}/query/select`, { token: sk, body: { table: "items" } });
+    expect(q.status, q.text).toBe(200);
+    expect(q.body.data).toEqual([{ id: 1, name: "over tls" }]);
+    const b = await backup(k, t.project.id, "tls");
+    expect(b.size_bytes).toBeGreaterThan(0);
+  });
+
+  test("verify-full without the server's CA: Kiln refuses to start with the TLS error", async () => {
+    const err = await startKiln({ postgresUrl: tlsUrl("verify-full") }).then(
+      async (kiln) => (await kiln.stop(), null),
+      (e: Error) => e,
+    );
+    expect(err?.message).toMatch(/exited with 1 before listening/);
+    expect(err!.message).toMatch(/self[- ]signed certificate/i);
   });
 });
 

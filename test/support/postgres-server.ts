@@ -3,7 +3,7 @@
 import { execFile, execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { access, constants } from "node:fs/promises";
-import { appendFileSync, chownSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -11,6 +11,8 @@ import { join } from "node:path";
 export interface PgServer {
   /** postgres://kiln:PASS@127.0.0.1:PORT/postgres (superuser) */
   url: string;
+  /** With `tls`: the server's self-signed certificate (for 127.0.0.1), to trust as sslrootcert. */
+  certFile?: string;
   port: number;
   stop(): Promise<void>;
 }
@@ -59,8 +61,11 @@ function freePort(): Promise<number> {
   });
 }
 
-/** `noReplication`: pg_hba.conf admits no replication connection (initdb's default admits local ones). */
-export async function startPgServer(opts: { bin?: string; noReplication?: boolean } = {}): Promise<PgServer> {
+/**
+ * `noReplication`: pg_hba.conf admits no replication connection (initdb's default admits local ones).
+ * `tls`: ssl = on with a self-signed certificate for 127.0.0.1, and TCP connections without TLS refused.
+ */
+export async function startPgServer(opts: { bin?: string; noReplication?: boolean; tls?: boolean } = {}): Promise<PgServer> {
   const bin = opts.bin ?? (await findPgBin());
   if (!bin) throw new Error("PostgreSQL binaries not found (set KILN_PG_BIN)");
   const pgCtl = join(bin, "pg_ctl");
@@ -110,6 +115,22 @@ export async function startPgServer(opts: { bin?: string; noReplication?: boolea
       "fsync = off", "synchronous_commit = off", "full_page_writes = off",
       "max_connections = 600", "shared_buffers = 32MB", "",
     ].join("\n"));
+    let certFile: string | undefined;
+    if (opts.tls) {
+      certFile = join(dir, "server.crt");
+      const key = join(dir, "server.key");
+      execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", certFile], { stdio: "ignore" });
+      if (isRoot) {
+        const uid = Number(execFileSync("id", ["-u", "postgres"]).toString().trim());
+        chmodSync(key, 0o600);
+        for (const f of [certFile, key]) chownSync(f, uid, uid === 0 ? 0 : Number(execFileSync("id", ["-g", "postgres"]).toString().trim()));
+      }
+      appendFileSync(join(data, "postgresql.conf"), ["", "ssl = on", `ssl_cert_file = '${certFile}'`, `ssl_key_file = '${key}'`, ""].join("\n"));
+      const hba = join(data, "pg_hba.conf");
+      // Unix sockets stay plaintext; every TCP connection needs TLS (pg_isready negotiates it: libpq's prefer).
+      const lines = readFileSync(hba, "utf8").split("\n").map((l) => l.replace(/^(\s*)host(\s)/, "$1hostssl$2"));
+      writeFileSync(hba, [...lines, "hostnossl all all 0.0.0.0/0 reject", "hostnossl all all ::/0 reject", ""].join("\n"));
+    }
     if (opts.noReplication) {
       const hba = join(data, "pg_hba.conf");
       writeFileSync(hba, readFileSync(hba, "utf8").split("\n").filter((l) => !/^\s*(local|host)\s+replication\b/.test(l)).join("\n"));
@@ -129,6 +150,7 @@ export async function startPgServer(opts: { bin?: string; noReplication?: boolea
     return {
       url: `postgres://kiln:${password}@127.0.0.1:${port}/postgres`,
       port,
+      certFile,
       stop: async () => stopSync(),
     };
   } catch (e) {

@@ -1,5 +1,7 @@
 import { createHash, createHmac, pbkdf2Sync, randomBytes } from "node:crypto";
 import { connect, type Socket } from "node:net";
+import { connect as tlsConnect } from "node:tls";
+import { tlsConnectOptions, wantsTls, type ServerTls } from "./server-tls";
 import { MessageBuilder, simpleQuery, utf8 } from "./wire/protocol";
 
 /**
@@ -20,6 +22,8 @@ export interface ProxyTarget {
    * and `_pq_.*` are never passed on (the server's user and database are the target's own).
    */
   params?: Record<string, string>;
+  /** TLS to the server (`sslmode` of --postgres-url); plaintext when null. */
+  tls?: ServerTls | null;
 }
 
 /** Startup parameters that are the proxy's to choose, or that the proxy cannot honour. */
@@ -33,6 +37,12 @@ export function startupParams(t: ProxyTarget): Record<string, string> {
 }
 
 const CANCEL_REQUEST = 80877102;
+const SSL_REQUEST = (() => {
+  const b = Buffer.alloc(8);
+  b.writeInt32BE(8, 0);
+  b.writeInt32BE(80877103, 4);
+  return b;
+})();
 
 const P = 0x70; // PasswordMessage / SASLInitialResponse / SASLResponse ('p')
 
@@ -122,7 +132,8 @@ function sendCancel(host: string, port: number, pid: number, secret: number, tim
 /** Connects, authenticates (SCRAM-SHA-256, MD5 or cleartext), runs `init`, and returns the pipe. */
 export function openProxy(t: ProxyTarget, init: string[], timeoutMs = 10_000): Promise<ProxyConnection> {
   return new Promise((resolve, reject) => {
-    const sock: Socket = connect({ host: t.host, port: t.port });
+    const raw: Socket = connect({ host: t.host, port: t.port });
+    let sock: Socket = raw;
     const framer = new Framer();
     const parameters: Record<string, string> = {};
     let phase: "auth" | "init" | "ready" = "auth";
@@ -136,7 +147,25 @@ export function openProxy(t: ProxyTarget, init: string[], timeoutMs = 10_000): P
     };
     sock.once("error", (e) => phase !== "ready" && fail(connectError(`could not connect to the database server: ${e.message}`)));
     sock.once("close", () => phase !== "ready" && fail(connectError("the database server closed the connection during startup")));
-    sock.once("connect", () => sock.write(startupMessage(startupParams(t))));
+    const begin = (s: Socket) => {
+      sock = s;
+      s.on("data", onData);
+      s.write(startupMessage(startupParams(t)));
+    };
+    // With TLS: SSLRequest, then the server's one-byte answer ('S' or 'N') before anything else.
+    raw.once("connect", () => {
+      if (!wantsTls(t.tls ?? null)) return begin(raw);
+      const tls = t.tls!;
+      raw.write(SSL_REQUEST);
+      raw.once("data", (answer: Buffer) => {
+        if (answer[0] === 0x53) {
+          const s = tlsConnect({ socket: raw, ...tlsConnectOptions(tls) });
+          s.once("error", (e) => phase !== "ready" && fail(connectError(`TLS with the database server failed (sslmode=${tls.mode}): ${e.message}`)));
+          s.once("secureConnect", () => begin(s));
+        } else if (tls.mode === "prefer") begin(raw);
+        else fail(connectError(`the database server does not support SSL, but --postgres-url asks for sslmode=${tls.mode}`));
+      });
+    });
     const onData = (chunk: Buffer) => {
       for (const m of framer.push(chunk)) {
         if (m.type === "E") return fail(serverError(m.body));
@@ -209,6 +238,5 @@ export function openProxy(t: ProxyTarget, init: string[], timeoutMs = 10_000): P
         // Notices and init's own results are not the client's business.
       }
     };
-    sock.on("data", onData);
   });
 }

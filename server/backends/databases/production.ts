@@ -19,6 +19,7 @@ import { ServerPitr } from "./pitr";
 import { openProxy } from "./pg-proxy";
 import type { WireBackend, WireClient, WireControl } from "./wire/listener";
 import { backgroundPriority } from "./background-priority";
+import { libpqTlsEnv, postgresJsSsl, serverTlsOf, type ServerTls } from "./server-tls";
 import { adoptObjectsSql, checkKilnRole, ensureTenantRole, ident, lockDatabaseSql, roleCheckMessages, tenantRoleName } from "./tenant-roles";
 
 function hours(v: string | undefined, fallback: number): number {
@@ -48,6 +49,13 @@ export class PostgresEngine implements DatabaseEngine {
   private version: number | null = null;
 
   private pitr: ServerPitr | null = null;
+  /** TLS to the server (sslmode/sslrootcert of --postgres-url), for every connection to it. */
+  private readonly tls: ServerTls | null;
+
+  /** A postgres.js client of the server (URL without sslmode/sslrootcert), with the engine's TLS settings. */
+  private client(url: string, opts: postgres.Options<{}> = {}): postgres.Sql {
+    return postgres(url, { onnotice: () => {}, ssl: postgresJsSsl(this.tls), ...opts });
+  }
 
   constructor(
     adminUrl: string,
@@ -65,8 +73,10 @@ export class PostgresEngine implements DatabaseEngine {
       tenantPassword: (role: string) => string;
     },
   ) {
-    this.url = new URL(adminUrl);
-    this.admin = postgres(adminUrl, { max: 2, onnotice: () => {}, idle_timeout: 30 });
+    const { tls, url } = serverTlsOf(adminUrl);
+    this.tls = tls;
+    this.url = new URL(url);
+    this.admin = this.client(url, { max: 2, idle_timeout: 30 });
   }
 
   /** Whether Kiln's own role is a superuser (it then needs no membership in tenant roles). */
@@ -144,7 +154,7 @@ export class PostgresEngine implements DatabaseEngine {
     if (!db || db.owner === role) return;
     const u = new URL(this.url.toString());
     u.pathname = `/${database}`;
-    const own = postgres(u.toString(), { max: 1, onnotice: () => {} });
+    const own = this.client(u.toString(), { max: 1 });
     try {
       await own.unsafe(PRIVILEGES_UPGRADE_SQL);
       await own.unsafe(adoptObjectsSql(role));
@@ -177,7 +187,7 @@ export class PostgresEngine implements DatabaseEngine {
   private pool(id: string): postgres.Sql {
     let p = this.pools.get(id);
     if (!p) {
-      p = postgres(this.urlFor(id), { max: 5, onnotice: () => {}, idle_timeout: 30 });
+      p = this.client(this.urlFor(id), { max: 5, idle_timeout: 30 });
       this.pools.set(id, p);
     }
     return p;
@@ -192,7 +202,7 @@ export class PostgresEngine implements DatabaseEngine {
     await this.admin.unsafe(lockDatabaseSql(serverDatabaseName(id)));
     this.current.set(id, Promise.resolve());
     // The setup runs as the tenant role: what it makes is the tenant's.
-    const db = postgres(this.urlFor(id), { max: 1, onnotice: () => {} });
+    const db = this.client(this.urlFor(id), { max: 1 });
     try {
       for (const stmt of DATABASE_SETUP_SQL) {
         try {
@@ -246,6 +256,7 @@ export class PostgresEngine implements DatabaseEngine {
         user: tenantRoleName(id),
         password: this.opts.tenantPassword(tenantRoleName(id)),
         database: serverDatabaseName(id),
+        tls: this.tls,
         applicationName: client.applicationName,
         // The client's DateStyle, TimeZone, options (-c ...) and the like: the session starts as asked,
         // and a parameter the server refuses refuses the connection with the server's own error.
@@ -319,6 +330,7 @@ export class PostgresEngine implements DatabaseEngine {
       PGPORT: this.url.port || "5432",
       PGUSER: decodeURIComponent(this.url.username),
       PGPASSWORD: decodeURIComponent(this.url.password),
+      ...libpqTlsEnv(this.tls),
       PGAPPNAME: "kiln",
       PGCONNECT_TIMEOUT: "10",
     };
