@@ -4,6 +4,11 @@
 // Run: npm run bench:locks
 // Targets: in-memory p50 < 1 ms per operation; PostgreSQL table >= 30% of the in-memory rate.
 //
+// The in-memory table journals every change in its data dir (server/locks/lease-journal.ts) and
+// answers acquires and renewals after an fdatasync (shared by concurrent ones), so its figures
+// include the disk's flush: the bench's data dirs are under the system's temporary folder, which
+// must be a real disk (not tmpfs) for the figures to mean anything.
+//
 // - latency: one client, one operation at a time (acquire, renew, release of a fresh key), p50/p99
 //   per operation after a warm-up;
 // - rate: CLIENTS concurrent clients (default 8) for DURATION seconds (default 3) per table doing the

@@ -1,3 +1,4 @@
+import { emptyLockState, type LeaseLog, type LockState } from "./lease-journal";
 import {
   assertLeaseInput,
   countFirst,
@@ -21,28 +22,46 @@ import {
 const MIN_SWEEP_AT = 1024;
 
 /**
- * Leases of one Kiln process (embedded profile). Fencing tokens come from one counter for all keys:
- * they still rise per key (gaps allowed), and a freed lock needs no entry, so memory is bounded by
- * live leases. Reclaimable entries are swept whenever the table has doubled since the last sweep.
+ * Leases of one Kiln process (embedded profile), in memory for speed, with every change recorded in
+ * a `LeaseLog` (the LeaseJournal file) when one is given: written before memory changes, and
+ * acquires and renewals answered only once it is on disk, so leases and fencing tokens survive a
+ * restart, kill -9 included.
+ *
+ * Fencing tokens come from one counter per project (the first is `tokenFloor` + 1): they rise for
+ * every key of the project (gaps allowed), a freed lock needs no entry, and memory is bounded by
+ * live leases plus one number per project. Reclaimable entries are swept whenever the table has
+ * doubled since the last sweep.
  */
 export class MemoryLockTable implements LockTable {
-  private readonly projects = new Map<string, Map<string, Lease>>();
+  private readonly projects: Map<string, Map<string, Lease>>;
+  private readonly counters: Map<string, number>;
   private entries = 0;
   private sweepAt = MIN_SWEEP_AT;
-  private lastToken: number;
+  private readonly floor: number;
+  private readonly log: LeaseLog | null;
   private quotaWindow = -Infinity;
   private readonly quota = new Map<string, number>();
   readonly counted: CountedLockOperations = countFirst(this);
 
-  constructor(opts: { tokenFloor?: number } = {}) {
+  /**
+   * `state`: what to start from (a replayed journal's), used and changed in place; `log`: where
+   * changes are recorded; `tokenFloor`: no project's tokens start at or below it.
+   */
+  constructor(opts: { tokenFloor?: number; state?: LockState; log?: LeaseLog } = {}) {
     const floor = opts.tokenFloor ?? 0;
     if (!Number.isSafeInteger(floor) || floor < 0) throw new RangeError("tokenFloor must be a non-negative integer");
-    this.lastToken = floor;
+    this.floor = floor;
+    const state = opts.state ?? emptyLockState();
+    this.projects = state.projects;
+    this.counters = state.counters;
+    this.log = opts.log ?? null;
+    for (const leases of this.projects.values()) this.entries += leases.size;
+    this.sweepAt = Math.max(MIN_SWEEP_AT, this.entries * 2);
   }
 
-  /** The highest fencing token issued (or the floor): persist it and pass it back as `tokenFloor` after a restart. */
-  get lastFencingToken(): number {
-    return this.lastToken;
+  /** The highest fencing token the project has been issued (or the floor). */
+  lastFencingToken(projectId: string): number {
+    return Math.max(this.counters.get(projectId) ?? 0, this.floor);
   }
 
   /** Entries kept (live leases plus not yet swept lapsed ones). */
@@ -56,11 +75,17 @@ export class MemoryLockTable implements LockTable {
     const d = decideAcquire(current, lockToken, ttlSeconds, nowMs);
     if (d.kind === "refuse") return { ok: false, code: d.code };
     if (d.kind === "extend") {
+      this.log?.put(projectId, key, { ...current!, expiresAtMs: d.expiresAtMs });
       current!.expiresAtMs = d.expiresAtMs;
+      await this.log?.synced();
       return { ok: true, expiresAtMs: d.expiresAtMs, fencingToken: current!.fencingToken };
     }
-    const lease: Lease = { holder: lockToken, fencingToken: ++this.lastToken, deadlineMs: d.deadlineMs, expiresAtMs: d.expiresAtMs };
+    const lease: Lease = { holder: lockToken, fencingToken: this.lastFencingToken(projectId) + 1, deadlineMs: d.deadlineMs, expiresAtMs: d.expiresAtMs };
+    // Recorded first: a failed write changes nothing.
+    this.log?.put(projectId, key, lease);
+    this.counters.set(projectId, lease.fencingToken);
     this.put(projectId, key, lease, nowMs);
+    await this.log?.synced();
     return { ok: true, expiresAtMs: lease.expiresAtMs, fencingToken: lease.fencingToken };
   }
 
@@ -69,14 +94,18 @@ export class MemoryLockTable implements LockTable {
     const lease = this.get(projectId, key);
     const expiresAtMs = decideRenew(lease, lockToken, ttlSeconds, nowMs);
     if (expiresAtMs === null) return { ok: false, code: "lock_ownership_lost" };
+    this.log?.put(projectId, key, { ...lease!, expiresAtMs });
     lease!.expiresAtMs = expiresAtMs;
+    await this.log?.synced();
     return { ok: true, expiresAtMs, fencingToken: lease!.fencingToken };
   }
 
+  /** Releases are recorded but not waited for: losing one to a power cut only keeps the lock held until its expiry. */
   async release(projectId: string, key: string, lockToken: string, nowMs: number): Promise<ReleaseResult> {
     assertLeaseInput(key);
     const lease = this.get(projectId, key);
     if (!lease || lease.holder !== lockToken) return { released: false };
+    this.log?.free(projectId, key);
     this.remove(projectId, key);
     return { released: !isReclaimable(lease, nowMs) };
   }
@@ -85,6 +114,7 @@ export class MemoryLockTable implements LockTable {
     assertLeaseInput(key);
     const lease = this.get(projectId, key);
     if (!lease) return { released: false };
+    this.log?.free(projectId, key);
     this.remove(projectId, key);
     return { released: !isReclaimable(lease, nowMs) };
   }
@@ -106,17 +136,24 @@ export class MemoryLockTable implements LockTable {
     return { allowed: count <= LOCK_QUOTA_PER_MINUTE, retryAfterSeconds: quotaRetryAfterSeconds(this.quotaWindow, nowMs) };
   }
 
+  /** The project's leases go; its counter stays (tokens never go down). */
   async deleteProject(projectId: string): Promise<void> {
+    this.log?.dropProject(projectId);
     const leases = this.projects.get(projectId);
     if (leases) this.entries -= leases.size;
     this.projects.delete(projectId);
     this.quota.delete(projectId);
   }
 
+  /** Kiln is stopping (no request in flight): the log is closed; memory is let go. */
   async close(): Promise<void> {
-    this.projects.clear();
-    this.quota.clear();
-    this.entries = 0;
+    try {
+      await this.log?.close();
+    } finally {
+      this.projects.clear();
+      this.quota.clear();
+      this.entries = 0;
+    }
   }
 
   private get(projectId: string, key: string): Lease | undefined {

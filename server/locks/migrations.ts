@@ -38,4 +38,17 @@ export const LOCKS_MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    // Fencing tokens per project (both profiles): a project's counter row, drawn under its row lock.
+    // Its first value starts above the old shared sequence (no longer drawn), so a key used before
+    // this migration never sees its tokens go down. The embedded profile keeps its counters in its
+    // lease journal; its old shared floor (lock_token_floor) is likewise where they start.
+    id: "locks/002-project-fencing-tokens",
+    sql: `
+      create table lock_project_tokens (
+        project_id text primary key,
+        last bigint not null
+      );
+    `,
+  },
 ];

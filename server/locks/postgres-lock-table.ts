@@ -125,20 +125,38 @@ function acquireRow(counted: boolean): string {
 /** A lease row anyone may take: a placeholder, or lapsed past its grace second ($5). */
 const RECLAIMABLE = `(l.holder is null or l.expires_at <= $5::timestamptz)`;
 /**
+ * The project's next fencing token, drawn (its counter row locked until commit) only when the
+ * statement's snapshot sees the lease reclaimable. A project's first token starts above the old
+ * shared sequence, which is no longer drawn (tokens issued before per-project counters stay below).
+ */
+const DRAW_TOKEN = `insert into lock_project_tokens as t (project_id, last)
+    select $1, (select case when is_called then last_value else 0 end from lock_fencing_tokens) + 1
+    where exists (select 1 from lock_leases l where l.project_id = $1 and l.lock_key = $2 and ${RECLAIMABLE})
+    on conflict (project_id) do update set last = t.last + 1
+    returning last`;
+/**
  * Acquire, second statement: decideAcquire as one update of the (locked) row. Take a reclaimable
- * lock (a new token, drawn by nextval under the row lock, so whoever held the key before drew a
- * lower one), or extend the caller's own live lease (same token and deadline); anything else
- * updates nothing. Every expression reads the row as it was before the update.
+ * lock with the project's next token (see DRAW_TOKEN), or extend the caller's own live lease (same
+ * token and deadline); anything else updates nothing. Every expression reads the row as it was
+ * before the update.
+ *
+ * Why a later holder of a key always draws higher: the counter row stays locked from a draw to its
+ * statement's commit, so draws commit in their order; whoever takes a key after another saw that
+ * one's take committed, so it drew after that draw. A take evaluates its new values (the draw)
+ * before it locks the lease row, and nothing that holds a lease row waits for the counter, so the
+ * two locks cannot deadlock. A draw whose take then fails (the row changed meanwhile) is a gap.
  * $1 project, $2 key, $3 lock token, $4 now, $5 reclaimable when expired at or before this,
  * $6 the deadline of a new lease, $7 the requested expiry.
  */
-const ACQUIRE_UPDATE = `update lock_leases l set
+const ACQUIRE_UPDATE = `with token as (${DRAW_TOKEN})
+  update lock_leases l set
     holder = $3,
-    fencing_token = case when ${RECLAIMABLE} then nextval('lock_fencing_tokens') else l.fencing_token end,
+    fencing_token = case when ${RECLAIMABLE} then (select last from token) else l.fencing_token end,
     acquired_at = case when ${RECLAIMABLE} then $4::timestamptz else l.acquired_at end,
     deadline_at = case when ${RECLAIMABLE} then $6::timestamptz else l.deadline_at end,
     expires_at = case when ${RECLAIMABLE} then $7::timestamptz else least($7::timestamptz, l.deadline_at) end
-  where project_id = $1 and lock_key = $2 and (${RECLAIMABLE} or (l.holder = $3 and l.expires_at > $4::timestamptz))
+  where project_id = $1 and lock_key = $2
+    and ((${RECLAIMABLE} and exists (select 1 from token)) or (l.holder = $3 and l.expires_at > $4::timestamptz))
   returning fencing_token::text as fencing_token, expires_at`;
 
 /** $1 project, $2 key. */
@@ -157,8 +175,8 @@ export type LockStore = Pick<ControlStore, "query" | "transaction">;
  * Leases in the control store (tables of LOCKS_MIGRATIONS), correct with several Kiln instances on
  * one PostgreSQL: each operation is one statement (acquire: two, see there) that locks the lease
  * row it changes; `counted` operations count the quota in that statement too. Fencing tokens come
- * from one sequence, drawn while the row is locked, so the next holder of a key always draws a
- * higher one; freed rows are deleted. Times are the callers' `nowMs`, never now().
+ * from one counter per project (`lock_project_tokens`, see ACQUIRE_UPDATE), so the next holder of a
+ * key always draws a higher one; freed rows are deleted. Times are the callers' `nowMs`, never now().
  */
 export class PostgresLockTable implements LockTable {
   constructor(private readonly store: LockStore) {}

@@ -28,11 +28,9 @@ export const BACKEND_UNAVAILABLE = "lock backend unavailable";
 export interface LocksServiceDeps {
   clock: Clock;
   log: Logger;
-  /** After every successful acquire (the embedded profile reserves fencing tokens ahead). */
-  issued?: () => void;
   /** Fault injection (`KILN_FAULTS=lock-backend:N`): true makes the next table call fail. */
   fault?: () => boolean;
-  /** At stop, instead of the table's own close (the embedded profile records its floor first). */
+  /** At stop, instead of the table's own close (the production profile closes its connections too). */
   close?: () => Promise<void>;
 }
 
@@ -75,7 +73,6 @@ export class LocksService {
   async acquire(projectId: string, key: string, lockToken: string, ttlSeconds: number, nowMs: number): Promise<LeaseView> {
     const r = done(await this.backend(() => this.table.counted.acquire(projectId, key, lockToken, ttlSeconds, nowMs)));
     if (!r.ok) throw conflictCode(r.code);
-    this.d.issued?.();
     return { expires_at: new Date(r.expiresAtMs).toISOString(), fencing_token: r.fencingToken };
   }
 

@@ -241,6 +241,15 @@ describe("acquire, renew, release, read, force release", () => {
     expect((await two.locks.read("shared:name")).body).toMatchObject({ held: true, fencing_token: f2 });
   });
 
+  test("fencing tokens count per project: another project's acquisitions do not move them", async () => {
+    const one = await setup();
+    const two = await setup();
+    const first = token(await one.locks.acquire("a", uuid(), 30));
+    for (let i = 0; i < 5; i++) token(await two.locks.acquire(`b:${i}`, uuid(), 30));
+    // One counter for every project would have moved by 5 in between.
+    expect(token(await one.locks.acquire("c", uuid(), 30))).toBe(first + 1);
+  });
+
   test("rule 7: a retry under a reused request id is processed normally (repeat safety comes from the lock token)", async () => {
     const { locks } = await setup();
     const t = uuid();
@@ -501,7 +510,7 @@ describe("restarts never lower fencing tokens", () => {
       const { sk, locks } = await setup(first);
       const f1 = token(await locks.acquire("restart", uuid(), 30));
       await locks.force("restart");
-      // Tokens of other keys too: the floor covers every key.
+      // Other keys of the project draw from the same counter.
       for (let i = 0; i < 5; i++) token(await locks.acquire(`restart:${i}`, uuid(), 30));
       const f1b = token(await locks.acquire("restart", uuid(), 30));
       expect(f1b).toBeGreaterThan(f1);
@@ -509,7 +518,7 @@ describe("restarts never lower fencing tokens", () => {
 
       current = await startKiln({ dataDir, databaseUrl, env });
       const again = locksOf(current, sk);
-      // The lease itself is gone with the process (embedded) or still held (shared tables).
+      // The lease is still held (tested below); freed, the key's next token is still higher.
       await again.force("restart");
       const f2 = token(await again.acquire("restart", uuid(), 30));
       expect(f2).toBeGreaterThan(f1b);
@@ -526,6 +535,69 @@ describe("restarts never lower fencing tokens", () => {
       removeDir(dataDir);
     }
   });
+});
+
+describe("leases survive restarts", () => {
+  /** Ends Kiln the way `how` says and waits for its exit. */
+  async function end(kk: TestKiln, how: "SIGTERM" | "SIGKILL"): Promise<void> {
+    if (how === "SIGTERM") {
+      expect(await kk.stop()).toBe(0);
+      return;
+    }
+    kk.proc.kill("SIGKILL");
+    await new Promise((r) => (kk.proc.exitCode !== null || kk.proc.signalCode !== null ? r(null) : kk.proc.once("exit", r)));
+  }
+
+  for (const how of ["SIGTERM", "SIGKILL"] as const) {
+    test(`${how}: a lease acquired and renewed just before is still held after the restart: the owner renews it, others get 409 until it expires, then the next holder gets a higher fencing token`, async () => {
+      const first = await startKiln({ args: ["--controllable-clock"] });
+      const { dataDir, databaseUrl } = first;
+      let current: TestKiln = first;
+      try {
+        const { sk, locks } = await setup(first);
+        const owner = uuid();
+        const f = token(await locks.acquire("held", owner, 60));
+        // The renewal moves the expiry: the restart must keep the renewed one.
+        const renewed = await locks.renew("held", owner, 300);
+        expect(token(renewed)).toBe(f);
+        // A key freed before the restart: its next token still rises.
+        const freedBy = uuid();
+        const g = token(await locks.acquire("freed", freedBy, 60));
+        expect((await locks.release("freed", freedBy)).status).toBe(204);
+        // The last thing acknowledged before the end: an acquire.
+        const lastOwner = uuid();
+        const h = token(await locks.acquire("last", lastOwner, 300));
+        await end(first, how);
+
+        current = await startKiln({ dataDir, databaseUrl, args: ["--controllable-clock"], env: { KILN_PLATFORM_TOKEN: first.token } });
+        const again = locksOf(current, sk);
+        expect((await again.read("held")).body).toEqual({ held: true, expires_at: renewed.body.expires_at, fencing_token: f });
+        expect((await again.read("last")).body).toMatchObject({ held: true, fencing_token: h });
+        expect((await again.read("freed")).body).toEqual({ held: false });
+        for (const key of ["held", "last"]) {
+          const other = await again.acquire(key, uuid(), 30);
+          expect(other.status).toBe(409);
+          expect(other.body).toEqual({ code: "lock_held" });
+        }
+        expect(token(await again.acquire("last", lastOwner, 300))).toBe(h);
+        const stillMine = await again.renew("held", owner, 300);
+        expect(stillMine.status).toBe(200);
+        expect(stillMine.body.fencing_token).toBe(f);
+        // Up to the renewed expiry (plus the grace second) nobody else gets it.
+        await advance(current, 299);
+        expect((await again.acquire("held", uuid(), 30)).body).toEqual({ code: "lock_held" });
+        await advance(current, 2);
+        expect((await again.read("held")).body).toEqual({ held: false });
+        const next = token(await again.acquire("held", uuid(), 30));
+        expect(next).toBeGreaterThan(f);
+        expect((await again.renew("held", owner, 300)).body).toEqual({ code: "lock_ownership_lost" });
+        expect(token(await again.acquire("freed", uuid(), 30))).toBeGreaterThan(g);
+      } finally {
+        await current.stop();
+        removeDir(dataDir);
+      }
+    });
+  }
 });
 
 describe.skipIf(STORE !== "postgres")("several instances on one PostgreSQL", () => {

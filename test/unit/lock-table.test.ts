@@ -235,6 +235,29 @@ describe.each(backends)("$name lock table", (backend) => {
     expect(await table.acquire(p, "k", d, 30, now + 2 * SEC)).toMatchObject({ fencingToken: t5 });
   });
 
+  test("fencing tokens count per project: refused and same-token acquires draw none, other projects move nothing", async () => {
+    const p = newProject();
+    const q = newProject();
+    const a = uuid();
+    const first = okToken(await table.acquire(p, "k", a, 30, T0));
+    expect(await table.acquire(p, "k", uuid(), 30, T0)).toEqual({ ok: false, code: "lock_held" });
+    expect(okToken(await table.acquire(p, "k", a, 60, T0))).toBe(first);
+    expect(okToken(await table.renew(p, "k", a, 60, T0))).toBe(first);
+    for (let i = 0; i < 5; i++) okToken(await table.acquire(q, `k${i}`, uuid(), 30, T0));
+    expect(okToken(await table.acquire(p, "other", uuid(), 30, T0))).toBe(first + 1);
+    // Freed and lapsed keys continue the project's count.
+    await table.release(p, "k", a, T0);
+    expect(okToken(await table.acquire(p, "k", uuid(), 5, T0))).toBe(first + 2);
+    expect(okToken(await table.acquire(p, "k", uuid(), 30, T0 + 6 * SEC))).toBe(first + 3);
+  });
+
+  test.skipIf(backend.name === "memory")("a store whose shared sequence an older Kiln drew from: every project's tokens start above it", async () => {
+    const [{ last }] = await store!.query<{ last: string }>(`select (select case when is_called then last_value else 0 end from lock_fencing_tokens)::text as last`);
+    const old = Number(last) + 1000;
+    await store!.query(`select setval('lock_fencing_tokens', $1::bigint)`, [old]);
+    expect(okToken(await table.acquire(newProject(), "k", uuid(), 30, T0))).toBe(old + 1);
+  });
+
   test("the owner's release in the grace second frees the lock at once", async () => {
     const p = newProject();
     const a = uuid();
@@ -295,7 +318,8 @@ describe.each(backends)("$name lock table", (backend) => {
     expect(await table.forceRelease(p1, "shared", T0 + SEC)).toEqual({ released: true });
     expect(await table.read(p1, "shared", T0 + SEC)).toEqual({ held: false });
     expect(await table.read(p2, "shared", T0 + SEC)).toEqual({ held: true, expiresAtMs: T0 + 30 * SEC, fencingToken: t2 });
-    expect(t1).not.toBe(t2);
+    // Each project counts its own tokens: both are their project's first.
+    expect(t2).toBe(t1);
   });
 
   test("a lease never outlives its acquisition by more than 90 days, whatever renewals and retries ask", async () => {
@@ -371,13 +395,14 @@ describe.each(backends)("$name lock table", (backend) => {
 });
 
 describe("memory lock table", () => {
-  test("the first fencing token is tokenFloor + 1, and lastFencingToken is what to persist", async () => {
+  test("each project's first fencing token is tokenFloor + 1 (an older Kiln's shared floor); lastFencingToken is per project", async () => {
     const t = new MemoryLockTable({ tokenFloor: 41 });
-    expect(t.lastFencingToken).toBe(41);
+    expect(t.lastFencingToken("p")).toBe(41);
     expect(okToken(await t.acquire("p", "a", uuid(), 30, T0))).toBe(42);
-    expect(okToken(await t.acquire("p", "b", uuid(), 30, T0))).toBeGreaterThan(42);
-    expect(t.lastFencingToken).toBe(43);
-    expect(okToken(await new MemoryLockTable({ tokenFloor: t.lastFencingToken }).acquire("p", "a", uuid(), 30, T0))).toBe(44);
+    expect(okToken(await t.acquire("p", "b", uuid(), 30, T0))).toBe(43);
+    expect(okToken(await t.acquire("q", "a", uuid(), 30, T0))).toBe(42);
+    expect(t.lastFencingToken("p")).toBe(43);
+    expect(t.lastFencingToken("q")).toBe(42);
     expect(() => new MemoryLockTable({ tokenFloor: -1 })).toThrow(RangeError);
   });
 
@@ -393,7 +418,7 @@ describe("memory lock table", () => {
     // Everything acquired more than 6 s before the last one has been reclaimable at some sweep.
     expect(t.leaseCount).toBeLessThan(2048);
     const last = okToken(await t.acquire("p0", "k0", a, 5, T0 + 100 * SEC));
-    expect(last).toBe(t.lastFencingToken);
+    expect(last).toBe(t.lastFencingToken("p0"));
   });
 });
 
