@@ -50,8 +50,12 @@ function checkList(migrations: readonly Migration[]): void {
  * (`pg_advisory_lock`) taken by one query and released by the next could be released on another
  * connection (which fails, quietly) and stay held by the first for as long as that connection lives,
  * and every other instance then waits at start behind it.
+ *
+ * `refuseNewer`: the lists of everything else that records itself in the same `kiln_schema` (the log
+ * store's schema in the production profile). An applied id none of them knows was applied by a newer
+ * Kiln: this (older) one refuses to run on that schema instead of writing rows it no longer shapes.
  */
-export async function migrate(store: ControlStore, migrations: readonly Migration[]): Promise<number> {
+export async function migrate(store: ControlStore, migrations: readonly Migration[], opts: { refuseNewer?: readonly Migration[] } = {}): Promise<number> {
   checkList(migrations);
   const locked = <T>(fn: (tx: Sql) => Promise<T>) =>
     store.transaction(async (tx) => {
@@ -63,6 +67,14 @@ export async function migrate(store: ControlStore, migrations: readonly Migratio
     await adoptLegacyVersions(tx);
     return new Set((await tx.query<{ id: string }>(`select id from kiln_schema`)).map((r) => r.id));
   });
+  if (opts.refuseNewer) {
+    const known = new Set([...migrations, ...opts.refuseNewer].map((m) => m.id));
+    const unknown = [...done].filter((id) => !known.has(id)).sort();
+    if (unknown.length)
+      throw new Error(
+        `the control store was upgraded by a newer Kiln (it has migration${unknown.length > 1 ? "s" : ""} ${unknown.slice(0, 3).join(", ")}${unknown.length > 3 ? ", ..." : ""} that this version does not know): run that version or a newer one on it (docs/production.md, "Upgrades")`,
+      );
+  }
   let applied = 0;
   for (const m of migrations) {
     if (done.has(m.id)) continue;

@@ -1,5 +1,6 @@
 import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
+import { LOG_SCHEMA } from "../backends/logs/migrations";
 import { migrate, type Migration } from "./migrations";
 import { openPglite, PgliteStore } from "./pglite-store";
 import type { ControlStore } from "./store";
@@ -26,6 +27,7 @@ export async function openControlStore(opts: { dataDir: string; databaseUrl?: st
     }
     store = new PgliteStore(await openPglite(dir));
   }
-  await migrate(store, opts.schema);
+  // In the production profile the log store's schema records itself in the same table.
+  await migrate(store, opts.schema, { refuseNewer: opts.databaseUrl ? LOG_SCHEMA : [] });
   return store;
 }

@@ -5,6 +5,7 @@ import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { SCHEMA } from "../../server/areas";
+import { LOG_SCHEMA } from "../../server/backends/logs/migrations";
 import { LEGACY_VERSIONS, migrate } from "../../server/store/migrations";
 import { openPglite, PgliteStore } from "../../server/store/pglite-store";
 import { PostgresStore } from "../../server/store/postgres-store";
@@ -94,6 +95,15 @@ describe.each(Object.keys(engines))("migrations on the %s engine", (engine) => {
     await applyFixture(store);
     await store.query(`insert into kiln_migrations (version, name) values (99, 'future')`);
     await expect(migrate(store, SCHEMA)).rejects.toThrow(/legacy migration 99/);
+  }, 60_000);
+
+  test("a schema a newer Kiln migrated is refused at start, naming what it does not know; the log store's ids are known", async () => {
+    const store = await engines[engine]!();
+    expect(await migrate(store, SCHEMA, { refuseNewer: LOG_SCHEMA })).toBe(SCHEMA.length);
+    await store.query(`insert into kiln_schema (id) values ($1)`, [LOG_SCHEMA[0]!.id]);
+    expect(await migrate(store, SCHEMA, { refuseNewer: LOG_SCHEMA })).toBe(0);
+    await store.query(`insert into kiln_schema (id) values ('storage/999-from-the-future')`);
+    await expect(migrate(store, SCHEMA, { refuseNewer: LOG_SCHEMA })).rejects.toThrow(/upgraded by a newer Kiln \(it has migration storage\/999-from-the-future/);
   }, 60_000);
 });
 
