@@ -15,6 +15,7 @@ import { locksArea } from "./locks/area";
 import type { Platform } from "./platform";
 import { projectsArea } from "./projects/area";
 import { schedulersArea } from "./schedulers/area";
+import { secretsArea } from "./secrets/area";
 import { storageArea } from "./storage/area";
 import type { Migration } from "./store/migrations";
 import { testingArea } from "./testing/area";
@@ -27,6 +28,7 @@ import { variablesArea } from "./variables/area";
  */
 export const AREAS = [
   healthArea,
+  secretsArea,
   accountsArea,
   projectsArea,
   accessTokensArea,

@@ -45,16 +45,20 @@ export function anotherKeyMessage(storeKeyId: string | null, key: SecretKey): st
  * together run it once, and a failure leaves the store as it was.
  */
 export async function secureStoredSecrets(store: ControlStore, key: SecretKey, columns: readonly SecretColumn[]): Promise<SecureReport> {
+  // Every start but the first after a change: one read, no transaction, no lock.
+  const settled = await store
+    .query<{ check_value: string; encrypted_columns: string[] }>(`select check_value, encrypted_columns from kiln_secret_key_check where id = 1`)
+    .then(([r]) => r);
+  if (settled && !key.previousIds.length && key.keyIdOf(settled.check_value) === key.id && columns.every((c) => settled.encrypted_columns.includes(`${c.table}.${c.column}`))) {
+    let ok = false;
+    try {
+      ok = key.decrypt(settled.check_value) === CHECK_PLAINTEXT;
+    } catch {}
+    if (!ok) throw new Error(anotherKeyMessage(key.id, key));
+    return { encrypted: 0, reencrypted: 0, firstCheck: false };
+  }
   return store.transaction(async (tx) => {
     await tx.query(`select pg_advisory_xact_lock(${LOCK_ID})`);
-    await tx.query(
-      `create table if not exists kiln_secret_key_check (
-         id integer primary key check (id = 1),
-         check_value text not null,
-         encrypted_columns jsonb not null,
-         updated_at timestamptz not null default now()
-       )`,
-    );
     const [row] = await tx.query<{ check_value: string; encrypted_columns: string[] }>(`select check_value, encrypted_columns from kiln_secret_key_check where id = 1`);
     if (row) {
       const storeKeyId = key.keyIdOf(row.check_value);

@@ -179,7 +179,7 @@ describe("secrets at rest", () => {
     }
   });
 
-  test("a store written before encryption (plaintext rows, no key check) is encrypted at start, and its secrets still work", async () => {
+  test("a store written before encryption (plaintext rows, no key check recorded) is encrypted at start, and its secrets still work", async () => {
     const password = passwordOf(dbUrl);
     const plainValue = `plain-${randomBytes(8).toString("hex")}`;
     // A signing key in plaintext, as an older Kiln stored it: tokens signed after the start must verify with its public half.
@@ -196,7 +196,7 @@ describe("secrets at rest", () => {
         JSON.stringify(await exportJWK(privateKey)),
         JSON.stringify({ ...pub, kid }),
       ]);
-      await q(`drop table kiln_secret_key_check`);
+      await q(`delete from kiln_secret_key_check`);
     });
     const k = await restart(base, { KILN_SECRET_KEY: KEY_B });
     try {
