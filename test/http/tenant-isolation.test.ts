@@ -155,6 +155,8 @@ describe.skipIf(STORE !== "postgres")("production engine: a tenant's sessions ru
     await owner.unsafe(`create table notes (id int primary key, body text)`);
     await owner.unsafe(`insert into notes values (1, 'hello')`);
     await owner.unsafe(`grant select on notes to anonymous`);
+    // Default privileges are the owner's: the branch's role must get them as its own.
+    await owner.unsafe(`alter default privileges in schema public grant select on tables to anonymous`);
     const anon = (await k.api("GET", `/projects/${a.project.id}/anon-keys`)).body.data[0].key as string;
     const r = await k.api("POST", `/databases/${a.db.database_name}/query/select`, { token: anon, body: { table: "notes" } });
     expect(r.status, r.text).toBe(200);
@@ -173,6 +175,9 @@ describe.skipIf(STORE !== "postgres")("production engine: a tenant's sessions ru
     expect(row!.owner).toBe(row!.su);
     expect(row!.su).not.toBe(tenantRoleName(a.db.id));
     expect(row!.su).toMatch(/^kiln_/);
+    // The parent's default privileges hold in the branch, as its own role's: a new table is readable by anonymous.
+    await c.unsafe(`create table later (x int)`);
+    expect(await c.unsafe(`select has_table_privilege('anonymous', 'later', 'SELECT') as s`)).toEqual([{ s: true }]);
   });
 });
 

@@ -20,7 +20,7 @@ import { openProxy } from "./pg-proxy";
 import type { WireBackend, WireClient, WireControl } from "./wire/listener";
 import { backgroundPriority } from "./background-priority";
 import { libpqTlsEnv, postgresJsSsl, serverTlsOf, type ServerTls } from "./server-tls";
-import { adoptObjectsSql, checkKilnRole, ensureTenantRole, ident, lockDatabaseSql, roleCheckMessages, tenantRoleName } from "./tenant-roles";
+import { adoptObjectsSql, checkKilnRole, DEFAULT_PRIVILEGES_SQL, defaultPrivilegeStatements, type DefaultPrivilege, ensureTenantRole, ident, lockDatabaseSql, roleCheckMessages, tenantRoleName } from "./tenant-roles";
 
 function hours(v: string | undefined, fallback: number): number {
   const n = Number(v);
@@ -374,16 +374,32 @@ export class PostgresEngine implements DatabaseEngine {
   private async copyInto(sourceId: string, targetId: string): Promise<void> {
     const { dump, restore } = await this.pgTools();
     await this.createEmpty(targetId, tenantRoleName(targetId));
-    // One OS pipe between the two tools, at the lowest CPU priority: the dump's bytes never pass through
-    // Kiln's event loop (which also carries the parent's wire traffic), and the tools take a core only
-    // when the parent's clients leave it free (the server's backends pace themselves on them).
-    // Each side as its own tenant role: the copy's objects belong to the target's role (--no-owner).
-    const script = `set -o pipefail; "$0" --format=custom --compress=0 --username="$4" --dbname="$2" | "$1" --exit-on-error --no-owner --username="$5" --dbname="$3"`;
-    await this.runTool(
-      [...(await backgroundPriority()), "bash", "-c", script, dump, restore, serverDatabaseName(sourceId), serverDatabaseName(targetId), tenantRoleName(sourceId), tenantRoleName(targetId)],
-      [sourceId, targetId],
-      "pg_dump | pg_restore",
-    );
+    // The dump goes to a file first (not a pipe): its table of contents is listed to leave out the
+    // source role's default privileges (ALTER DEFAULT PRIVILEGES FOR ROLE <source role>, which the
+    // target's role may not run), then given again as the target role's below. The tools run at the
+    // lowest CPU priority and their bytes never pass through Kiln's event loop (which also carries the
+    // parent's wire traffic). Each side as its own tenant role: the copy's objects are the target's (--no-owner).
+    const dir = mkdtempSync(join(tmpdir(), "kiln-copy-"));
+    try {
+      const script = [
+        `set -o pipefail`,
+        `"$0" --format=custom --compress=0 --username="$4" --dbname="$2" --file="$6/copy.dump"`,
+        `"$1" --list "$6/copy.dump" | { grep -v ' DEFAULT ACL ' || true; } > "$6/copy.list"`,
+        `"$1" --exit-on-error --no-owner --username="$5" --dbname="$3" --use-list="$6/copy.list" "$6/copy.dump"`,
+      ].join(" && ");
+      await this.runTool(
+        [...(await backgroundPriority()), "bash", "-c", script, dump, restore, serverDatabaseName(sourceId), serverDatabaseName(targetId), tenantRoleName(sourceId), tenantRoleName(targetId), dir],
+        [sourceId, targetId],
+        "pg_dump | pg_restore",
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    const rows = await this.pool(sourceId).unsafe(DEFAULT_PRIVILEGES_SQL);
+    const statements = defaultPrivilegeStatements(rows as unknown as DefaultPrivilege[], tenantRoleName(sourceId), tenantRoleName(targetId));
+    if (statements.length) await this.pool(targetId).begin(async (tx) => {
+      for (const stmt of statements) await tx.unsafe(stmt);
+    });
   }
 
   /** A new empty database owned by tenant role `role` (made if missing), only that role connecting. */

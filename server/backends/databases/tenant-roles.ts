@@ -159,3 +159,44 @@ begin
 end
 $kiln$`;
 }
+
+/** The current role's default privileges in the current database, one row per granted privilege. */
+export const DEFAULT_PRIVILEGES_SQL = `select n.nspname::text as schema, d.defaclobjtype::text as kind,
+       case when a.grantee = 0 then null else pg_get_userbyid(a.grantee)::text end as grantee,
+       a.privilege_type::text as privilege, a.is_grantable as grantable
+  from pg_default_acl d left join pg_namespace n on n.oid = d.defaclnamespace, aclexplode(d.defaclacl) a
+ where d.defaclrole = (select oid from pg_roles where rolname = current_user)`;
+
+export interface DefaultPrivilege {
+  schema: string | null;
+  /** r tables, S sequences, f functions, T types, n schemas. */
+  kind: string;
+  /** null: PUBLIC. */
+  grantee: string | null;
+  privilege: string;
+  grantable: boolean;
+}
+
+const KINDS: Record<string, string> = { r: "tables", S: "sequences", f: "functions", T: "types", n: "schemas" };
+
+/**
+ * ALTER DEFAULT PRIVILEGES statements that give `to` (a branch's role) the default privileges `from`
+ * (its parent's) held: grants to other roles and PUBLIC as they were, the owner's own as `to`'s. A
+ * global entry for functions or types without PUBLIC's EXECUTE/USAGE is a revoke of what PostgreSQL
+ * would otherwise give PUBLIC, and is repeated as one.
+ */
+export function defaultPrivilegeStatements(rows: DefaultPrivilege[], from: string, to: string): string[] {
+  const out: string[] = [];
+  const scope = (schema: string | null) => (schema ? ` in schema ${ident(schema)}` : "");
+  for (const r of rows) {
+    const objects = KINDS[r.kind];
+    if (!objects) continue;
+    const grantee = r.grantee === null ? "public" : ident(r.grantee === from ? to : r.grantee);
+    out.push(`alter default privileges for role ${ident(to)}${scope(r.schema)} grant ${r.privilege} on ${objects} to ${grantee}${r.grantable ? " with grant option" : ""}`);
+  }
+  for (const [kind, privilege] of [["f", "execute"], ["T", "usage"]] as const) {
+    const global = rows.filter((r) => r.kind === kind && r.schema === null);
+    if (global.length && !global.some((r) => r.grantee === null)) out.push(`alter default privileges for role ${ident(to)} revoke ${privilege} on ${KINDS[kind]} from public`);
+  }
+  return out;
+}
