@@ -7,6 +7,7 @@ import type { Logger } from "../log";
 import { type BodyLimit, readJsonBody, resolveBodyLimit, type RouteBodyLimit } from "./body";
 import type { ResponseSpec } from "./common-schemas";
 import { badRequest, HttpError, jsonResponse } from "./errors";
+import { decodeSegment } from "./exact-path";
 
 export type { ResponseSpec } from "./common-schemas";
 
@@ -181,9 +182,77 @@ export interface AreaRouter<D> {
   add<P, Q, B, const R extends AuthRule>(def: RouteDef<P, Q, B, R, D>): AreaRouter<D>;
 }
 
+/** The methods Kiln serves on some path; any other is a 501 (serveHttp). */
+export const METHODS: readonly Method[] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
+
+/**
+ * Which of `segments` (percent-decoded) each of a route path's parameters covers, or null when the
+ * path does not match: fixed text matches itself, `{name}` one segment, `{name+}` one or more (less
+ * the fixed segments after it). The same rule as Elysia's, used to say what a path allows.
+ */
+function matchTemplate(template: string[], segments: string[]): string[] | null {
+  const rest = template.findIndex((t) => t.endsWith("+}"));
+  if (rest < 0 ? segments.length !== template.length : segments.length < template.length) return null;
+  const covered: string[] = [];
+  for (let i = 0, j = 0; i < template.length; i++) {
+    const t = template[i]!;
+    const param = /^\{(\w+)\+?\}$/.exec(t)?.[1];
+    const take = i === rest ? segments.length - template.length + 1 : 1;
+    for (let n = 0; n < take; n++, j++) {
+      if (param === undefined && segments[j] !== t) return null;
+      covered.push(param ?? "");
+    }
+  }
+  return covered;
+}
+
+const segmentsOf = (path: string) => (path === "/" ? [] : path.slice(1).split("/"));
+
 export class Router {
   readonly routes: RouteDef[] = [];
   private readonly bodyLimits = new Map<RouteDef, BodyLimit>();
+  private templates: Array<{ def: RouteDef; segments: string[] }> | null = null;
+
+  private matching(segments: string[]): Array<{ def: RouteDef; covered: string[] }> {
+    this.templates ??= this.routes.map((def) => ({ def, segments: segmentsOf(def.path) }));
+    const out: Array<{ def: RouteDef; covered: string[] }> = [];
+    for (const t of this.templates) {
+      const covered = matchTemplate(t.segments, segments);
+      if (covered) out.push({ def: t.def, covered });
+    }
+    return out;
+  }
+
+  /** The methods some route serves on this path (as the URL has it), HEAD included where a route takes it. */
+  allowedMethods(pathname: string): Method[] {
+    const allowed = new Set<Method>();
+    for (const { def } of this.matching(segmentsOf(pathname).map(decodeSegment))) {
+      allowed.add(def.method);
+      // Elysia answers HEAD on every GET route (with the GET handler, the body left out).
+      if (def.alsoHead || def.method === "GET") allowed.add("HEAD");
+    }
+    return METHODS.filter((m) => allowed.has(m));
+  }
+
+  /** No route for this method and path: 405 with `Allow` when the path has other methods, else 404. */
+  noRoute(request: Request): HttpError {
+    const path = new URL(request.url).pathname;
+    const allowed = this.allowedMethods(path);
+    if (allowed.length === 0) return new HttpError(404, { error: `no route for ${request.method} ${path}` });
+    return new HttpError(405, { error: `method ${request.method} is not allowed on ${path}; allowed: ${allowed.join(", ")}` }, { Allow: allowed.join(", ") });
+  }
+
+  /**
+   * The message a route words for a bad segment (`.`, `..`, empty) at `index` of these decoded
+   * segments, in the parameter it falls in (storage: `invalid or missing object path`), if any.
+   */
+  paramMessage(segments: string[], index: number): string | null {
+    for (const { def, covered } of this.matching(segments)) {
+      const message = def.invalidParam?.[covered[index]!];
+      if (message) return message;
+    }
+    return null;
+  }
 
   /** A view of this router for one area's routes. */
   area<D>(): AreaRouter<D> {
@@ -214,7 +283,7 @@ export class Router {
           if (rest) {
             const { "*": tail = "", ...named } = params;
             const suffix = rest[2]!;
-            if (suffix && (!tail.endsWith(suffix) || tail.length === suffix.length)) throw new HttpError(404, { error: `no route for ${request.method} ${new URL(request.url).pathname}` });
+            if (suffix && (!tail.endsWith(suffix) || tail.length === suffix.length)) throw this.noRoute(request);
             params = { ...named, [rest[1]!]: suffix ? tail.slice(0, -suffix.length) : tail };
           }
           return await this.execute(def, t, request, params, metaOf(request));

@@ -6,7 +6,8 @@ import { SERVICE_VERSION, KILN_VERSION } from "../version";
 import { judgeCliVersion } from "./cli-version";
 import { invokeBodyLimit, jsonBodyLimit, unreadBodies } from "./body";
 import { errorResponse, HttpError, jsonResponse } from "./errors";
-import type { Router, Transport } from "./route";
+import { type SentPath, sentPathProblem, sentPathRoutes } from "./exact-path";
+import { METHODS, type Method, type Router, type Transport } from "./route";
 
 /** Bun's hard limit on a request body (4 GiB less one byte, the most it takes). */
 const SERVER_BODY_CEILING = 2 ** 32 - 1;
@@ -20,8 +21,9 @@ export function renderError(log: Logger, err: unknown, request: Request): Respon
 }
 
 /**
- * The HTTP front: Bun.serve → version/CLI checks → Elysia routing → the route's handler; then the
- * service headers on every response, errors included.
+ * The HTTP front: Bun.serve → version/CLI checks → host routing (function addresses) → the path as
+ * sent (exact-path.ts) and the method → Elysia routing → the route's handler; then the service
+ * headers on every response, errors included.
  */
 
 /**
@@ -55,7 +57,7 @@ export function serveHttp(t: Transport, router: Router, byHost: HostRouter = () 
   const app = new Elysia({ normalize: false });
   router.bind(app, t, (r) => meta.get(r) ?? { ip: "unknown", arrivedAt: performance.now() });
   app.onError(({ code, request, error }) => {
-    if (code === "NOT_FOUND") return errorResponse(new HttpError(404, { error: `no route for ${request.method} ${new URL(request.url).pathname}` }));
+    if (code === "NOT_FOUND") return errorResponse(router.noRoute(request));
     if (code === "PARSE") return errorResponse(new HttpError(400, { error: "request body could not be parsed" }));
     return t.renderError(error, request);
   });
@@ -78,33 +80,48 @@ export function serveHttp(t: Transport, router: Router, byHost: HostRouter = () 
   // past it with an empty 413, and a body nobody reads costs nothing (measured: 300 MB sent to
   // /healthz, RSS +13 MB), so a high ceiling is safe.
   const maxRequestBodySize = Math.max(SERVER_BODY_CEILING, router.largestBodyLimit(t.config), jsonBodyLimit(t.config).bytes, invokeBodyLimit(t.config).bytes);
+  /** An API request, once host routing passed it on: its path as sent, its method, then Elysia. */
+  const route = (request: Request, sent: SentPath | null): Response | Promise<Response> => {
+    const refused = sentPathProblem(request, sent, (segments, i) => router.paramMessage(segments, i));
+    if (refused) return errorResponse(refused);
+    // Methods Bun passes on that no route has (PROPFIND, QUERY, ...); Bun itself drops a connection
+    // whose method it does not know (FOO) before Kiln sees the request.
+    if (!METHODS.includes(request.method as Method)) return errorResponse(new HttpError(501, { error: `method ${request.method} is not supported` }));
+    return app.handle(request);
+  };
+
+  const handle = async (request: Request, srv: Server<unknown>, sent: SentPath | null): Promise<Response> => {
+    meta.set(request, { ip: srv.requestIP(request)?.address ?? "unknown", arrivedAt: performance.now() });
+    const verdict = judgeCliVersion(request.headers.get("x-service-cli-version"), KILN_VERSION, t.config.minCliVersion);
+    if (verdict === "require_upgrade") {
+      const res = jsonResponse(
+        426,
+        { error: `this CLI version is no longer supported; upgrade to ${t.config.minCliVersion} or later` },
+        { "X-Service-CLI-Instruction": "require_version_upgrade" },
+      );
+      return finish(res, false);
+    }
+    let res: Response;
+    try {
+      const m = meta.get(request)!;
+      res = (await byHost(request, m)) ?? (await route(request, sent));
+    } catch (err) {
+      res = t.renderError(err, request);
+    }
+    // Refused over its limit: the rest of the body is discarded as it comes, for as long as it keeps coming.
+    if (unreadBodies.has(request)) srv.timeout(request, UNREAD_BODY_IDLE_SECONDS);
+    return finish(res, verdict === "suggest_upgrade");
+  };
+
   const server = Bun.serve({
     hostname: t.config.host,
     port: t.config.port,
     idleTimeout: 60,
     maxRequestBodySize,
-    async fetch(request, srv) {
-      meta.set(request, { ip: srv.requestIP(request)?.address ?? "unknown", arrivedAt: performance.now() });
-      const verdict = judgeCliVersion(request.headers.get("x-service-cli-version"), KILN_VERSION, t.config.minCliVersion);
-      if (verdict === "require_upgrade") {
-        const res = jsonResponse(
-          426,
-          { error: `this CLI version is no longer supported; upgrade to ${t.config.minCliVersion} or later` },
-          { "X-Service-CLI-Instruction": "require_version_upgrade" },
-        );
-        return finish(res, false);
-      }
-      let res: Response;
-      try {
-        const m = meta.get(request)!;
-        res = (await byHost(request, m)) ?? (await app.handle(request));
-      } catch (err) {
-        res = t.renderError(err, request);
-      }
-      // Refused over its limit: the rest of the body is discarded as it comes, for as long as it keeps coming.
-      if (unreadBodies.has(request)) srv.timeout(request, UNREAD_BODY_IDLE_SECONDS);
-      return finish(res, verdict === "suggest_upgrade");
-    },
+    // Every path with no empty segment matches one of these, which hand over its segments as sent;
+    // the rest (`//`, a trailing `/`) reach `fetch` (function addresses take any path).
+    routes: sentPathRoutes<Server<unknown>>(handle),
+    fetch: (request, srv) => handle(request, srv, null),
     error(err) {
       t.log.error("unhandled server error", err);
       return jsonResponse(500, { error: "internal error" });

@@ -2,6 +2,7 @@
 // CLI version handling, credential failures and their rationing, the admin route.
 import { describe, expect, test } from "vitest";
 import { createProject, secret, useKiln, withKiln } from "../support/kiln";
+import { rawRequest } from "../support/raw-http";
 
 describe("HTTP conventions", () => {
   const k = useKiln({ args: ["--min-cli-version", "0.0.5"], env: { KILN_FAULTS: "credential-store:1" } });
@@ -20,6 +21,55 @@ describe("HTTP conventions", () => {
     expect(r.body).toEqual({ error: expect.stringContaining("/no/such/route") });
     expect(r.headers.get("x-service-version")).toMatch(/^local-\d+\.\d+\.\d+/);
     expect(r.headers.get("x-service-region")).toBe("local");
+  });
+
+  test("a known path with a method it does not have is 405 with Allow, in the error shape; OPTIONS preflight stays where it was", async () => {
+    const p = await createProject(k);
+    const cases: [string, string, string][] = [
+      ["PUT", "/projects", "GET, HEAD, POST"],
+      ["DELETE", "/projects", "GET, HEAD, POST"],
+      ["OPTIONS", "/projects", "GET, HEAD, POST"],
+      ["POST", `/projects/${p.id}`, "GET, HEAD, PATCH, DELETE"],
+      ["DELETE", `/projects/${p.id}/variables`, "GET, HEAD, POST"],
+      ["PATCH", `/projects/${p.id}/access-tokens/abc`, "GET, HEAD, DELETE"],
+      // `{path+}` routes: every object method but PATCH, which only `.../visibility` has.
+      ["PATCH", "/storage/bucket/a/b.txt", "GET, HEAD, POST, PUT, DELETE"],
+      ["POST", "/healthz", "GET, HEAD"],
+    ];
+    for (const [method, path, allow] of cases) {
+      const r = await k.api(method, path);
+      expect(r.status, `${method} ${path}`).toBe(405);
+      expect(r.headers.get("allow"), `${method} ${path}`).toBe(allow);
+      expect(r.body).toEqual({ error: `method ${method} is not allowed on ${path}; allowed: ${allow}` });
+      expect(r.headers.get("x-service-version")).toMatch(/^local-/);
+    }
+    // The method the path has still reaches its route; an unknown path is still a 404.
+    expect((await k.api("PATCH", "/storage/bucket/a/b.txt/visibility", { token: null, body: { is_public: true } })).status).toBe(401);
+    expect((await k.api("DELETE", "/no/such/route")).status).toBe(404);
+    // The RPC invocation route's CORS preflight answers as before (204, no credential).
+    const pre = await k.api("OPTIONS", "/functions/nofunction/invoke", { token: null, headers: { origin: "http://localhost:3000", "access-control-request-method": "POST" } });
+    expect(pre.status).toBe(204);
+    expect(pre.headers.get("access-control-allow-methods")).toBe("POST, OPTIONS");
+  });
+
+  test("a method Kiln has no route for is 501 in the error shape, not a dropped connection", async () => {
+    for (const method of ["PROPFIND", "QUERY", "MKCOL", "TRACE", "M-SEARCH"]) {
+      const r = await rawRequest(k.url, method, "/projects", { headers: { authorization: `Bearer ${k.token}` } });
+      expect(r.status, method).toBe(501);
+      expect(r.body).toEqual({ error: `method ${method} is not supported` });
+      expect(r.headers["x-service-version"]).toMatch(/^local-/);
+    }
+    // Function addresses are routed by host first: their own answer, whatever the method or path.
+    const p = await createProject(k);
+    for (const [method, path] of [
+      ["PROPFIND", "/x"],
+      ["GET", "/a/%2e%2e/b"],
+      ["DELETE", "/a/"],
+    ]) {
+      const r = await rawRequest(k.url, method!, path!, { headers: { host: `nofunction.${p.id}.fn.localhost` } });
+      expect(r.status, `${method} ${path}`).toBe(404);
+      expect(r.body).toEqual({ error: "function not found" });
+    }
   });
 
   test("validation errors are 400 and name the field", async () => {
