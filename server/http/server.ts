@@ -15,6 +15,12 @@ const SERVER_BODY_CEILING = 2 ** 32 - 1;
 export function renderError(log: Logger, err: unknown, request: Request): Response {
   if (err instanceof HttpError) return errorResponse(err);
   const requestId = crypto.randomUUID();
+  // The client went away mid-request (an upload cut off, a closed tab): what failed is reading its
+  // body, not Kiln. One info line; the answer goes nowhere, but the error shape stays the same.
+  if (request.signal.aborted) {
+    log.info(`${request.method} ${new URL(request.url).pathname}: the client closed the connection before the request was read (request ${requestId})`);
+    return jsonResponse(400, { error: "the client closed the connection before the request was read" }, { "X-Request-Id": requestId });
+  }
   log.error(`${request.method} ${new URL(request.url).pathname} failed (request ${requestId})`, err);
   // Never leak internals: the message names the request id so operators can find the log line.
   return jsonResponse(500, { error: `internal error (request ${requestId})` }, { "X-Request-Id": requestId });

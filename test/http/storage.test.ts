@@ -3,11 +3,13 @@
 import { createHash, randomBytes } from "node:crypto";
 import { describe, expect, test } from "vitest";
 import { existsSync, readdirSync } from "node:fs";
+import { connect } from "node:net";
 import { join } from "node:path";
 import { BLOBS, createProject, eventually, useKiln, type TestKiln } from "../support/kiln";
 
 // On S3, downloads of up to 4 MiB are spooled to a file (kept 1 s) so they go out with their length.
-const k = useKiln({ args: ["--controllable-clock"], env: { KILN_S3_SPOOL_MAX_MB: "4", KILN_S3_SPOOL_KEEP_MS: "1000" } });
+// Not quiet: the log lines of a request a client cut off are part of what is tested.
+const k = useKiln({ args: ["--controllable-clock"], env: { KILN_S3_SPOOL_MAX_MB: "4", KILN_S3_SPOOL_KEEP_MS: "1000", KILN_LOG: undefined } });
 const MB = 1024 * 1024;
 
 async function setup(kk: TestKiln = k) {
@@ -394,6 +396,32 @@ describe("resumable uploads", () => {
   }
   const put = (kk: TestKiln, token: string, bucket: string, path: string, id: string, n: number, bytes: Uint8Array) =>
     fetch(`${kk.url}/storage/${bucket}/${path}`, { method: "PUT", headers: { authorization: `Bearer ${token}`, "x-upload-session": id, "x-part-number": String(n), "content-type": "application/octet-stream" }, body: bytes as BodyInit });
+
+  test("a client that goes away mid-part: one info line naming the request, no error line; the part can be sent again", async () => {
+    const { service, bucket } = await setup();
+    const b = await bucket();
+    const created = await session(k, service, b.name, "cut.bin", { content_type: "application/octet-stream", total_size: 10 * MB, part_size: 5 * MB });
+    const id = created.body.session_id as string;
+    const before = k.stderr.length;
+    // 5 MB declared, 1 MB sent, then the connection closes: what a killed client or a dropped network does.
+    await new Promise<void>((resolve, reject) => {
+      const u = new URL(k.url);
+      const s = connect(Number(u.port), u.hostname, () => {
+        s.write(
+          `PUT /storage/${b.name}/cut.bin HTTP/1.1\r\nhost: ${u.host}\r\nauthorization: Bearer ${service}\r\nx-upload-session: ${id}\r\n` +
+            `x-part-number: 1\r\ncontent-type: application/octet-stream\r\ncontent-length: ${5 * MB}\r\n\r\n`,
+        );
+        s.write(randomBytes(MB), () => setTimeout(() => (s.destroy(), resolve()), 300));
+      });
+      s.on("error", reject);
+    });
+    const log = await eventually(async () => k.stderr.slice(before), (t) => t.includes(`/storage/${b.name}/cut.bin:`), 15_000);
+    const lines = log.split("\n").filter((l) => l.includes(`/storage/${b.name}/cut.bin`));
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/ info  PUT \/storage\/[^ ]+\/cut\.bin: the client closed the connection before the request was read \(request [0-9a-f-]{36}\)$/);
+    expect(log).not.toMatch(/ error /);
+    expect((await put(k, service, b.name, "cut.bin", id, 1, randomBytes(5 * MB))).status).toBe(200);
+  });
 
   test("create (part size adjusted), parts in any order with a re-upload, status, complete into one object", async () => {
     const { service, bucket } = await setup();
