@@ -1,6 +1,6 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
-import { join } from "node:path";
+import { join, resolve as resolvePath } from "node:path";
 import { KILN_VERSION } from "../server/version";
 
 /** Where `kiln login` keeps the server address and credential. */
@@ -34,8 +34,13 @@ export class ApiError extends Error {
     readonly status: number,
     readonly body: unknown,
   ) {
+    super(`${status} ${ApiError.reason(body)}`);
+  }
+
+  /** The server's own words (its JSON body's `error`), without the status. */
+  static reason(body: unknown): string {
     const b = body as { error?: string; code?: string } | undefined;
-    super(`${status} ${b?.error ?? b?.code ?? (typeof body === "string" && body ? body : "request failed")}`);
+    return b?.error ?? b?.code ?? (typeof body === "string" && body ? body : "request failed");
   }
 }
 
@@ -45,33 +50,53 @@ export interface GlobalOptions {
   json?: boolean;
 }
 
+/** Where the CLI's own credential came from (named in a 401's hint), and every place it looked. */
+export interface CredentialSource {
+  /** "--token", "KILN_TOKEN", or the file it was read from; undefined when none was found. */
+  from?: string;
+  tried: string[];
+}
+
+/** `kiln start`'s credentials file in the current folder (or KILN_DATA_DIR). */
+export function localCredentialsFile(): string {
+  return join(process.env.KILN_DATA_DIR ?? ".kiln", "credentials.json");
+}
+
 /**
  * Resolves where to talk and as whom: flags, then KILN_URL/KILN_TOKEN, then `kiln login`'s file,
  * then a local Kiln started in this folder (`.kiln/credentials.json`).
  */
-export function resolveTarget(g: GlobalOptions): { url: string; token?: string } {
+export function resolveTarget(g: GlobalOptions): { url: string; token?: string; source: CredentialSource } {
   const saved = readConfig();
   const url = (g.url ?? process.env.KILN_URL ?? saved.url ?? "http://127.0.0.1:7070").replace(/\/+$/, "");
-  let token = g.token ?? process.env.KILN_TOKEN ?? saved.token;
-  if (!token) {
-    const local = join(process.env.KILN_DATA_DIR ?? ".kiln", "credentials.json");
-    if (existsSync(local)) {
-      try {
-        token = JSON.parse(readFileSync(local, "utf8")).platform_token;
-      } catch {}
-    }
+  const local = localCredentialsFile();
+  const tried = ["--token", "KILN_TOKEN", configFile(), resolvePath(local)];
+  if (g.token) return { url, token: g.token, source: { from: "--token", tried } };
+  if (process.env.KILN_TOKEN) return { url, token: process.env.KILN_TOKEN, source: { from: "KILN_TOKEN", tried } };
+  if (saved.token) return { url, token: saved.token, source: { from: configFile(), tried } };
+  if (existsSync(local)) {
+    try {
+      const token = JSON.parse(readFileSync(local, "utf8")).platform_token;
+      if (token) return { url, token, source: { from: resolvePath(local), tried } };
+    } catch {}
   }
-  return { url, token };
+  return { url, source: { tried } };
 }
 
 export class Client {
+  /** The client of the latest request: a failure's hint names its credential (cmd/errors.ts). */
+  static last: Client | null = null;
+
+  /** `credential` says what the token is and where it came from, for error hints. */
   constructor(
     readonly url: string,
     readonly token?: string,
+    readonly credential: { kind: "cli"; source: CredentialSource } | { kind: "key"; from: string } = { kind: "cli", source: { tried: [] } },
   ) {}
 
   /** The response itself (function invocations answer with whatever the function returned). */
   async raw(method: string, path: string, body?: unknown): Promise<Response> {
+    Client.last = this;
     const headers: Record<string, string> = { "X-Service-CLI-Version": KILN_VERSION };
     if (this.token) headers.Authorization = `Bearer ${this.token}`;
     if (body !== undefined) headers["Content-Type"] = "application/json";
@@ -87,6 +112,7 @@ export class Client {
    * whatever its status (storage transfers stream both ways). `apiError` turns a failed one into an ApiError.
    */
   async send(method: string, path: string, init: { headers?: Record<string, string>; body?: BodyInit | null; signal?: AbortSignal } = {}): Promise<Response> {
+    Client.last = this;
     const headers: Record<string, string> = { ...init.headers, "X-Service-CLI-Version": KILN_VERSION };
     if (this.token) headers.Authorization = `Bearer ${this.token}`;
     try {
@@ -108,6 +134,7 @@ export class Client {
 
   /** A multipart request (function deploys). */
   async requestForm<T = any>(method: string, path: string, form: FormData): Promise<T> {
+    Client.last = this;
     const headers: Record<string, string> = { "X-Service-CLI-Version": KILN_VERSION };
     if (this.token) headers.Authorization = `Bearer ${this.token}`;
     const res = await fetch(this.url + path, { method, headers, body: form });
@@ -122,6 +149,7 @@ export class Client {
 
   /** A JSON request; `extra` headers are added to the CLI's own (the lock routes' X-Service-* ids). */
   async request<T = any>(method: string, path: string, body?: unknown, extra?: Record<string, string>): Promise<T> {
+    Client.last = this;
     const headers: Record<string, string> = { ...extra, "X-Service-CLI-Version": KILN_VERSION };
     if (this.token) headers.Authorization = `Bearer ${this.token}`;
     if (body !== undefined) headers["Content-Type"] = "application/json";

@@ -16,5 +16,7 @@ export function internalCommand(program: Command): void {
         const dir = await ensureTemplate(spec);
         console.log(`kiln: ${spec.kind} template ready at ${dir} (${Math.round(performance.now() - t0)} ms)`);
       }
+      const { extensionFiles } = await import("../server/backends/databases/extensions");
+      console.log(`kiln: database extensions ready at ${(await extensionFiles()).dir} (${Math.round(performance.now() - t0)} ms)`);
     });
 }

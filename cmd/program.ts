@@ -3,6 +3,8 @@ import { KILN_VERSION } from "../server/version";
 import { keysCommand } from "./commands/keys";
 import { loginCommand } from "./commands/login";
 import { projectsCommand } from "./commands/projects";
+import { useCommand } from "./commands/use";
+import { wantsJson } from "./errors";
 import { tokensCommand } from "./commands/tokens";
 import { varsCommand } from "./commands/vars";
 import { authCommand, mailCommand, usersCommand } from "./commands/end-users";
@@ -24,10 +26,18 @@ export function buildProgram(): Command {
     .description("Kiln: the whole backend platform on one machine")
     .option("--url <url>", "Kiln server address (or KILN_URL; default: kiln login's, else http://127.0.0.1:7070)")
     .option("--token <token>", "credential (or KILN_TOKEN; default: kiln login's, else ./.kiln/credentials.json)")
-    .option("--json", "print JSON for scripts instead of tables");
+    .option("--json", "print JSON for scripts instead of tables (errors too: {\"error\": ...} on stderr)");
+  // Set before the commands are added, so that each inherits them: commander's own errors (a missing
+  // argument, an unknown option) are thrown to cmd/kiln.ts, which prints them as every other error.
+  const json = wantsJson(process.argv);
+  program.exitOverride().configureOutput({
+    writeErr: (s) => (json ? undefined : process.stderr.write(s)),
+    outputError: (s, write) => (json ? undefined : write(s)),
+  });
   startCommand(program);
   loginCommand(program);
   projectsCommand(program);
+  useCommand(program);
   tokensCommand(program);
   keysCommand(program);
   varsCommand(program);

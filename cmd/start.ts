@@ -28,12 +28,14 @@ export function startCommand(program: Command): void {
     .option("--controllable-clock", "let tests move Kiln's clock forward via POST /_kiln/clock/advance and /_kiln/clock/set (KILN_CONTROLLABLE_CLOCK=1)")
     .option("--clock-start <instant>", "start the controllable clock at this RFC 3339 instant instead of now (implies --controllable-clock; KILN_CLOCK_START)")
     .option("--min-cli-version <v>", "answer 426 to CLIs older than this (or KILN_MIN_CLI_VERSION)")
-    .action(async (opts) => {
+    .action(async (opts, cmd: Command) => {
+      const json = Boolean(cmd.optsWithGlobals().json);
       const config = resolveConfig(opts);
       const { startKiln } = await import("../server/main");
       const running = await startKiln(config);
       // Handlers first: a client that stops Kiln as soon as it reads the line must find them.
       stopOnSignals(() => running.stop(), { ms: config.stopTimeoutMs, waitingFor: running.stopPhase });
-      console.log(`Kiln listening on ${running.url}`);
+      if (json) console.log(JSON.stringify({ listening: running.url }));
+      else console.log(`Kiln listening on ${running.url}`);
     });
 }

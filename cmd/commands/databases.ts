@@ -2,7 +2,7 @@ import { spawnSync } from "node:child_process";
 import type { Command } from "commander";
 import { output, printObject, printTable } from "../output";
 import { parseDuration } from "./clock";
-import { act, csv, requireProject } from "./shared";
+import { act, appClient, csv, keyOption, requireProject, PROJECT_HELP, type KeyOptions } from "./shared";
 
 /** `col=op:value`, e.g. `qty=gte:5`, `tag=is:null`, `name=in:a,b`. Numbers and null/true/false are typed. */
 export function parseFilter(spec: string): { column: string; operator: string; value: unknown } {
@@ -17,15 +17,15 @@ export function databasesCommand(program: Command): void {
   const db = program.command("db").description("managed PostgreSQL databases");
   const base = (o: { project?: string }) => `/projects/${encodeURIComponent(requireProject(o))}/databases`;
   db.command("list")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, o: { project: string }) => {
         const r = await c.request("GET", base(o));
-        output(g.json, r, () => printTable(r.data, ["database_name", "status", "region", "pg_version", "storage_bytes", "created_at"]));
+        output(g.json, r, () => printTable(r.data, ["database_name", "status", "region", "pg_version", "storage_bytes", "created_at"], "databases"));
       }),
     );
   db.command("create <name>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--region <region>")
     .option("--pg-version <v>")
     .option("--wait", "wait until the database is active")
@@ -42,7 +42,7 @@ export function databasesCommand(program: Command): void {
       }),
     );
   db.command("get <name>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, name: string, o: { project: string }) => {
         const r = await c.request("GET", `${base(o)}/${encodeURIComponent(name)}`);
@@ -50,7 +50,7 @@ export function databasesCommand(program: Command): void {
       }),
     );
   db.command("delete <name>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, name: string, o: { project: string }) => {
         await c.request("DELETE", `${base(o)}/${encodeURIComponent(name)}`);
@@ -58,7 +58,7 @@ export function databasesCommand(program: Command): void {
       }),
     );
   db.command("reset-password <name>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, name: string, o: { project: string }) => {
         const r = await c.request("POST", `${base(o)}/${encodeURIComponent(name)}/reset-password`);
@@ -67,7 +67,7 @@ export function databasesCommand(program: Command): void {
     );
   db.command("lint <name>")
     .description("list tables without row-level security; flags those the anon key or end users can reach (exposed)")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, name: string, o: { project: string }) => {
         const r = await c.request("GET", `${base(o)}/${encodeURIComponent(name)}/lint`);
@@ -80,6 +80,7 @@ export function databasesCommand(program: Command): void {
               exposed: t.exposed ? "EXPOSED" : "no",
             })),
             ["table", "kind", "anonymous", "authenticated", "exposed"],
+            "tables",
           );
           for (const t of r.exposed_tables as string[])
             console.log(`warning: ${t} has no row-level security, yet anonymous or authenticated may use it: every row is open to them (alter table ${t} enable row level security, or revoke)`);
@@ -88,7 +89,7 @@ export function databasesCommand(program: Command): void {
     );
   db.command("psql <name>")
     .description("open psql on the database (extra arguments after -- go to psql)")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--as-user <userId>", "run under row-level security as this end user")
     .allowUnknownOption()
     .allowExcessArguments()
@@ -107,9 +108,10 @@ export function databasesCommand(program: Command): void {
     );
   branchCommands(db, base);
   backupCommands(db, base);
-  db.command("query <name> <operation>")
-    .description("run the query API: select|insert|update|delete")
-    .option("--key <key>", "service key (sk-...) or end-user access token (or KILN_SERVICE_KEY)")
+  keyOption(
+    db.command("query <name> <operation>").description("run the query API: select|insert|update|delete (--key: a service key or end-user access token)"),
+    "service key (sk-...) or end-user access token (or KILN_SERVICE_KEY)",
+  )
     .option("--branch <branch>", "run it on this branch of the database (service key or end-user token)")
     .requiredOption("--table <table>")
     .option("--select <columns>", "columns, comma-separated")
@@ -119,9 +121,8 @@ export function databasesCommand(program: Command): void {
     .option("--offset <n>")
     .option("--values <json>", "insert/update values as a JSON object")
     .action(
-      act(async (c, g, name: string, operation: string, o: { key?: string; branch?: string; table: string; select?: string; filter?: string[]; order?: string[]; limit?: string; offset?: string; values?: string }) => {
-        const key = o.key ?? process.env.KILN_SERVICE_KEY;
-        if (!key) throw new Error("the query API needs --key <service key or end-user token> (or KILN_SERVICE_KEY); platform tokens are not accepted");
+      act(async (c, g, name: string, operation: string, o: KeyOptions & { branch?: string; table: string; select?: string; filter?: string[]; order?: string[]; limit?: string; offset?: string; values?: string }) => {
+        const app = appClient(c, o, "the query API");
         const body: Record<string, unknown> = { table: o.table };
         if (o.select) body.select = csv(o.select);
         if (o.filter) body.filters = o.filter.map(parseFilter);
@@ -139,12 +140,11 @@ export function databasesCommand(program: Command): void {
             throw new Error("--values must be a JSON object");
           }
         }
-        const { Client } = await import("../client");
         const on = o.branch ? `${encodeURIComponent(name)}/branches/${encodeURIComponent(o.branch)}` : encodeURIComponent(name);
-        const r = await new Client(c.url, key).request("POST", `/databases/${on}/query/${encodeURIComponent(operation)}`, body);
+        const r = await app.request("POST", `/databases/${on}/query/${encodeURIComponent(operation)}`, body);
         output(g.json, r, () => {
           const cols = r.data.length ? Object.keys(r.data[0]) : [];
-          printTable(r.data, cols);
+          if (r.data.length) printTable(r.data, cols, "rows");
           console.log(`(${r.count} row${r.count === 1 ? "" : "s"})`);
         });
       }),
@@ -174,7 +174,7 @@ function branchCommands(db: Command, base: (o: { project?: string }) => string):
   branch
     .command("create <database> <name>")
     .description("fork the database as it is now (it keeps serving meanwhile)")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--ttl <duration>", "lifetime: 3600 to 2592000 seconds, or 1h to 30d (default 7d)")
     .option("--wait", "wait until the branch is active")
     .action(
@@ -186,17 +186,17 @@ function branchCommands(db: Command, base: (o: { project?: string }) => string):
     );
   branch
     .command("list <database>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, database: string, o: { project: string }) => {
         const r = await c.request("GET", path(o, database));
-        output(g.json, r, () => printTable(r.data, ["name", "status", "storage_bytes", "expires_at", "created_at"]));
+        output(g.json, r, () => printTable(r.data, ["name", "status", "storage_bytes", "expires_at", "created_at"], "branches"));
       }),
     );
   branch
     .command("get <database> <name>")
     .description("the branch, with its connection string while active")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, database: string, name: string, o: { project: string }) => {
         const r = await c.request("GET", path(o, database, name));
@@ -206,7 +206,7 @@ function branchCommands(db: Command, base: (o: { project?: string }) => string):
   branch
     .command("reset <database> <name>")
     .description("discard the branch's writes and fork it again from the database as it is now")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--wait", "wait until the branch is active again")
     .action(
       act(async (c, g, database: string, name: string, o: { project: string; wait?: boolean }) => {
@@ -218,7 +218,7 @@ function branchCommands(db: Command, base: (o: { project?: string }) => string):
   branch
     .command("extend <database> <name>")
     .description("replace the branch's lifetime, counted from now (later resets use it too)")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .requiredOption("--ttl <duration>", "3600 to 2592000 seconds, or 1h to 30d")
     .action(
       act(async (c, g, database: string, name: string, o: { project: string; ttl: string }) => {
@@ -228,7 +228,7 @@ function branchCommands(db: Command, base: (o: { project?: string }) => string):
     );
   branch
     .command("reset-password <database> <name>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, database: string, name: string, o: { project: string }) => {
         const r = await c.request("POST", `${path(o, database, name)}/reset-password`);
@@ -237,7 +237,7 @@ function branchCommands(db: Command, base: (o: { project?: string }) => string):
     );
   branch
     .command("delete <database> <name>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, database: string, name: string, o: { project: string }) => {
         const r = await c.request("DELETE", path(o, database, name));
@@ -268,7 +268,7 @@ function backupCommands(db: Command, base: (o: { project?: string }) => string):
   backup
     .command("create <database> <name>")
     .description("take a backup now (names: lowercase letters, digits, _ and -; 'service-' is reserved)")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, database: string, name: string, o: { project: string }) => {
         const r = await c.request("POST", path(o, database, "/backups"), { name });
@@ -278,19 +278,19 @@ function backupCommands(db: Command, base: (o: { project?: string }) => string):
   backup
     .command("list <database>")
     .description("backups, newest first, and the point-in-time restore window")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, database: string, o: { project: string }) => {
         const r = await c.request("GET", path(o, database, "/backups"));
         output(g.json, r, () => {
-          printTable(r.data, ["name", "source", "size_bytes", "created_at", "expires_at"]);
+          printTable(r.data, ["name", "source", "size_bytes", "created_at", "expires_at"], "backups");
           if (r.restore_window) console.log(`restore window: ${r.restore_window.earliest_restore_at} to ${r.restore_window.latest_restore_at}`);
         });
       }),
     );
   backup
     .command("delete <database> <name>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, database: string, name: string, o: { project: string }) => {
         const r = await c.request("DELETE", path(o, database, `/backups/${encodeURIComponent(name)}`));
@@ -300,7 +300,7 @@ function backupCommands(db: Command, base: (o: { project?: string }) => string):
   backup
     .command("schedule <database>")
     .description("show the backup schedule; with --entry (repeatable) or --clear, replace it")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option(
       "--entry <spec...>",
       "frequency@hour[:day][/retention]: daily@3, weekly@0:sun/7d, monthly@23:28 (hours UTC; retention defaults to the plan's)",
@@ -322,12 +322,12 @@ function backupCommands(db: Command, base: (o: { project?: string }) => string):
           });
           r = await c.request("PUT", path(o, database, "/backup-schedule"), { entries });
         } else r = await c.request("GET", path(o, database, "/backup-schedule"));
-        output(g.json, r, () => (r.entries.length ? printTable(r.entries, ["frequency", "hour", "day", "retention_seconds", "next_run_at"]) : console.log("No automated backups.")));
+        output(g.json, r, () => printTable(r.entries, ["frequency", "hour", "day", "retention_seconds", "next_run_at"], "automated backups"));
       }),
     );
   db.command("restore <database>")
     .description("restore the database in place (destructive: what was written after the backup or instant is gone); its connection string stays")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--backup <name>", "from this backup")
     .option("--to <instant>", "to this RFC 3339 instant, inside the restore window")
     .option("--no-wait", "return once the restore is accepted")
@@ -342,11 +342,11 @@ function backupCommands(db: Command, base: (o: { project?: string }) => string):
     );
   db.command("restores <database>")
     .description("restore history, newest first")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, database: string, o: { project: string }) => {
         const r = await c.request("GET", path(o, database, "/restores"));
-        output(g.json, r, () => printTable(r.data, ["id", "kind", "status", "backup_name", "restore_to", "completed_at", "error"]));
+        output(g.json, r, () => printTable(r.data, ["id", "kind", "status", "backup_name", "restore_to", "completed_at", "error"], "restores"));
       }),
     );
 }

@@ -1,8 +1,8 @@
 import type { Command } from "commander";
 import { archiveOf } from "./functions";
 import { ApiError, type Client } from "../client";
-import { output, printObject, printTable } from "../output";
-import { act, qs, requireProject, stopOnSignals } from "./shared";
+import { emptyLine, formatDuration, output, printObject, printTable, tableLines } from "../output";
+import { act, qs, requireProject, stopOnSignals, PROJECT_HELP } from "./shared";
 
 // `kiln durable`: durable functions (docs/durable-functions.md) and their executions. Everything goes
 // through the management API with the CLI's own credential (platform or full project token), so
@@ -78,29 +78,9 @@ function interval(v: string | undefined): number {
 
 const cellOf = (v: unknown) => (v === null || v === undefined ? "-" : String(v));
 
-/** printTable's layout, as lines (a live view redraws them). */
-function tableLines(rows: Record<string, unknown>[], columns: string[], headers = columns.map((c) => c.toUpperCase())): string[] {
-  const widths = columns.map((c, i) => Math.max(headers[i]!.length, ...rows.map((r) => cellOf(r[c]).length)));
-  const line = (vals: string[]) => vals.map((v, i) => v.padEnd(widths[i]!)).join("  ").trimEnd();
-  return [line(headers), ...rows.map((r) => line(columns.map((c) => cellOf(r[c]))))];
-}
-
 function short(v: unknown, max = 60): string {
   const s = typeof v === "string" ? v : JSON.stringify(v);
   return s.length > max ? `${s.slice(0, max - 1)}…` : s;
-}
-
-/** 850ms, 2.4s, 1m30s, 2h, 1d3h: how long a step took (on the platform clock: sleeps count in full). */
-export function took(ms: number): string {
-  if (ms < 1000) return `${Math.round(ms)}ms`;
-  if (ms < 60_000) return `${(ms / 1000).toFixed(1).replace(/\.0$/, "")}s`;
-  const parts: string[] = [];
-  let s = Math.round(ms / 1000);
-  for (const [unit, size] of [["d", 86_400], ["h", 3600], ["m", 60], ["s", 1]] as const) {
-    if (s >= size) parts.push(`${Math.floor(s / size)}${unit}`);
-    s %= size;
-  }
-  return parts.slice(0, 2).join("");
 }
 
 function stepRows(steps: Step[]) {
@@ -112,7 +92,7 @@ function stepRows(steps: Step[]) {
     attempts: s.type === "sleep" ? "-" : s.attempts,
     started_at: s.started_at,
     finished_at: s.finished_at,
-    took: s.started_at && s.finished_at ? took(Date.parse(s.finished_at) - Date.parse(s.started_at)) : null,
+    took: s.started_at && s.finished_at ? formatDuration(Date.parse(s.finished_at) - Date.parse(s.started_at)) : null,
     output:
       s.status === "completed"
         ? s.type === "sleep"
@@ -143,7 +123,7 @@ export function executionLines(e: Execution, fn?: { name: string }): string[] {
   const width = Math.max(...fields.map(([k]) => k.length));
   const lines = fields.map(([k, v]) => `${k.padEnd(width)}  ${cellOf(v)}`);
   lines.push("");
-  if (!e.steps.length) lines.push("(no steps yet)");
+  if (!e.steps.length) lines.push(emptyLine("steps yet"));
   else lines.push(...tableLines(stepRows(e.steps), ["n", "name", "type", "status", "attempts", "started_at", "finished_at", "took", "output"], ["#", "STEP", "TYPE", "STATUS", "ATTEMPTS", "STARTED", "FINISHED", "TOOK", "OUTPUT / ERROR"]));
   return lines;
 }
@@ -151,7 +131,7 @@ export function executionLines(e: Execution, fn?: { name: string }): string[] {
 const LIST_COLUMNS = ["id", "status", "created_at", "finished_at", "wake_at", "error"];
 
 function listLines(r: { data: Record<string, unknown>[]; total: number; page?: number }, shown: number): string[] {
-  if (!r.data.length) return ["(none)"];
+  if (!r.data.length) return [emptyLine("executions")];
   const rows = r.data.map((x) => ({ ...x, error: x.error ? short(x.error, 80) : null }));
   const lines = tableLines(rows, LIST_COLUMNS);
   if (r.total > shown) lines.push(`(${r.data.length} of ${r.total}; see more with --page / --limit)`);
@@ -225,7 +205,7 @@ async function waitExecution(c: Client, path: string, o: { json?: boolean; inter
 
 export function durableCommand(program: Command): void {
   const cmd = program.command("durable").description("durable functions: deploy, start executions, follow their steps, stop and re-run them");
-  const projectOption = (c: Command) => c.option("--project <id>", "the project (or KILN_PROJECT)");
+  const projectOption = (c: Command) => c.option("--project <id>", PROJECT_HELP);
   const fnPath = async (c: Client, o: { project?: string }, nameOrId: string) => {
     const project = requireProject(o);
     const fn = await findDurable(c, project, nameOrId);
@@ -266,7 +246,7 @@ export function durableCommand(program: Command): void {
   projectOption(cmd.command("list").description("the project's durable functions").option("--page <n>").option("--limit <n>")).action(
     act(async (c, g, o: { project?: string; page?: string; limit?: string }) => {
       const r = await c.request("GET", `${collection(requireProject(o))}${qs({ page: o.page ?? 1, limit: o.limit ?? 100 })}`);
-      output(g.json, r, () => printTable(r.data, ["id", "name", "status", "runtime", "handler", "updated_at"]));
+      output(g.json, r, () => printTable(r.data, ["id", "name", "status", "runtime", "handler", "updated_at"], "durable functions"));
     }),
   );
 
@@ -282,7 +262,7 @@ export function durableCommand(program: Command): void {
     act(async (c, g, name: string, o: { project?: string }) => {
       const { path } = await fnPath(c, o, name);
       const r = await c.request("GET", `${path}/deployments`);
-      output(g.json, r, () => printTable(r.data, ["id", "kind", "status", "runtime", "error", "created_at", "finished_at"]));
+      output(g.json, r, () => printTable(r.data, ["id", "kind", "status", "runtime", "error", "created_at", "finished_at"], "deployments"));
     }),
   );
 

@@ -1,25 +1,25 @@
 import type { Command } from "commander";
-import { output, printObject, printTable } from "../output";
-import { act, csv, qs, requireProject } from "./shared";
+import { emptyLine, output, printObject, printTable } from "../output";
+import { act, csv, qs, requireProject, PROJECT_HELP } from "./shared";
 
 export function usersCommand(program: Command): void {
   const users = program.command("users").description("manage a project's end users");
   const base = (o: { project?: string }) => `/projects/${encodeURIComponent(requireProject(o))}/users`;
   users
     .command("list")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--search <text>", "part of an email address")
     .option("--page <n>")
     .option("--limit <n>")
     .action(
       act(async (c, g, o: { project: string; search?: string; page?: string; limit?: string }) => {
         const r = await c.request("GET", base(o) + qs({ search: o.search, page: o.page, limit: o.limit }));
-        output(g.json, r, () => printTable(r.data, ["id", "email", "email_confirmed", "status", "last_sign_in_at", "created_at"]));
+        output(g.json, r, () => printTable(r.data, ["id", "email", "email_confirmed", "status", "last_sign_in_at", "created_at"], "users"));
       }),
     );
   users
     .command("create <email>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--password <pw>", "omit for a user without a password")
     .option("--unconfirmed", "leave the email unconfirmed")
     .action(
@@ -30,7 +30,7 @@ export function usersCommand(program: Command): void {
     );
   users
     .command("delete <userId>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, id: string, o: { project: string }) => {
         await c.request("DELETE", `${base(o)}/${encodeURIComponent(id)}`);
@@ -45,7 +45,7 @@ export function authCommand(program: Command): void {
   const path = (o: { project?: string }) => `/auth/config?project_id=${encodeURIComponent(requireProject(o))}`;
   config
     .command("get")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, o: { project: string }) => {
         const r = await c.request("GET", path(o));
@@ -54,7 +54,7 @@ export function authCommand(program: Command): void {
     );
   config
     .command("set")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--redirect-urls <list>", "allowed redirect URLs, comma-separated ('' clears)")
     .option("--email-domains <list>", "allowed sign-up email domains ('' allows any)")
     .option("--device-verification-url <url>", "device flow verification page ('' clears)")
@@ -111,7 +111,7 @@ export function mailCommand(program: Command): void {
       act(async (c, g, o: { to?: string; limit: string }) => {
         const r = await c.request("GET", `/_emulators/mail/messages${qs({ to: o.to, limit: o.limit })}`);
         output(g.json, r, () => {
-          if (r.data.length === 0) console.log("(no messages)");
+          if (r.data.length === 0) console.log(emptyLine("messages"));
           for (const m of r.data) {
             console.log(`${m.received_at}  to ${m.to.join(", ")}  ${m.subject}`);
             for (const l of m.links) console.log(`    ${l}`);

@@ -1,11 +1,13 @@
-import { readFileSync, statSync } from "node:fs";
+import { existsSync, readFileSync, statSync } from "node:fs";
 import type { Command } from "commander";
 import { ApiError, Client } from "../client";
+import { CliError, printError } from "../errors";
 import { output, printObject, printTable } from "../output";
-import { act, requireProject } from "./shared";
+import { act, appClient, keyOption, requireProject, PROJECT_HELP, type KeyOptions } from "./shared";
 
 /** A folder becomes a tar.gz on the fly (installed dependency folders left out); a file is sent as is. */
 export async function archiveOf(path: string): Promise<Uint8Array> {
+  if (!existsSync(path)) throw new CliError(`no such local file or folder ${path}`, "give the folder holding the function's code, or a ZIP/tar.gz archive of it");
   if (!statSync(path).isDirectory()) return readFileSync(path);
   const tar = await import("tar");
   const skip = /(^|\/)(node_modules|python_deps|\.venv|vendor|\.git)(\/|$)/;
@@ -29,7 +31,7 @@ export function functionsCommand(program: Command): void {
   fns
     .command("deploy <path>")
     .description("deploy a folder or a ZIP/tar.gz archive")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .requiredOption("--name <name>")
     .requiredOption("--runtime <runtime>", "nodejs22.x, nodejs24.x, python3.10 … python3.14, ruby3.3 …")
     .option("--handler <name>", "exported handler name (default handler)")
@@ -63,16 +65,16 @@ export function functionsCommand(program: Command): void {
     );
   fns
     .command("list")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, o: { project: string }) => {
         const r = await c.request("GET", `${base(o)}?page=1&limit=100`);
-        output(g.json, r, () => printTable(r.data, ["id", "name", "status", "runtime", "invocation_mode", "is_public", "updated_at"]));
+        output(g.json, r, () => printTable(r.data, ["id", "name", "status", "runtime", "invocation_mode", "is_public", "updated_at"], "functions"));
       }),
     );
   fns
     .command("get <name>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, name: string, o: { project: string }) => {
         const fn = await findFunction(c, requireProject(o), name);
@@ -82,17 +84,17 @@ export function functionsCommand(program: Command): void {
     );
   fns
     .command("deployments <name>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, name: string, o: { project: string }) => {
         const fn = await findFunction(c, requireProject(o), name);
         const r = await c.request("GET", `${base(o)}/${fn.id}/deployments`);
-        output(g.json, r, () => printTable(r.data, ["id", "kind", "status", "runtime", "error", "created_at", "finished_at"]));
+        output(g.json, r, () => printTable(r.data, ["id", "kind", "status", "runtime", "error", "created_at", "finished_at"], "deployments"));
       }),
     );
   fns
     .command("delete <name>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, name: string, o: { project: string }) => {
         const fn = await findFunction(c, requireProject(o), name);
@@ -100,70 +102,94 @@ export function functionsCommand(program: Command): void {
         output(g.json, r, () => console.log(`Deleting ${fn.name} (${r.status})`));
       }),
     );
-  fns
-    .command("invoke <name>")
-    .description("invoke by RPC with a service key, end-user token or anon key")
-    .option("--key <key>", "credential (or KILN_SERVICE_KEY)")
-    .option("--data <json>", "the payload", "null")
-    .action(
-      act(async (c, _g, name: string, o: { key?: string; data: string }) => {
-        const key = o.key ?? process.env.KILN_SERVICE_KEY;
-        if (!key) throw new Error("invoking needs --key <service key, end-user token or anon key> (or KILN_SERVICE_KEY)");
-        let payload: unknown;
+  keyOption(
+    fns
+      .command("invoke <name>")
+      .description("invoke by RPC with an application key: a service key, end-user token or anon key (--key or KILN_SERVICE_KEY)")
+      .option("--data <json>", "the payload", "null"),
+  ).action(
+    act(async (c, g, name: string, o: KeyOptions & { data: string }) => {
+      const app = appClient(c, o, "invoking a function");
+      let payload: unknown;
+      try {
+        payload = JSON.parse(o.data);
+      } catch {
+        throw new CliError("--data must be JSON", `for example --data '{"name":"ada"}'`);
+      }
+      const { function_id } = await app.request("GET", `/functions/resolve?name=${encodeURIComponent(name)}`);
+      const res = await app.raw("POST", `/functions/${function_id}/invoke`, { payload });
+      const text = await res.text();
+      if (!res.ok && (g.json || (res.status >= 500 && !text))) {
+        let body: unknown = text;
         try {
-          payload = JSON.parse(o.data);
+          body = text ? JSON.parse(text) : undefined;
+        } catch {}
+        throw new ApiError(res.status, body);
+      }
+      // The function's answer as it came; with --json, always JSON (a text answer as a JSON string).
+      if (g.json) {
+        let ok = true;
+        try {
+          JSON.parse(text);
         } catch {
-          throw new Error("--data must be JSON");
+          ok = false;
         }
-        const app = new Client(c.url, key);
-        const { function_id } = await app.request("GET", `/functions/resolve?name=${encodeURIComponent(name)}`);
-        const res = await app.raw("POST", `/functions/${function_id}/invoke`, { payload });
-        const text = await res.text();
-        if (!res.ok && res.status >= 500 && !text) throw new ApiError(res.status, undefined);
-        process.stdout.write(text.endsWith("\n") ? text : `${text}\n`);
-        if (!res.ok) process.exitCode = 1;
-      }),
-    );
+        return console.log(ok && text ? text : JSON.stringify(text));
+      }
+      process.stdout.write(text.endsWith("\n") ? text : `${text}\n`);
+      if (!res.ok) process.exitCode = 1;
+    }),
+  );
 
   program
     .command("doctor")
     .description("what serves each function runtime on this machine, and how functions are isolated")
     .option("--docker-host <address>", "also check this container engine (unix:///path or tcp://host:port) for --function-runtime docker")
-    .action(async (opts: { dockerHost?: string }) => {
+    .action(async (opts: { dockerHost?: string }, cmd: Command) => {
+      const json = Boolean(cmd.optsWithGlobals().json);
       const { listRuntimes } = await import("../../runtime-sandbox/runtimes");
       const { chooseIsolation, noSandboxMessage } = await import("../../runtime-sandbox/isolation");
       const rows = await listRuntimes();
-      printTable(
-        rows.map((r) => ({ runtime: r.name, served_by: r.servedBy ?? "-", install: r.missing ?? "" })),
-        ["runtime", "served_by", "install"],
-      );
+      const runtimes = rows.map((r) => ({ runtime: r.name, served_by: r.servedBy ?? null, install: r.missing ?? null }));
+      const problems: string[] = [];
       const want = (process.env.KILN_FUNCTION_SANDBOX ?? "auto") as "auto" | "bubblewrap" | "namespaces";
       const choice = chooseIsolation({ want, allowUnsandboxed: process.env.KILN_ALLOW_UNSANDBOXED_FUNCTIONS === "1" });
-      for (const p of choice.problems) console.log(`not used: ${p}`);
-      if (choice.isolation) console.log(`isolation: ${choice.isolation.description}`);
-      else {
-        console.log(`isolation: ${noSandboxMessage(choice.problems)}`);
-        process.exitCode = 1;
-      }
+      const isolation = choice.isolation ? choice.isolation.description : noSandboxMessage(choice.problems);
+      if (!choice.isolation) problems.push(`isolation: ${isolation}`);
       // The same detection and phrases as the worker pool's start-up line (runtime-sandbox/cgroups.ts).
       const { detectCgroups, describeLimits, CGROUP_CONTROLLERS } = await import("../../runtime-sandbox/cgroups");
       const cgroups = detectCgroups();
-      console.log(`limits: ${describeLimits(cgroups.by, { sandboxed: choice.isolation?.kind !== "none", why: cgroups.why }).join(", ")}`);
+      const limits = describeLimits(cgroups.by, { sandboxed: choice.isolation?.kind !== "none", why: cgroups.why });
+      const cgroupNotes: string[] = [];
       if (CGROUP_CONTROLLERS.some((c) => cgroups.by[c] === null)) {
-        for (const d of cgroups.details) console.log(`cgroups: ${d}`);
-        console.log("cgroups: for cgroup limits run Kiln as root, or in a delegated cgroup v2 subtree (e.g. systemd-run --user -p Delegate=yes kiln start)");
+        cgroupNotes.push(...cgroups.details, "for cgroup limits run Kiln as root, or in a delegated cgroup v2 subtree (e.g. systemd-run --user -p Delegate=yes kiln start)");
       } else if (cgroups.v2?.mustMove) {
-        console.log(`cgroups: Kiln will move the processes of ${cgroups.v2.base} into ${cgroups.v2.base}/kiln-main to enable the v2 controllers`);
+        cgroupNotes.push(`Kiln will move the processes of ${cgroups.v2.base} into ${cgroups.v2.base}/kiln-main to enable the v2 controllers`);
       }
+      let containers: string | null = null;
       if (opts.dockerHost || process.env.DOCKER_HOST || process.env.KILN_DOCKER_HOST) {
         const { ContainerEngine } = await import("../../runtime-sandbox/container");
         try {
           const engine = await ContainerEngine.connect({ host: opts.dockerHost ?? process.env.KILN_DOCKER_HOST, image: process.env.KILN_FUNCTION_IMAGE, importImage: false });
-          console.log(`containers: ${engine.describe()}`);
+          containers = engine.describe();
         } catch (e) {
-          console.log(`containers: ${(e as Error).message}`);
-          process.exitCode = 1;
+          containers = (e as Error).message;
+          problems.push(`containers: ${containers}`);
         }
+      }
+      const report = { runtimes, isolation, not_used: choice.problems, limits, cgroups: cgroupNotes, containers };
+      output(json, report, () => {
+        printTable(runtimes.map((r) => ({ ...r, install: r.install ?? "" })), ["runtime", "served_by", "install"], "runtimes");
+        for (const p of choice.problems) console.log(`not used: ${p}`);
+        console.log(`isolation: ${isolation}`);
+        console.log(`limits: ${limits.join(", ")}`);
+        for (const n of cgroupNotes) console.log(`cgroups: ${n}`);
+        if (containers !== null) console.log(`containers: ${containers}`);
+      });
+      // A problem makes the exit status 1; with --json the report is still printed, and the problem is the error.
+      if (problems.length) {
+        if (json) printError(new CliError(problems.join("; ")), true);
+        process.exitCode = 1;
       }
     });
 

@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 import { output, printObject, printTable } from "../output";
-import { act, csv, requireProject } from "./shared";
+import { act, csv, requireProject, PROJECT_HELP } from "./shared";
 
 export function keysCommand(program: Command): void {
   const keys = program.command("keys").description("manage service keys and anon keys");
@@ -9,16 +9,16 @@ export function keysCommand(program: Command): void {
   const service = keys.command("service").description("service keys (sk-...)");
   service
     .command("list")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, o: { project: string }) => {
         const r = await c.request("GET", path(o, "service-keys"));
-        output(g.json, r, () => printTable(r.data, ["id", "name", "key_prefix", "permissions", "created_at"]));
+        output(g.json, r, () => printTable(r.data, ["id", "name", "key_prefix", "permissions", "created_at"], "service keys"));
       }),
     );
   service
     .command("create <name>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--permissions <list>", "scope the key (e.g. locks.manage,functions.invoke); omit for the full service role")
     .action(
       act(async (c, g, name: string, o: { project: string; permissions?: string }) => {
@@ -31,7 +31,7 @@ export function keysCommand(program: Command): void {
     );
   service
     .command("update <keyId>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--name <name>")
     .option("--permissions <list>", "new permissions; 'full' restores the full service role")
     .action(
@@ -45,7 +45,7 @@ export function keysCommand(program: Command): void {
     );
   service
     .command("delete <keyId>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, id: string, o: { project: string }) => {
         await c.request("DELETE", `${path(o, "service-keys")}/${encodeURIComponent(id)}`);
@@ -56,16 +56,16 @@ export function keysCommand(program: Command): void {
   const anon = keys.command("anon").description("anon keys (ak-...)");
   anon
     .command("list")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, o: { project: string }) => {
         const r = await c.request("GET", path(o, "anon-keys"));
-        output(g.json, r, () => printTable(r.data, ["id", "name", "key", "permissions", "created_at"]));
+        output(g.json, r, () => printTable(r.data, ["id", "name", "key", "permissions", "created_at"], "anon keys"));
       }),
     );
   anon
     .command("create <name>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--permissions <list>", "e.g. functions.invoke")
     .action(
       act(async (c, g, name: string, o: { project: string; permissions?: string }) => {
@@ -75,7 +75,7 @@ export function keysCommand(program: Command): void {
     );
   anon
     .command("delete <keyId>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, id: string, o: { project: string }) => {
         await c.request("DELETE", `${path(o, "anon-keys")}/${encodeURIComponent(id)}`);

@@ -3,14 +3,10 @@ import type { Command } from "commander";
 import { Client } from "../client";
 import { output, printObject } from "../output";
 import { parseDuration } from "./clock";
-import { act } from "./shared";
+import { act, appClient, keyOption as withKey, type KeyOptions } from "./shared";
 
 /** Lock routes take a service key (full, or scoped with locks.manage), never the platform token. */
-function lockClient(c: Client, o: { serviceKey?: string }): Client {
-  const key = o.serviceKey ?? process.env.KILN_SERVICE_KEY;
-  if (!key) throw new Error("locks need a service key (full, or scoped with locks.manage): pass --service-key <sk-...> or set KILN_SERVICE_KEY");
-  return new Client(c.url, key);
-}
+const lockClient = (c: Client, o: KeyOptions) => appClient(c, o, "a lock");
 
 const path = (key: string, lease = false) => `/locks/${encodeURIComponent(key)}${lease ? "/lease" : ""}`;
 /** Each command is one attempt: a fresh request id (repeat safety comes from the lock token). */
@@ -28,8 +24,8 @@ function ttlOf(v: string): number {
 export function locksCommand(program: Command): void {
   const cmd = program
     .command("locks")
-    .description("project locks: leases with fencing tokens for coordinating workers (service key: --service-key or KILN_SERVICE_KEY)");
-  const keyOption = (c: Command) => c.option("--service-key <key>", "service key of the project (or KILN_SERVICE_KEY); full, or scoped with locks.manage");
+    .description("project locks: leases with fencing tokens for coordinating workers (service key: --key or KILN_SERVICE_KEY)");
+  const keyOption = (c: Command) => withKey(c, "service key of the project (or KILN_SERVICE_KEY); full, or scoped with locks.manage");
 
   keyOption(
     cmd
@@ -38,7 +34,7 @@ export function locksCommand(program: Command): void {
       .requiredOption("--ttl <duration>", "lease length: 5 s to 90 days (30, 5m, 1h)")
       .option("--lock-token <uuid>", "your lock token (default: a new random UUID)"),
   ).action(
-    act(async (c, g, key: string, o: { ttl: string; lockToken?: string; serviceKey?: string }) => {
+    act(async (c, g, key: string, o: { ttl: string; lockToken?: string; key?: string; serviceKey?: string }) => {
       const lockToken = o.lockToken ?? randomUUID();
       const r = await lockClient(c, o).request("POST", path(key, true), { ttl_seconds: ttlOf(o.ttl) }, ids(lockToken));
       const out = { key, lock_token: lockToken, ...r };
@@ -52,7 +48,7 @@ export function locksCommand(program: Command): void {
       .requiredOption("--lock-token <uuid>", "the lock token the lease was acquired with")
       .requiredOption("--ttl <duration>", "new lease length from now: 5 s to 90 days"),
   ).action(
-    act(async (c, g, key: string, o: { ttl: string; lockToken: string; serviceKey?: string }) => {
+    act(async (c, g, key: string, o: { ttl: string; lockToken: string; key?: string; serviceKey?: string }) => {
       const r = await lockClient(c, o).request("PATCH", path(key, true), { ttl_seconds: ttlOf(o.ttl) }, ids(o.lockToken));
       const out = { key, lock_token: o.lockToken, ...r };
       output(g.json, out, () => printObject(out));
@@ -64,19 +60,19 @@ export function locksCommand(program: Command): void {
       .description("release your lease (succeeds, and changes nothing, when the lock is free or held under another token)")
       .requiredOption("--lock-token <uuid>", "the lock token the lease was acquired with"),
   ).action(
-    act(async (c, g, key: string, o: { lockToken: string; serviceKey?: string }) => {
+    act(async (c, g, key: string, o: { lockToken: string; key?: string; serviceKey?: string }) => {
       await lockClient(c, o).request("DELETE", path(key, true), undefined, ids(o.lockToken));
       output(g.json, { key, released: true }, () => console.log(`Released ${key} (if ${o.lockToken} held it)`));
     }),
   );
   keyOption(cmd.command("get <key>").description("whether the lock is held, and if so until when and under which fencing token")).action(
-    act(async (c, g, key: string, o: { serviceKey?: string }) => {
+    act(async (c, g, key: string, o: { key?: string; serviceKey?: string }) => {
       const r = await lockClient(c, o).request("GET", path(key), undefined, ids());
       output(g.json, r, () => printObject({ key, ...r }));
     }),
   );
   keyOption(cmd.command("force-release <key>").description("free the lock whoever holds it (the holder finds out at its next renewal)")).action(
-    act(async (c, g, key: string, o: { serviceKey?: string }) => {
+    act(async (c, g, key: string, o: { key?: string; serviceKey?: string }) => {
       await lockClient(c, o).request("DELETE", path(key), undefined, ids());
       output(g.json, { key, released: true }, () => console.log(`Force-released ${key}`));
     }),

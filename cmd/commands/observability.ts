@@ -1,9 +1,9 @@
 import type { Command } from "commander";
 import { Client } from "../client";
 import { KILN_VERSION } from "../../server/version";
-import { output, printTable } from "../output";
+import { emptyLine, formatBytes, formatDuration, output, printTable } from "../output";
 import { findFunction } from "./functions";
-import { act, csv, qs, requireProject, stopOnSignals } from "./shared";
+import { act, csv, currentProject, qs, requireProject, stopOnSignals, PROJECT_HELP } from "./shared";
 
 interface Entry {
   id: string;
@@ -48,7 +48,7 @@ export function logsCommand(program: Command): void {
   program
     .command("logs")
     .description("search a project's function logs (newest last), or follow them live with --follow")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--function <name-or-id>", "only this function's lines")
     .option("-q, --query <q>", 'query: words, "phrases", level:(error OR warn), invocation.id:..., region:..., -negation')
     .option("--build <deployment-id>", "the build lines of this deployment (with --function)")
@@ -70,6 +70,7 @@ export function logsCommand(program: Command): void {
           limit,
         });
         output(g.json, r, () => {
+          if (!r.data.length) console.log(emptyLine("log lines"));
           for (const e of [...(r.data as Entry[])].reverse()) printEntry(e);
           if (r.has_more) console.error(`kiln: older lines exist (raise --limit, or narrow with -q / --since)`);
         });
@@ -103,13 +104,23 @@ async function follow(c: Client, json: boolean | undefined, project: string, o: 
   }
 }
 
+/** A metric's value as people read it: 401 ms, 1.0 GiB, 99.5 %, 12 (a count). */
+function withUnit(v: number | null, unit: string): string {
+  if (v === null || v === undefined) return "-";
+  if (unit === "ms" || unit === "milliseconds") return formatDuration(v);
+  if (unit === "bytes") return formatBytes(v);
+  if (unit === "percent" || unit === "%") return `${Number(v.toFixed(2))} %`;
+  if (unit === "ratio") return `${Number((v * 100).toFixed(2))} %`;
+  return `${Number.isInteger(v) ? v : Number(v.toFixed(3))}${unit && unit !== "count" ? ` ${unit}` : ""}`;
+}
+
 const METRIC_NAMES = ["request_count", "server_error_count", "availability", "p95_latency"];
 
 export function metricsCommand(program: Command): void {
   program
     .command("metrics")
     .description("a project's runtime metrics over a window ending at the last completed minute")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--window <w>", "30m, 1h, 24h or 7d", "1h")
     .option("--metric <names>", `comma-separated: ${METRIC_NAMES.join(", ")}`, METRIC_NAMES.join(","))
     .option("--group-by <dimension>", "region or resource_type")
@@ -121,10 +132,10 @@ export function metricsCommand(program: Command): void {
           console.log(`window ${r.window.from} to ${r.window.to} (fresh through ${r.fresh_through})`);
           const rows = r.results.flatMap((x: any) =>
             x.values.length
-              ? x.values.map((v: any) => ({ metric: x.metric, unit: x.unit, status: x.data_status, dimensions: Object.entries(v.dimensions).map(([k, d]) => `${k}=${d}`).join(",") || "-", value: v.value }))
-              : [{ metric: x.metric, unit: x.unit, status: x.data_status, dimensions: "-", value: "-" }],
+              ? x.values.map((v: any) => ({ metric: x.metric, status: x.data_status, dimensions: Object.entries(v.dimensions).map(([k, d]) => `${k}=${d}`).join(",") || "-", value: withUnit(v.value, x.unit) }))
+              : [{ metric: x.metric, status: x.data_status, dimensions: "-", value: "-" }],
           );
-          printTable(rows, ["metric", "unit", "status", "dimensions", "value"]);
+          printTable(rows, ["metric", "status", "dimensions", "value"], "metrics");
         });
       }),
     );
@@ -134,7 +145,7 @@ export function usageCommand(program: Command): void {
   program
     .command("usage")
     .description("a project's usage in a month (default the current one)")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--month <yyyy-mm>")
     .option("--daily", "also print each day's figures")
     .action(
@@ -142,10 +153,10 @@ export function usageCommand(program: Command): void {
         const r = await c.request("GET", `/projects/${encodeURIComponent(requireProject(o))}/usage${qs({ month: o.month })}`);
         output(g.json, r, () => {
           console.log(`usage of ${r.month}`);
-          printTable(r.metrics, ["metric", "total", "all_time"]);
+          printTable(r.metrics, ["metric", "total", "all_time"], "usage metrics");
           if (o.daily) {
             const days = r.metrics[0].daily.map((d: any, i: number) => Object.fromEntries([["day", d.timestamp.slice(0, 10)], ...r.metrics.map((m: any) => [m.metric, m.daily[i].value])]));
-            printTable(days, ["day", ...r.metrics.map((m: any) => m.metric)]);
+            printTable(days, ["day", ...r.metrics.map((m: any) => m.metric)], "days");
           }
         });
       }),
@@ -156,16 +167,19 @@ export function deploymentsCommand(program: Command): void {
   program
     .command("deployments")
     .description("deployments across your projects, newest first")
-    .option("--project <id>", "only this project's")
+    .option("--project <id>", "only this project's (default: KILN_PROJECT, else the one `kiln use` remembers)")
+    .option("--all-projects", "every project's, even with a current project")
     .option("--page <n>")
     .option("--limit <n>", "per page (at most 100)", "20")
     .action(
-      act(async (c, g, o: { project?: string; page?: string; limit: string }) => {
-        const r = await c.request("GET", `/deployments${qs({ project_id: o.project, page: o.page, limit: o.limit })}`);
+      act(async (c, g, o: { project?: string; allProjects?: boolean; page?: string; limit: string }) => {
+        const project = o.allProjects ? undefined : currentProject(o)?.id;
+        const r = await c.request("GET", `/deployments${qs({ project_id: project, page: o.page, limit: o.limit })}`);
         output(g.json, r, () => {
           printTable(
             r.data.map((d: any) => ({ ...d, function: d.resource.name })),
             ["id", "project_id", "function", "kind", "status", "created_at", "finished_at", "error"],
+            "deployments",
           );
           if (r.has_more) console.error(`kiln: more on the next page (--page ${r.page + 1})`);
         });

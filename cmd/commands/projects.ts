@@ -21,7 +21,7 @@ export function projectsCommand(program: Command): void {
       act(async (c, g, o: { search?: string; page?: string; limit?: string }) => {
         const r = await c.request("GET", `/projects${qs({ search: o.search, page: o.page ?? 1, limit: o.limit })}`);
         output(g.json, r, () => {
-          printTable(r.data, COLUMNS);
+          printTable(r.data, COLUMNS, "projects");
           if (r.has_more) console.log(`(${r.total} in all; next: --page ${r.page + 1})`);
         });
       }),

@@ -2,7 +2,7 @@ import type { Command } from "commander";
 import type { Client } from "../client";
 import { output, printObject, printTable } from "../output";
 import { findFunction } from "./functions";
-import { act, qs, requireProject } from "./shared";
+import { act, qs, requireProject, PROJECT_HELP } from "./shared";
 
 const COLUMNS = ["id", "name", "enabled", "schedule", "region", "next_run_at", "last_run_at"];
 const row = (s: any) => ({ ...s, schedule: s.schedule.cron_expression });
@@ -23,7 +23,7 @@ export function schedulersCommand(program: Command): void {
   };
   cmd
     .command("create <name>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .requiredOption("--function <name-or-id>")
     .requiredOption("--cron <expression>", "5 fields in UTC: minute hour day-of-month month day-of-week, e.g. '*/5 * * * *'")
     .option("--payload <json>", "JSON object delivered as the function's event", "{}")
@@ -39,7 +39,7 @@ export function schedulersCommand(program: Command): void {
   cmd
     .command("list")
     .description("a function's schedulers, or with no --function every scheduler of the project")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--function <name-or-id>")
     .option("--page <n>")
     .option("--limit <n>")
@@ -47,12 +47,12 @@ export function schedulersCommand(program: Command): void {
       act(async (c, g, o: { project: string; function?: string; page?: string; limit?: string }) => {
         const path = o.function ? await base(c, { ...o, function: o.function }) : `/projects/${encodeURIComponent(requireProject(o))}/schedulers`;
         const r = await c.request("GET", path + qs({ page: o.page, limit: o.limit ?? 100 }));
-        output(g.json, r, () => printTable(r.data.map(row), o.function ? COLUMNS : [...COLUMNS, "function_id", "function_kind"]));
+        output(g.json, r, () => printTable(r.data.map(row), o.function ? COLUMNS : [...COLUMNS, "function_id", "function_kind"], "schedulers"));
       }),
     );
   cmd
     .command("get <id>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .requiredOption("--function <name-or-id>")
     .action(
       act(async (c, g, id: string, o: { project: string; function: string }) => {
@@ -62,7 +62,7 @@ export function schedulersCommand(program: Command): void {
     );
   cmd
     .command("update <id>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .requiredOption("--function <name-or-id>")
     .option("--name <name>")
     .option("--cron <expression>")
@@ -85,7 +85,7 @@ export function schedulersCommand(program: Command): void {
     );
   cmd
     .command("delete <id>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .requiredOption("--function <name-or-id>")
     .action(
       act(async (c, g, id: string, o: { project: string; function: string }) => {
@@ -96,14 +96,14 @@ export function schedulersCommand(program: Command): void {
   cmd
     .command("runs <id>")
     .description("a scheduler's runs, newest first")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .requiredOption("--function <name-or-id>")
     .option("--page <n>")
     .option("--limit <n>")
     .action(
       act(async (c, g, id: string, o: { project: string; function: string; page?: string; limit?: string }) => {
         const r = await c.request("GET", `${await base(c, o)}/${encodeURIComponent(id)}/runs` + qs({ page: o.page, limit: o.limit ?? 20 }));
-        output(g.json, r, () => printTable(r.data, ["id", "status", "scheduled_for", "duration_ms", "http_status", "invocation_id", "error"]));
+        output(g.json, r, () => printTable(r.data, ["id", "status", "scheduled_for", "duration_ms", "http_status", "invocation_id", "error"], "runs"));
       }),
     );
 }

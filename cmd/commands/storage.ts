@@ -3,12 +3,13 @@ import { createWriteStream, existsSync, mkdirSync, readFileSync, renameSync, rmS
 import { basename, dirname, join, resolve } from "node:path";
 import { Option, type Command } from "commander";
 import { ApiError, Client, configFile, type GlobalOptions } from "../client";
-import { output, printObject, printTable } from "../output";
-import { act, csv, qs, requireProject } from "./shared";
+import { formatBytes, formatDuration, output, printObject, printTable } from "../output";
+import { CliError, HintedApiError } from "../errors";
+import { act, appClient, csv, currentProject, keyOption, qs, requireProject, PROJECT_HELP, type KeyOptions } from "./shared";
 
 // `kiln storage`: buckets and policies (management), and objects: cp up and down (resumable above a
 // threshold, resumed after an interruption), ls, rm, mv. Objects and policies take an application
-// credential (a service key: --service-key or KILN_SERVICE_KEY); buckets the CLI's own credential.
+// credential (a service key: --key or KILN_SERVICE_KEY); buckets the CLI's own credential.
 
 const MiB = 1024 * 1024;
 /** Uploads from this size on use the resumable protocol (unless --resumable forces it earlier). */
@@ -17,18 +18,7 @@ const BUCKET_COLUMNS = ["name", "id", "file_size_limit", "allowed_mime_types", "
 const OBJECT_COLUMNS = ["name", "size", "mime_type", "updated_at"];
 const POLICY_COLUMNS = ["id", "name", "operation", "definition"];
 
-type KeyOptions = { serviceKey?: string };
-
-/** Objects and policies need an application credential, never the platform or project token. */
-function appClient(c: Client, o: KeyOptions, what = "storage objects"): Client {
-  const key = o.serviceKey ?? process.env.KILN_SERVICE_KEY;
-  if (!key)
-    throw new Error(
-      `${what} need a service key: pass --service-key <sk-...> or set KILN_SERVICE_KEY (an end-user access token or the anon key also work, within the bucket's policies)`,
-    );
-  return new Client(c.url, key);
-}
-const keyOption = (cmd: Command) => cmd.option("--service-key <key>", "service key of the project (or KILN_SERVICE_KEY); an end-user token or the anon key work too, within the bucket's policies");
+const storageKey = (c: Command) => keyOption(c, "service key of the project (or KILN_SERVICE_KEY); an end-user token or the anon key work too, within the bucket's policies");
 
 /** `[kiln://]bucket/path/in/it` */
 function parseRemote(arg: string, needPath = true): { bucket: string; path: string } {
@@ -61,18 +51,6 @@ function positiveInt(v: string, what: string): number {
   const n = Number(v);
   if (!Number.isInteger(n) || n < 1) throw new Error(`${what} must be a whole number from 1 (got '${v}')`);
   return n;
-}
-
-export function formatBytes(n: number): string {
-  if (n < 1024) return `${n} B`;
-  const units = ["KiB", "MiB", "GiB", "TiB"];
-  let v = n / 1024;
-  let i = 0;
-  while (v >= 1024 && i < units.length - 1) {
-    v /= 1024;
-    i++;
-  }
-  return `${v.toFixed(v < 10 ? 2 : 1)} ${units[i]}`;
 }
 
 const rate = (bytes: number, ms: number) => `${formatBytes(Math.round(bytes / Math.max(ms / 1000, 0.001)))}/s`;
@@ -375,7 +353,7 @@ async function upload(c: Client, g: GlobalOptions, local: string, remote: string
     ? `resumable, ${r.session.total_parts} part${r.session.total_parts === 1 ? "" : "s"} of ${formatBytes(r.session.part_size)}${r.session.parts_already_uploaded ? `, ${r.session.parts_already_uploaded} already uploaded` : ""}`
     : "multipart";
   const sent = r.sentBytes ?? st.size;
-  const summary = `Uploaded ${local} -> ${bucket}/${path}: ${formatBytes(st.size)}${sent !== st.size ? ` (${formatBytes(sent)} sent now)` : ""} in ${(ms / 1000).toFixed(1)} s (${rate(sent, ms)}, ${how})`;
+  const summary = `Uploaded ${local} -> ${bucket}/${path}: ${formatBytes(st.size)}${sent !== st.size ? ` (${formatBytes(sent)} sent now)` : ""} in ${formatDuration(ms)} (${rate(sent, ms)}, ${how})`;
   const result = { direction: "upload", local, bucket, path, bytes: st.size, bytes_sent: sent, seconds: Number((ms / 1000).toFixed(3)), object: r.object, ...(r.session ? { session: r.session } : {}) };
   if (g.json) process.stderr.write(summary + "\n");
   output(g.json, result, () => console.log(summary));
@@ -418,7 +396,7 @@ async function download(c: Client, g: GlobalOptions, remote: string, local: stri
     progress.finish();
   }
   const ms = performance.now() - t0;
-  const summary = `Downloaded ${bucket}/${path} -> ${toStdout ? "stdout" : dest}: ${formatBytes(bytes)} in ${(ms / 1000).toFixed(1)} s (${rate(bytes, ms)})`;
+  const summary = `Downloaded ${bucket}/${path} -> ${toStdout ? "stdout" : dest}: ${formatBytes(bytes)} in ${formatDuration(ms)} (${rate(bytes, ms)})`;
   if (toStdout || g.json) {
     process.stderr.write(summary + "\n");
     if (g.json && !toStdout) console.log(JSON.stringify({ direction: "download", bucket, path, local: dest, bytes, seconds: Number((ms / 1000).toFixed(3)), etag: res.headers.get("etag") }, null, 2));
@@ -427,7 +405,7 @@ async function download(c: Client, g: GlobalOptions, remote: string, local: stri
 
 /** A bucket's id: looked up by name through the management API with --project, else taken as given. */
 async function bucketId(c: Client, o: { project?: string }, bucket: string): Promise<string> {
-  const project = o.project ?? process.env.KILN_PROJECT;
+  const project = currentProject(o)?.id;
   if (!project) return bucket;
   try {
     return (await c.request<{ id: string }>("GET", `/projects/${encodeURIComponent(project)}/storage/buckets/${encodeURIComponent(bucket)}`)).id;
@@ -445,14 +423,14 @@ function sizeLimit(v: string): number | null {
 export function storageCommand(program: Command): void {
   const storage = program
     .command("storage")
-    .description("object storage: buckets (--project), objects and policies (service key: --service-key or KILN_SERVICE_KEY)");
+    .description("object storage: buckets (--project), objects and policies (an application key: --key or KILN_SERVICE_KEY)");
 
   // Buckets: the management API, with the CLI's own credential (platform or project token).
   const buckets = storage.command("buckets").description("manage a project's buckets");
   const bucketsBase = (o: { project?: string }) => `/projects/${encodeURIComponent(requireProject(o))}/storage/buckets`;
   buckets
     .command("create <name>")
-    .option("--project <id>", "the project (or KILN_PROJECT)")
+    .option("--project <id>", PROJECT_HELP)
     .option("--file-size-limit <bytes>", "largest object: bytes, or with a unit (10MB, 5MiB); default unlimited")
     .option("--allowed-mime-types <types>", "comma-separated MIME types, wildcards allowed (image/*,application/pdf); default any")
     .action(
@@ -466,16 +444,16 @@ export function storageCommand(program: Command): void {
     );
   buckets
     .command("list")
-    .option("--project <id>", "the project (or KILN_PROJECT)")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, o: { project?: string }) => {
         const r = await c.request("GET", bucketsBase(o));
-        output(g.json, r, () => printTable(r.buckets, BUCKET_COLUMNS));
+        output(g.json, r, () => printTable(r.buckets, BUCKET_COLUMNS, "buckets"));
       }),
     );
   buckets
     .command("get <name>")
-    .option("--project <id>", "the project (or KILN_PROJECT)")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, name: string, o: { project?: string }) => {
         const r = await c.request("GET", `${bucketsBase(o)}/${encodeURIComponent(name)}`);
@@ -484,7 +462,7 @@ export function storageCommand(program: Command): void {
     );
   buckets
     .command("update <name>")
-    .option("--project <id>", "the project (or KILN_PROJECT)")
+    .option("--project <id>", PROJECT_HELP)
     .option("--file-size-limit <bytes>", "largest object (bytes or 10MB, 5MiB), or 'none' for unlimited")
     .option("--allowed-mime-types <types>", "comma-separated MIME types (wildcards allowed); '' for any")
     .action(
@@ -500,7 +478,7 @@ export function storageCommand(program: Command): void {
   buckets
     .command("delete <name>")
     .description("delete a bucket with every object, policy and upload session in it")
-    .option("--project <id>", "the project (or KILN_PROJECT)")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, name: string, o: { project?: string }) => {
         const r = await c.request("DELETE", `${bucketsBase(o)}/${encodeURIComponent(name)}`);
@@ -509,7 +487,7 @@ export function storageCommand(program: Command): void {
     );
 
   // Objects: an application credential.
-  keyOption(
+  storageKey(
     storage
       .command("cp <source> <destination>")
       .description(
@@ -525,17 +503,34 @@ export function storageCommand(program: Command): void {
       .addOption(new Option("--stop-after-parts <n>", "testing: stop (as if interrupted) after sending n parts").hideHelp()),
   ).action(
     act(async (c, g, source: string, destination: string, o: UploadOptions & KeyOptions) => {
-      const app = appClient(c, o);
       const isLocal = !source.startsWith("kiln://") && existsSync(source);
+      // A source written as a path (./x, ../x, /x, ~/x), or copied to kiln://, is meant as a local file;
+      // so is one without a slash, which cannot be <bucket>/<path>.
+      const remote = source.startsWith("kiln://");
+      const meantLocal = !remote && (/^(\.{1,2}|~)?[\\/]/.test(source) || /^[a-z]:[\\/]/i.test(source) || !source.includes("/") || destination.startsWith("kiln://"));
+      if (!isLocal && meantLocal) throw new CliError(`no such local file ${source}`, `check the path (relative to ${process.cwd()}); to download, give the source as <bucket>/<path> or kiln://<bucket>/<path>`);
+      if (isLocal && statSync(source).isDirectory()) throw new CliError(`${source} is a directory: cp copies one file`, `copy each file, e.g. kiln storage cp ${source}/<file> ${destination}`);
+      const app = appClient(c, o, "storage objects");
       if (isLocal) {
-        if (statSync(source).isDirectory()) throw new Error(`${source} is a directory: cp copies one file`);
-        return upload(app, g, source, destination, o);
+        try {
+          return await upload(app, g, source, destination, o);
+        } catch (err) {
+          // The server speaks HTTP (x-upsert); the CLI's way to replace is --upsert.
+          if (err instanceof ApiError && err.status === 409 && !o.upsert)
+            throw new HintedApiError(err, "pass --upsert to replace it", ApiError.reason(err.body).replace(/\s*\(send (x-)?upsert: true to replace it\)/, ""));
+          throw err;
+        }
       }
-      if (destination.startsWith("kiln://")) throw new Error(`${source}: no such local file to upload`);
-      await download(app, g, source, destination);
+      try {
+        await download(app, g, source, destination);
+      } catch (err) {
+        if (err instanceof ApiError && err.status === 404)
+          throw new HintedApiError(err, `downloading ${source} found nothing there, and there is no local file ${source} to upload either`);
+        throw err;
+      }
     }),
   );
-  keyOption(
+  storageKey(
     storage
       .command("ls <location>")
       .description("list objects: <bucket> or <bucket>/<prefix> (a name prefix: photos/2024 matches photos/2024-01.png and photos/2024/a.png)")
@@ -543,7 +538,7 @@ export function storageCommand(program: Command): void {
       .addOption(new Option("--page-size <n>", "testing: objects per request (1-1000)").hideHelp()),
   ).action(
     act(async (c, g, location: string, o: KeyOptions & { limit?: string; pageSize?: string }) => {
-      const app = appClient(c, o);
+      const app = appClient(c, o, "storage objects");
       const { bucket, path: prefix } = parseRemote(location, false);
       const limit = o.limit === undefined ? Infinity : positiveInt(o.limit, "--limit");
       const pageSize = o.pageSize === undefined ? 1000 : Math.min(1000, positiveInt(o.pageSize, "--page-size"));
@@ -560,14 +555,14 @@ export function storageCommand(program: Command): void {
         cursor = next ?? undefined;
       } while (next && objects.length < limit);
       output(g.json, { objects, next_cursor: next }, () => {
-        printTable(objects, OBJECT_COLUMNS);
+        printTable(objects, OBJECT_COLUMNS, "objects");
         if (next) console.log(`(more objects follow; raise --limit to see them)`);
       });
     }),
   );
-  keyOption(storage.command("rm <objects...>").description("delete objects: <bucket>/<path> ...")).action(
+  storageKey(storage.command("rm <objects...>").description("delete objects: <bucket>/<path> ...")).action(
     act(async (c, g, targets: string[], o: KeyOptions) => {
-      const app = appClient(c, o);
+      const app = appClient(c, o, "storage objects");
       const deleted: string[] = [];
       for (const t of targets) {
         const { bucket, path } = parseRemote(t);
@@ -582,9 +577,9 @@ export function storageCommand(program: Command): void {
       if (g.json) console.log(JSON.stringify({ deleted }, null, 2));
     }),
   );
-  keyOption(storage.command("mv <from> <to>").description("rename an object within its bucket: mv <bucket>/<from-path> <to-path> (to-path is in the same bucket)")).action(
+  storageKey(storage.command("mv <from> <to>").description("rename an object within its bucket: mv <bucket>/<from-path> <to-path> (to-path is in the same bucket)")).action(
     act(async (c, g, from: string, to: string, o: KeyOptions) => {
-      const app = appClient(c, o);
+      const app = appClient(c, o, "storage objects");
       const src = parseRemote(from);
       const dest = to.replace(/^kiln:\/\//, "");
       const r = await app.request("POST", `/storage/${encodeURIComponent(src.bucket)}/move`, { from: src.path, to: dest });
@@ -600,17 +595,17 @@ export function storageCommand(program: Command): void {
     try {
       return await app.request(method, `${await policyBase(c, o, bucket)}${rest}`, body);
     } catch (err) {
-      if (err instanceof ApiError && err.status === 404 && !(o.project ?? process.env.KILN_PROJECT))
-        throw new Error(`${err.message} (to name the bucket by name rather than id, pass --project <id> or set KILN_PROJECT)`);
+      if (err instanceof ApiError && err.status === 404 && !currentProject(o))
+        throw new HintedApiError(err, "to name the bucket by name rather than id, pass --project <id> (or set KILN_PROJECT, or run `kiln use <project>`)");
       throw err;
     }
   };
-  const bucketArg = "the bucket: its name with --project (or KILN_PROJECT), or its id";
-  keyOption(
+  const bucketArg = "the bucket: its name (the project from --project, KILN_PROJECT or `kiln use`), or its id";
+  storageKey(
     policies
       .command("create <bucket>")
       .description(`create a policy; <bucket>: ${bucketArg}`)
-      .option("--project <id>", "the project, to find the bucket by name (or KILN_PROJECT)")
+      .option("--project <id>", "the project, to find the bucket by name (default: KILN_PROJECT, else `kiln use`'s)")
       .requiredOption("--name <name>", "unique in the bucket")
       .requiredOption("--operation <op>", "SELECT, INSERT, UPDATE or DELETE")
       .requiredOption("--definition <sql>", "a SQL boolean expression over bucket_id, name, owner_id, size, mime_type, is_public, metadata, e.g. \"owner_id = auth.uid()\""),
@@ -621,23 +616,23 @@ export function storageCommand(program: Command): void {
       output(g.json, r, () => printObject(r));
     }),
   );
-  keyOption(
+  storageKey(
     policies
       .command("list <bucket>")
       .description(`list a bucket's policies; <bucket>: ${bucketArg}`)
-      .option("--project <id>", "the project, to find the bucket by name (or KILN_PROJECT)"),
+      .option("--project <id>", "the project, to find the bucket by name (default: KILN_PROJECT, else `kiln use`'s)"),
   ).action(
     act(async (c, g, bucket: string, o: KeyOptions & { project?: string }) => {
       const app = appClient(c, o, "storage policies");
       const r = await policyCall(app, c, o, bucket, "GET");
-      output(g.json, r, () => printTable(r.policies, POLICY_COLUMNS));
+      output(g.json, r, () => printTable(r.policies, POLICY_COLUMNS, "policies"));
     }),
   );
-  keyOption(
+  storageKey(
     policies
       .command("delete <bucket> <policy-id>")
       .description(`delete a policy; <bucket>: ${bucketArg}`)
-      .option("--project <id>", "the project, to find the bucket by name (or KILN_PROJECT)"),
+      .option("--project <id>", "the project, to find the bucket by name (default: KILN_PROJECT, else `kiln use`'s)"),
   ).action(
     act(async (c, g, bucket: string, policyId: string, o: KeyOptions & { project?: string }) => {
       const app = appClient(c, o, "storage policies");

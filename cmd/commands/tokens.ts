@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 import { output, printObject, printTable } from "../output";
-import { act, qs, requireProject } from "./shared";
+import { act, qs, requireProject, PROJECT_HELP } from "./shared";
 
 const COLUMNS = ["id", "name", "scope", "status", "token_prefix", "expires_at", "last_used_at", "all_time_requests"];
 
@@ -9,7 +9,7 @@ export function tokensCommand(program: Command): void {
   const base = (o: { project?: string }) => `/projects/${encodeURIComponent(requireProject(o))}/access-tokens`;
   tokens
     .command("create")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .requiredOption("--name <name>")
     .option("--scope <scope>", "full or read_only", "full")
     .option("--expires-at <time>", "RFC 3339 expiry")
@@ -24,7 +24,7 @@ export function tokensCommand(program: Command): void {
     );
   tokens
     .command("list")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--search <text>")
     .option("--include-revoked")
     .option("--page <n>")
@@ -32,12 +32,12 @@ export function tokensCommand(program: Command): void {
     .action(
       act(async (c, g, o: { project: string; search?: string; includeRevoked?: boolean; page?: string; limit?: string }) => {
         const r = await c.request("GET", base(o) + qs({ search: o.search, include_revoked: o.includeRevoked, page: o.page, limit: o.limit }));
-        output(g.json, r, () => printTable(r.data, COLUMNS));
+        output(g.json, r, () => printTable(r.data, COLUMNS, "access tokens"));
       }),
     );
   tokens
     .command("get <tokenId>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, id: string, o: { project: string }) => {
         const r = await c.request("GET", `${base(o)}/${encodeURIComponent(id)}`);
@@ -46,7 +46,7 @@ export function tokensCommand(program: Command): void {
     );
   tokens
     .command("revoke <tokenId>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, id: string, o: { project: string }) => {
         await c.request("DELETE", `${base(o)}/${encodeURIComponent(id)}`);
@@ -56,7 +56,7 @@ export function tokensCommand(program: Command): void {
   tokens
     .command("usage [tokenId]")
     .description("daily request counts of one token, or of every token")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--days <n>", "how many days", "7")
     .action(
       act(async (c, g, id: string | undefined, o: { project: string; days: string }) => {
@@ -68,6 +68,7 @@ export function tokensCommand(program: Command): void {
           printTable(
             all.map((u: any) => ({ name: u.name, ...Object.fromEntries(u.daily.map((d: any) => [d.day, d.requests])), total: u.total_requests })),
             ["name", ...days, "total"],
+            "access tokens",
           );
         });
       }),

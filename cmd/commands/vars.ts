@@ -1,25 +1,25 @@
 import type { Command } from "commander";
 import { ApiError } from "../client";
 import { output, printObject, printTable } from "../output";
-import { act, qs, requireProject } from "./shared";
+import { act, qs, requireProject, PROJECT_HELP } from "./shared";
 
 export function varsCommand(program: Command): void {
   const vars = program.command("vars").description("manage project variables");
   const base = (o: { project?: string }) => `/projects/${encodeURIComponent(requireProject(o))}/variables`;
   vars
     .command("list")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .option("--page <n>")
     .option("--limit <n>")
     .action(
       act(async (c, g, o: { project: string; page?: string; limit?: string }) => {
         const r = await c.request("GET", base(o) + qs({ page: o.page, limit: o.limit ?? 100 }));
-        output(g.json, r, () => printTable(r.data, ["name", "value", "status", "updated_at"]));
+        output(g.json, r, () => printTable(r.data, ["name", "value", "status", "updated_at"], "variables"));
       }),
     );
   vars
     .command("get <name>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, name: string, o: { project: string }) => {
         const r = await c.request("GET", `${base(o)}/${encodeURIComponent(name)}`);
@@ -29,7 +29,7 @@ export function varsCommand(program: Command): void {
   vars
     .command("set <name> <value>")
     .description("create the variable, or change its value")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, name: string, value: string, o: { project: string }) => {
         let r;
@@ -44,7 +44,7 @@ export function varsCommand(program: Command): void {
     );
   vars
     .command("unset <name>")
-    .requiredOption("--project <id>")
+    .option("--project <id>", PROJECT_HELP)
     .action(
       act(async (c, g, name: string, o: { project: string }) => {
         await c.request("DELETE", `${base(o)}/${encodeURIComponent(name)}`);

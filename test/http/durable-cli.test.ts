@@ -110,8 +110,8 @@ describe("kiln durable", () => {
     expect(human.out).toMatch(/^status\s+completed$/m);
     expect(human.out).toMatch(/^output\s+\{"a":5,"b":50\}$/m);
     expect(human.out).toMatch(/^#\s+STEP\s+TYPE\s+STATUS\s+ATTEMPTS\s+STARTED\s+FINISHED\s+TOOK\s+OUTPUT \/ ERROR$/m);
-    expect(human.out).toMatch(/^1\s+one\s+run\s+completed\s+1\s+\S+Z\s+\S+Z\s+\d+ms\s+5$/m);
-    expect(human.out).toMatch(/^2\s+two\s+run\s+completed\s+1\s+\S+Z\s+\S+Z\s+\d+ms\s+50$/m);
+    expect(human.out).toMatch(/^1\s+one\s+run\s+completed\s+1\s+\S+Z\s+\S+Z\s+\d+ ms\s+5$/m);
+    expect(human.out).toMatch(/^2\s+two\s+run\s+completed\s+1\s+\S+Z\s+\S+Z\s+\d+ ms\s+50$/m);
 
     // Errors: one line, with the status.
     expect(run("durable", "list").err).toMatch(/--project/);
@@ -198,7 +198,7 @@ describe("kiln durable", () => {
     expect(final).toContain(`output       ${JSON.stringify({ a: picked, b: 42 })}`);
     expect(final).toMatch(/^1\s+pick\s+run\s+completed\s+1\s/m);
     expect(final).toMatch(/^2\s+nap\s+sleep\s+completed\s+-\s+\S+Z\s+\S+Z\s+1h\s+-$/m);
-    expect(final).toMatch(/^3\s+double\s+run\s+completed\s+1\s+\S+Z\s+\S+Z\s+\d+ms\s+42$/m);
+    expect(final).toMatch(/^3\s+double\s+run\s+completed\s+1\s+\S+Z\s+\S+Z\s+\d+ ms\s+42$/m);
     // A drawing per change: the first one was the sleeping execution, none repeats the one before.
     const drawings = watch.out().split(/\n(?=execution  )/);
     expect(drawings[0]).toMatch(/^status\s+sleeping/m);
@@ -240,7 +240,7 @@ describe("kiln durable", () => {
     expect(failed.code).toBe(1);
     expect(failed.out).toMatch(/^status\s+failed$/m);
     expect(failed.out).toMatch(/^error\s+RangeError: bad 7$/m);
-    expect(failed.out).toMatch(/^1\s+boom\s+run\s+failed\s+1\s+\S+Z\s+\S+Z\s+\d+ms\s+RangeError: bad 7$/m);
+    expect(failed.out).toMatch(/^1\s+boom\s+run\s+failed\s+1\s+\S+Z\s+\S+Z\s+\d+ ms\s+RangeError: bad 7$/m);
     const watched = run("--json", "durable", "start", "broken", "--project", p.id, "--input", '{"n":8}', "--watch", "--interval", "100");
     expect(watched.code).toBe(1);
     expect(JSON.parse(watched.out.trim().split("\n").at(-1)!)).toMatchObject({ status: "failed", error: "RangeError: bad 8" });

@@ -205,7 +205,7 @@ describe("kiln storage ls, mv, rm, policies", () => {
     expect(bad.code).not.toBe(0);
     expect(bad.err).toMatch(/400 .*unknown column 'ownr_id'/);
     // A name without --project is taken as an id: not found, with the hint.
-    expect(run("storage", "policies", "list", bucket, ...key).err).toMatch(/404.*pass --project/);
+    expect(run("storage", "policies", "list", bucket, ...key).err).toMatch(/^kiln: 404 .*\nhint: .*pass --project/);
     expect(json("storage", "policies", "delete", bucket, created.id, "--project", p.id, ...key).message).toEqual(expect.any(String));
     expect(json("storage", "policies", "list", id, ...key).policies).toEqual([]);
   });
@@ -222,9 +222,9 @@ describe("kiln storage ls, mv, rm, policies", () => {
     ]) {
       const r = run(...args);
       expect([args.join(" "), r.code]).toEqual([args.join(" "), 1]);
-      expect(r.err).toMatch(/need a service key: pass --service-key <sk-\.\.\.> or set KILN_SERVICE_KEY/);
+      expect(r.err).toMatch(/^kiln: storage objects needs --key <key>\nhint: pass a service key \(sk-\.\.\.\) of the project with --key, or set KILN_SERVICE_KEY/);
     }
-    expect(run("storage", "policies", "list", bucket, "--project", p.id).err).toMatch(/storage policies need a service key/);
+    expect(run("storage", "policies", "list", bucket, "--project", p.id).err).toMatch(/^kiln: storage policies needs --key <key>/);
     // The platform token as the key: the API's refusal comes through.
     const refused = run("storage", "ls", bucket, "--service-key", k.token);
     expect(refused.code).not.toBe(0);
