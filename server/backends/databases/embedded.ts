@@ -17,6 +17,8 @@ import { coldCopy, divergenceOfDir, fingerprintDir, hotCopy, SNAPSHOT_INFO, trac
 import { listSegments, parseLsn, readCommits, segmentNumber, truncateWal } from "./wal";
 import type { WireBackend, WireClient, WireControl } from "./wire/listener";
 import { PgliteThread } from "./pglite-thread";
+import { EXTENSION_CONF } from "./extension-mount";
+import { extensionFiles } from "./extensions";
 import { runOverProtocol } from "./protocol-query";
 import { PgliteSessionMux } from "./wire/pglite-mux";
 
@@ -90,6 +92,9 @@ export class EmbeddedEngine implements DatabaseEngine {
     mkdirSync(o.dir, { recursive: true });
     this.timer = setInterval(() => void this.closeIdle(), Math.min(o.idleCloseMs, 10_000));
     this.timer.unref?.();
+    // The extension bundles are unpacked once per machine (postinstall does it): if they are not yet,
+    // now, so that the first open does not wait for it.
+    extensionFiles().catch(() => {});
   }
 
   serverVersions(): number[] {
@@ -125,7 +130,7 @@ export class EmbeddedEngine implements DatabaseEngine {
       pending = (async () => {
         if (!existsSync(join(this.dirOf(id), "PG_VERSION"))) throw new Error(`database ${id} has no data directory`);
         await this.makeRoom();
-        const db = await PgliteThread.open(this.dirOf(id), DATABASE_CONF, this.o.clockOffset ?? (() => 0));
+        const db = await PgliteThread.open(this.dirOf(id), DATABASE_CONF, this.o.clockOffset ?? (() => 0), { extensions: await extensionFiles() });
         // A database made by an older Kiln is brought to the current privileges model before anyone
         // uses it (a no-op check once done); if that fails, the database stays closed.
         try {
@@ -425,7 +430,7 @@ export class EmbeddedEngine implements DatabaseEngine {
 const WAL_KEPT = "wal_keep_size=1TB";
 
 /** Small buffers: a database here serves one developer's app, and many may be open at once. */
-const DATABASE_CONF = ["shared_buffers=8MB", "work_mem=4MB", "maintenance_work_mem=16MB", WAL_KEPT];
+const DATABASE_CONF = ["shared_buffers=8MB", "work_mem=4MB", "maintenance_work_mem=16MB", WAL_KEPT, ...EXTENSION_CONF];
 
 function dirSize(dir: string): number {
   if (!existsSync(dir)) return 0;

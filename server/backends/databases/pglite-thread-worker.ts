@@ -3,6 +3,7 @@
 // It runs off Kiln's main thread so that a long statement stalls only its own database.
 import { PGlite } from "@electric-sql/pglite";
 import { execRaw, sqlState } from "./pglite-calls";
+import { mountExtensions } from "./extension-mount";
 import { CHANNEL_CAPACITY, CHANNEL_HEADER, SLOT, type ThreadReply, type ThreadRequest } from "./pglite-thread";
 
 declare const self: Worker;
@@ -24,6 +25,8 @@ async function handle(m: ThreadRequest): Promise<void> {
         Date.now = () => realNow() + offset[0]!;
         db = new PGlite(m.dataDir, { pgliteWasmModule: m.module, postgresqlconf: m.conf } as unknown as ConstructorParameters<typeof PGlite>[0]);
         await db.waitReady;
+        // Before the first statement: nothing reads the extension files until one needs them.
+        if (m.extensions) mountExtensions(db.Module as unknown as Parameters<typeof mountExtensions>[0], m.extensions);
         void serveChannel(m.channel);
         return reply({ id: m.id, ok: true });
       }

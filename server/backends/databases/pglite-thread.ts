@@ -2,6 +2,7 @@ import { PGlite } from "@electric-sql/pglite";
 import { compiledPglite } from "../../store/pglite-wasm";
 import { DatabaseQueryError } from "./engine";
 import { execRaw } from "./pglite-calls";
+import type { ExtensionFiles } from "./extension-mount";
 
 /**
  * One PGlite backend session, as the session mux and the engine use it. Two implementations: a
@@ -27,7 +28,7 @@ export interface PgliteSession {
 export class SessionKilled extends Error {}
 
 export type ThreadRequest =
-  | { id: number; op: "open"; dataDir: string; module: WebAssembly.Module; conf: string[]; channel: SharedArrayBuffer; clock: SharedArrayBuffer; niceness?: number }
+  | { id: number; op: "open"; dataDir: string; module: WebAssembly.Module; conf: string[]; channel: SharedArrayBuffer; clock: SharedArrayBuffer; niceness?: number; extensions?: ExtensionFiles }
   | { id: number; op: "exec"; bytes: Uint8Array }
   | { id: number; op: "close" };
 
@@ -84,14 +85,16 @@ export class PgliteThread implements PgliteSession {
     private readonly conf: string[],
     private readonly clockOffset: () => number,
     private readonly niceness?: number,
+    private readonly extensions?: ExtensionFiles,
   ) {}
 
   /**
    * `niceness`: the thread runs at this lower CPU priority (Linux: the thread's own nice value), for
    * background work that must not take CPU from databases serving clients (a branch's first open).
+   * `extensions`: the unpacked extension bundles, mounted into the instance (extensions.ts).
    */
-  static async open(dataDir: string, conf: string[] = [], clockOffset: () => number = () => 0, opts: { niceness?: number } = {}): Promise<PgliteThread> {
-    const t = new PgliteThread(dataDir, conf, clockOffset, opts.niceness);
+  static async open(dataDir: string, conf: string[] = [], clockOffset: () => number = () => 0, opts: { niceness?: number; extensions?: ExtensionFiles } = {}): Promise<PgliteThread> {
+    const t = new PgliteThread(dataDir, conf, clockOffset, opts.niceness, opts.extensions);
     await t.start();
     return t;
   }
@@ -126,7 +129,7 @@ export class PgliteThread implements PgliteSession {
       };
       try {
         this.clock[0] = this.clockOffset();
-        await this.call(w, { op: "open", dataDir: this.dataDir, module, conf: this.conf, channel, clock: this.clock.buffer as SharedArrayBuffer, niceness: this.niceness });
+        await this.call(w, { op: "open", dataDir: this.dataDir, module, conf: this.conf, channel, clock: this.clock.buffer as SharedArrayBuffer, niceness: this.niceness, extensions: this.extensions });
       } catch (e) {
         w.terminate();
         throw e;
