@@ -8,6 +8,8 @@
 #   docker.io   the container runtime's engine ("containers" project)
 #   podman      the same on Podman ("containers-podman" project)
 #   ruby        Debian's Ruby exercises the Ruby bootstrap
+#   python3-psycopg python3-asyncpg python3-sqlalchemy  Python's PostgreSQL clients (psycopg 3, asyncpg,
+#               SQLAlchemy), driven by Debian's /usr/bin/python3 in test/http/database-protocol.test.ts
 #   radosgw, ceph-mon, ceph-osd  Ceph's S3 gateway over a one-node cluster: the S3 server the blob-store
 #               tests start on loopback (test/support/s3-server.ts, docs/storage.md)
 set -euo pipefail
@@ -18,6 +20,7 @@ command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v podman >/dev/null 2>&1 || need+=(podman)
 command -v ruby >/dev/null 2>&1 || need+=(ruby)
+/usr/bin/python3 -c 'import psycopg, asyncpg, sqlalchemy' >/dev/null 2>&1 || need+=(python3-psycopg python3-asyncpg python3-sqlalchemy)
 { command -v radosgw && command -v ceph-mon && command -v ceph-osd; } >/dev/null 2>&1 || need+=(radosgw ceph-mon ceph-osd)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

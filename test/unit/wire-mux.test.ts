@@ -5,6 +5,7 @@ import { callsSessionSetConfig, PgliteSessionMux, startupSettings } from "../../
 import { eachMessage, errorFields, MessageBuilder } from "../../server/backends/databases/wire/protocol";
 import { dataRowValues } from "../support/wire";
 import { InProcessSession } from "../../server/backends/databases/pglite-thread";
+import { listenOps } from "../../server/backends/databases/wire/listen-statements";
 import { runOverProtocol } from "../../server/backends/databases/protocol-query";
 import { freshPglite } from "../support/pglite";
 
@@ -273,6 +274,29 @@ describe("reading SQL and startup packets", () => {
     expect(callsSessionSetConfig("select set_config('a', E'x\\'', true)")).toBe(true);
   });
 
+  test("client_encoding is read as PostgreSQL reads an encoding name: letters and digits only, any case (asyncpg sends 'utf-8' with the quotes)", () => {
+    for (const e of ["'utf-8'", "UTF8", "Utf-8", "unicode", '"UTF_8"']) expect(startupSettings({ user: "u", client_encoding: e }).has("client_encoding")).toBe(false);
+    expect(startupSettings({ user: "u", Client_Encoding: "LATIN1" }).get("client_encoding")).toBe("LATIN1");
+    expect(startupSettings({ user: "u", options: "-c client_encoding='utf-8'" }).has("client_encoding")).toBe(false);
+  });
+
+  test("LISTEN, UNLISTEN, UNLISTEN * and DISCARD ALL are read from multi-statement SQL as PostgreSQL reads the channel", () => {
+    expect(
+      listenOps(`select ';listen no'; LISTEN Chan1 ; /* listen no; */ unlisten "Mixed ""Q""";-- listen no
+        UNLISTEN *; do $x$ begin perform 1; end $x$; discard   all; listen ${"a".repeat(70)}; notify chan1`),
+    ).toEqual([
+      { listen: true, channel: "chan1" },
+      { listen: false, channel: 'Mixed "Q"' },
+      { listen: false, channel: null },
+      { listen: false, channel: null },
+      { listen: true, channel: "a".repeat(63) },
+    ]);
+    expect(listenOps("select E'\\\\'; listen x; select $$;$$; listen y")).toEqual([
+      { listen: true, channel: "x" },
+      { listen: true, channel: "y" },
+    ]);
+  });
+
   test("startup parameters and -c options become the client's settings", () => {
     const settings = startupSettings({
       user: "u",
@@ -284,7 +308,7 @@ describe("reading SQL and startup packets", () => {
     });
     expect(Object.fromEntries(settings)).toEqual({
       application_name: "app",
-      DateStyle: "ISO, DMY",
+      datestyle: "ISO, DMY",
       search_path: "a,b",
       statement_timeout: "5s",
       work_mem: "8MB",

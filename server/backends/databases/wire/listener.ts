@@ -30,11 +30,18 @@ export interface WireClient {
   /** The startup packet's parameters, `user` and `database` included. */
   params: Record<string, string>;
   remoteAddress: string;
+  /** The process id its BackendKeyData announces (NotificationResponses it causes carry it). */
+  processId?: number;
 }
 
 /** Lets a backend end its client: FATAL ErrorResponse (57P01 unless told), then the connection closes. */
 export interface WireControl {
   terminate(fatalMessage: string, code?: string): void;
+  /**
+   * Writes whole messages to the client between the answers it is waiting for (a NotificationResponse
+   * for a client idle between transactions, as PostgreSQL sends one). Nothing once it is ending.
+   */
+  send?(data: Uint8Array): void;
 }
 
 export interface WireBackend {
@@ -368,14 +375,21 @@ class Connection {
     if (!found || serverFinal === null) throw failed;
     this.send(concatBytes([authentication(AUTH_SASL_FINAL, utf8(serverFinal)), authentication(AUTH_OK)]));
 
+    const pid = nextPid++;
     const client: WireClient = {
       user,
       database,
       applicationName: params.application_name ?? "",
       params,
       remoteAddress: this.socket.remoteAddress ?? "",
+      processId: pid,
     };
-    const control: WireControl = { terminate: (message, code) => this.terminate(message, code) };
+    const control: WireControl = {
+      terminate: (message, code) => this.terminate(message, code),
+      send: (data) => {
+        if (!this.ended) this.send(data);
+      },
+    };
     let announced: Record<string, string>;
     try {
       this.backend = await this.shared.router.open(found.target, client, control);
@@ -385,7 +399,6 @@ class Connection {
       throw refusal(e);
     }
     const hello = Object.entries(announced).map(([k, v]) => parameterStatus(k, v));
-    const pid = nextPid++;
     const secret = randomInt(0x7fffffff);
     this.shared.keys.set(pid, { secret, conn: this });
     this.done.then(() => this.shared.keys.delete(pid));

@@ -20,6 +20,7 @@ import {
   sync,
   utf8,
 } from "./protocol";
+import { LISTEN_TAGS, type ListenOp, listenOps, mayChangeListens } from "./listen-statements";
 
 /**
  * Many client sessions over PGlite's single backend session, multiplexed per transaction.
@@ -45,6 +46,10 @@ import {
  * When the session changes hands, the outgoing client's session settings are captured if it may
  * have changed them, and the incoming client gets defaults + its `init` + its own settings back.
  * Named prepared statements are renamed per client.
+ *
+ * LISTEN/NOTIFY: PGlite's one backend listens to every channel some client listens to; each
+ * NotificationResponse in its answers (they follow the commit that sent them) is taken out and
+ * routed to the clients listening on that channel when it was committed (`deliver`).
  */
 
 const I = 0x49; // ReadyForQuery status 'I'
@@ -52,6 +57,11 @@ const T = 0x54; // ReadyForQuery status 'T'
 const E = 0x45; // ReadyForQuery status 'E'
 const COPY_IN_RESPONSE = 0x47; // G
 const COPY_DATA = 0x64; // d
+const COPY_DONE = 0x63; // c
+const COPY_FAIL = 0x66; // f
+const NOTIFICATION = 0x41; // A
+/** Notifications held for a client in a transaction (or not reading) beyond this end it (PostgreSQL's queue is bounded too). */
+const MAX_HELD_NOTIFICATIONS_BYTES = 16 * 1024 * 1024;
 const EMPTY = new Uint8Array(0);
 /**
  * Sent after every client batch. Outside COPY PostgreSQL ignores a CopyFail; inside COPY FROM STDIN
@@ -130,6 +140,12 @@ export class PgliteSessionMux {
   /** Whose Parse the unnamed prepared statement is; any simple query or Kiln's own queries drop it. */
   private unnamedOwner: MuxSession | null = null;
   private sessions = new Set<MuxSession>();
+  /** Channel -> the clients whose committed LISTEN covers it. */
+  private listeners = new Map<string, Set<MuxSession>>();
+  /** PGlite's backend may not listen to exactly the channels in `listeners` (an UNLISTEN, a restart). */
+  private listenDirty = false;
+  /** The client batch PGlite runs now and the LISTEN statements it has yet to answer. */
+  private execFor: { s: MuxSession; ops: ListenOp[] } | null = null;
   private nextId = 1;
   private closed = false;
   private lastActivity = Date.now();
@@ -141,6 +157,15 @@ export class PgliteSessionMux {
     private readonly db: PgliteSession,
     readonly options: MuxOptions = { idleInTransactionTimeoutMs: 60_000 },
   ) {
+    this.routed = {
+      ready: () => db.ready(),
+      exec: (bytes) => this.exec(bytes),
+      restart: () => db.restart(),
+      close: () => db.close(),
+      get closed() {
+        return db.closed;
+      },
+    };
     this.defaults = this.withSession(KILN, () => this.step(() => this.setUp()));
     this.defaults.catch(() => {});
   }
@@ -168,8 +193,9 @@ export class PgliteSessionMux {
     return this.withSession(KILN, () =>
       this.step(async () => {
         await this.switchTo(null);
+        if (this.listenDirty) await this.reconcileListens();
         try {
-          return await fn(this.db);
+          return await fn(this.routed);
         } finally {
           this.applied = null;
           this.unnamedOwner = null;
@@ -177,6 +203,9 @@ export class PgliteSessionMux {
       }),
     );
   }
+
+  /** The session as Kiln's own work sees it: notifications its statements commit reach the listeners too. */
+  private readonly routed: PgliteSession;
 
   stats(): { clients: number; inTransaction: boolean; lastActivityMs: number } {
     return { clients: this.sessions.size, inTransaction: this.holder instanceof MuxSession, lastActivityMs: this.lastActivity };
@@ -302,7 +331,10 @@ export class PgliteSessionMux {
       if (s.statementTimeoutMs > 0 && !batch.copy) timer = setTimeout(() => this.cancel(s, STATEMENT_TIMEOUT), s.statementTimeoutMs);
       if (this.current !== s && !(await this.switchTo(s))) return this.release();
       if (s.generation !== this.generation) await this.remakeStatements(s, batch);
+      // Outside any transaction: make PGlite's backend listen to what the clients listen to.
+      if (this.listenDirty && statusBefore === I && batch.fresh && !batch.copy) await this.reconcileListens();
       await this.runBatch(s, batch, send, statusBefore);
+      if (this.listenDirty && s.status === I && !s.midBatch && !s.copy) await this.reconcileListens();
       if (s.readTimeouts) await this.readTimeouts(s);
     } catch (err) {
       if (!(err instanceof SessionKilled)) throw err;
@@ -329,7 +361,14 @@ export class PgliteSessionMux {
     const copy = batch.copy;
     const savepoint = copy ? copy.savepoint : batch.copyStatement && statusBefore === T && batch.fresh;
     if (savepoint) await this.exec(simpleQuery("SAVEPOINT kiln_copy"));
-    const out = copy ? await this.exec(concatBytes([...copy.parts, ...copy.data, COPY_GUARD])) : await this.execBatch(s, batch);
+    // (A COPY's statements are run more than once: only a plain batch's LISTENs are counted.)
+    this.execFor = { s, ops: copy ? [] : batch.listenOps };
+    let out: Uint8Array;
+    try {
+      out = copy ? await this.exec(concatBytes([...copy.parts, ...copy.data, COPY_GUARD])) : await this.execBatch(s, batch);
+    } finally {
+      this.execFor = null;
+    }
     this.lastActivity = Date.now();
 
     // COPY FROM STDIN ran into the guard: PGlite needs the data within the same call. Undo the
@@ -425,8 +464,102 @@ export class PgliteSessionMux {
     return out;
   }
 
-  private exec(bytes: Uint8Array): Promise<Uint8Array> {
-    return this.db.exec(bytes);
+  private async exec(bytes: Uint8Array): Promise<Uint8Array> {
+    return this.route(await this.db.exec(bytes));
+  }
+
+  // ---- LISTEN / NOTIFY ----------------------------------------------------------------------------
+
+  /**
+   * Takes the NotificationResponses out of PGlite's answer and delivers them; for the client batch
+   * running (`execFor`), follows its LISTEN/UNLISTEN statements through its transaction: they take
+   * effect when it commits, as on PostgreSQL. A NotificationResponse only ever follows a commit.
+   */
+  private route(out: Uint8Array): Uint8Array {
+    const ctx = this.execFor;
+    const s = ctx?.s;
+    let kept: Uint8Array[] | null = null;
+    let last = 0;
+    let at = 0;
+    while (at + 5 <= out.length) {
+      const type = out[at]!;
+      const end = at + 1 + readInt32(out, at + 1);
+      if (type === NOTIFICATION) {
+        s?.endTransaction(true); // its LISTENs count for the notifications its commit sends
+        this.deliver(out.subarray(at, end), s ?? null);
+        (kept ??= []).push(out.subarray(last, at));
+        last = end;
+      } else if (s && (ctx.ops.length > 0 || s.pendingListens.length > 0)) {
+        if (type === B.commandComplete) {
+          const tag = fromUtf8(out.subarray(at + 5, end - 1));
+          if (LISTEN_TAGS.has(tag)) {
+            const op = ctx.ops.shift();
+            if (op) s.pendingListens.push(op);
+          } else if (tag === "COMMIT") s.endTransaction(true);
+          else if (tag === "ROLLBACK") s.sawRollback = true;
+        } else if (type === B.error) s.failed = true;
+        else if (type === B.readyForQuery) {
+          const status = out[at + 5];
+          if (status === I) s.endTransaction(!s.failed && !s.sawRollback);
+          else if (status === T && s.sawRollback) s.sawRollback = s.failed = false; // ROLLBACK TO SAVEPOINT
+        }
+      }
+      at = end;
+    }
+    if (!kept) return out;
+    kept.push(out.subarray(last));
+    return concatBytes(kept);
+  }
+
+  /** One NotificationResponse to every client listening on its channel, with the sender's process id. */
+  private deliver(note: Uint8Array, sender: MuxSession | null): void {
+    const channelEnd = cstringEnd(note, 9);
+    if (channelEnd < 0) return;
+    const to = this.listeners.get(fromUtf8(note.subarray(9, channelEnd)));
+    if (!to?.size) return;
+    const copy = note.slice();
+    const pid = sender?.processId;
+    if (pid !== undefined) {
+      copy[5] = (pid >>> 24) & 0xff;
+      copy[6] = (pid >>> 16) & 0xff;
+      copy[7] = (pid >>> 8) & 0xff;
+      copy[8] = pid & 0xff;
+    }
+    for (const l of to) l.notify(copy);
+  }
+
+  /** `s` committed these LISTEN/UNLISTEN statements. */
+  applyListens(s: MuxSession, ops: ListenOp[]): void {
+    for (const op of ops) {
+      const channels = op.channel === null ? [...s.listening] : [op.channel];
+      for (const c of channels) {
+        if (op.listen) {
+          s.listening.add(c);
+          let set = this.listeners.get(c);
+          if (!set) this.listeners.set(c, (set = new Set()));
+          set.add(s);
+        } else {
+          s.listening.delete(c);
+          this.listeners.get(c)?.delete(s);
+          if (this.listeners.get(c)?.size === 0) this.listeners.delete(c);
+        }
+      }
+      // Its UNLISTEN ran on the shared backend: others may still want those channels.
+      if (!op.listen) this.listenDirty = true;
+    }
+  }
+
+  /** Makes PGlite's backend listen to exactly the channels some client listens to. Outside any transaction only. */
+  private async reconcileListens(): Promise<void> {
+    this.listenDirty = false;
+    const { rows, error } = firstResult(await this.exec(simpleQuery("SELECT pg_catalog.pg_listening_channels()")));
+    this.unnamedOwner = null;
+    if (error) return;
+    const have = new Set(rows.map((r) => r[0]!));
+    const sql: string[] = [];
+    for (const c of this.listeners.keys()) if (!have.has(c)) sql.push(`LISTEN ${sqlIdent(c)}`);
+    for (const c of have) if (!this.listeners.has(c)) sql.push(`UNLISTEN ${sqlIdent(c)}`);
+    if (sql.length) await this.exec(simpleQuery(sql.join(";")));
   }
 
   /** Columns a COPY without a column list expects, or null when the table does not resolve (let PostgreSQL say why). */
@@ -494,6 +627,7 @@ export class PgliteSessionMux {
    */
   private async recover(s: MuxSession, batch: Batch, send: (data: Uint8Array) => void, statusBefore: number): Promise<void> {
     this.generation++;
+    this.listenDirty = true; // a new backend listens to nothing
     this.current = null;
     this.applied = null;
     this.unnamedOwner = null;
@@ -598,6 +732,9 @@ export class PgliteSessionMux {
 
   async cleanUp(s: MuxSession): Promise<void> {
     this.sessions.delete(s);
+    if (s.listening.size) {
+      this.applyListens(s, [{ listen: false, channel: null }]); // PGlite's backend unlistens at the next reconcile
+    }
     s.idle(false);
     this.cancelWait(s, "gone");
     await s.busy?.catch(() => {});
@@ -689,6 +826,8 @@ interface Batch {
   setsConfig: boolean;
   /** Server-side names of the statements it parses. */
   parsed: string[];
+  /** Its LISTEN / UNLISTEN / DISCARD ALL statements, in the order their command tags will come. */
+  listenOps: ListenOp[];
 }
 
 const newBatch = (): Batch => ({
@@ -703,6 +842,7 @@ const newBatch = (): Batch => ({
   replayParse: null,
   setsConfig: false,
   parsed: [],
+  listenOps: [],
 });
 
 class MuxSession implements WireBackend {
@@ -730,6 +870,21 @@ class MuxSession implements WireBackend {
   cancelReason: CancelReason | null = null;
   /** An error ended its extended-protocol batch before Sync: drop messages until Sync, then answer it. */
   skipToSync = false;
+  /** Channels its committed LISTENs cover. */
+  readonly listening = new Set<string>();
+  /** LISTEN/UNLISTEN run in its open transaction: they take effect when it commits. */
+  pendingListens: ListenOp[] = [];
+  /** Its open transaction saw an error / a ROLLBACK (while it had pending LISTENs). */
+  failed = false;
+  sawRollback = false;
+  /** Between a message that needs an answer and the end of that answer. */
+  private answering = false;
+  /** Notifications for it held until it is idle outside a transaction (then sent before its ReadyForQuery 'I'). */
+  private notes: Uint8Array[] = [];
+  private noteBytes = 0;
+  /** The extended-protocol statement names whose SQL is a LISTEN statement, and what it does. */
+  private readonly listenStatements = new Map<string, ListenOp[]>();
+  private unnamedListenOps: ListenOp[] = [];
 
   private readonly prefix: Uint8Array;
   private readonly longNames = new Map<string, string>();
@@ -763,10 +918,32 @@ class MuxSession implements WireBackend {
     return params;
   }
 
-  async handle(message: Uint8Array, send: (data: Uint8Array) => void): Promise<void> {
+  get processId(): number | undefined {
+    return this.client.processId;
+  }
+
+  async handle(message: Uint8Array, sendRaw: (data: Uint8Array) => void): Promise<void> {
     if (this.closed) return;
     const type = message[0];
     if (type === F.terminate) return;
+    // Held notifications go out just before the ReadyForQuery 'I' that ends the answer, as PostgreSQL sends them.
+    const send = (data: Uint8Array) => sendRaw(this.notes.length ? this.withNotes(data) : data);
+    if (!this.copy && (type === COPY_DATA || type === COPY_DONE || type === COPY_FAIL)) {
+      // Outside COPY FROM STDIN PostgreSQL ignores these (a client may still be sending after a
+      // failed COPY; postgres.js sends a CopyFail after its COPY ended): never the start of a batch.
+      return;
+    }
+    if (type === F.flush && this.batch.parts.length === 0 && !this.copy) return; // nothing buffered: nothing to flush
+    this.answering = true;
+    try {
+      await this.handleMessage(type!, message, send);
+    } finally {
+      this.answering = false;
+      if (this.notes.length && this.idleOutside()) this.flushNotes();
+    }
+  }
+
+  private async handleMessage(type: number, message: Uint8Array, send: (data: Uint8Array) => void): Promise<void> {
     if (this.skipToSync) {
       if (type !== F.sync) return;
       this.skipToSync = false;
@@ -796,6 +973,56 @@ class MuxSession implements WireBackend {
     }
     this.busy = this.mux.run(this, batch, send);
     await this.busy;
+  }
+
+  /** Idle between transactions, nothing buffered: where PostgreSQL sends a notification at once. */
+  private idleOutside(): boolean {
+    return !this.answering && this.status === I && !this.midBatch && !this.copy && !this.skipToSync && this.batch.parts.length === 0;
+  }
+
+  /** A NotificationResponse for it: now if it is idle outside a transaction, else held until it is. */
+  notify(note: Uint8Array): void {
+    if (this.closed) return;
+    if (this.idleOutside() && this.control.send) return this.control.send(note);
+    this.notes.push(note);
+    this.noteBytes += note.length;
+    if (this.noteBytes > MAX_HELD_NOTIFICATIONS_BYTES) {
+      this.notes = [];
+      this.noteBytes = 0;
+      this.control.terminate("too many notifications held for this client while it stays in a transaction", "54000");
+    }
+  }
+
+  private flushNotes(): void {
+    if (!this.control.send) return;
+    const notes = this.notes;
+    this.notes = [];
+    this.noteBytes = 0;
+    this.control.send(concatBytes(notes));
+  }
+
+  /** `data` with the held notifications put before its final ReadyForQuery 'I', if it ends with one. */
+  private withNotes(data: Uint8Array): Uint8Array {
+    const n = data.length;
+    if (n < 6 || data[n - 6] !== B.readyForQuery || data[n - 1] !== I || readInt32(data, n - 5) !== 5) return data;
+    const notes = this.notes;
+    this.notes = [];
+    this.noteBytes = 0;
+    return concatBytes([data.subarray(0, n - 6), ...notes, data.subarray(n - 6)]);
+  }
+
+  /** Its transaction ended: its LISTEN/UNLISTEN statements take effect if it committed. */
+  endTransaction(committed: boolean): void {
+    const ops = this.pendingListens;
+    this.pendingListens = [];
+    this.failed = this.sawRollback = false;
+    if (!committed || ops.length === 0) return;
+    this.mux.applyListens(this, ops);
+    // Notifications held for channels it no longer listens to are not delivered (PostgreSQL checks on reading them).
+    if (this.notes.length && ops.some((op) => !op.listen)) {
+      this.notes = this.notes.filter((n) => this.listening.has(fromUtf8(n.subarray(9, cstringEnd(n, 9)))));
+      this.noteBytes = this.notes.reduce((t, n) => t + n.length, 0);
+    }
   }
 
   /** Asks for the statement it runs (or waits to run) to be cancelled: a CancelRequest. */
@@ -855,15 +1082,24 @@ class MuxSession implements WireBackend {
         b.parsed.push(server);
       }
       if (this.noteSql(m, end + 1) && server) this.settingStatements.add(server);
+      const ops = mayChangeListens(m, end + 1) ? listenOps(fromUtf8(m.subarray(end + 1, cstringEnd(m, end + 1)))) : [];
+      if (!server) this.unnamedListenOps = ops;
+      else if (ops.length) this.listenStatements.set(server, ops);
+      else this.listenStatements.delete(server);
     } else if (type === F.bind) {
       b.side = false;
       const portalEnd = cstringEnd(m, 5);
       const end = cstringEnd(m, portalEnd + 1);
-      if (end === portalEnd + 1) this.usesUnnamed(b);
-      else {
+      if (end === portalEnd + 1) {
+        this.usesUnnamed(b);
+        b.listenOps.push(...this.unnamedListenOps);
+      } else {
         out = this.renamed(m, portalEnd + 1, end);
-        if (this.settingStatements.size && this.settingStatements.has(fromUtf8(out.subarray(portalEnd + 1, cstringEnd(out, portalEnd + 1)))))
-          b.setsConfig = true;
+        if (this.settingStatements.size || this.listenStatements.size) {
+          const server = fromUtf8(out.subarray(portalEnd + 1, cstringEnd(out, portalEnd + 1)));
+          if (this.settingStatements.has(server)) b.setsConfig = true;
+          b.listenOps.push(...(this.listenStatements.get(server) ?? []));
+        }
       }
     } else if ((type === F.describe || type === F.close) && m[5] === 0x53 /* S */) {
       const end = cstringEnd(m, 6);
@@ -878,8 +1114,10 @@ class MuxSession implements WireBackend {
       this.noteSql(m, 5);
       b.copyStatement = isCopyFromStdin(m);
       if (b.copyStatement) b.copyPlan = parseCopyFromStdin(fromUtf8(m.subarray(5, m.length - 1)));
+      if (mayChangeListens(m, 5)) b.listenOps.push(...listenOps(fromUtf8(m.subarray(5, cstringEnd(m, 5)))));
       // A simple query drops the unnamed statement.
       this.unnamedParse = null;
+      this.unnamedListenOps = [];
       b.unnamed = null;
     } else if (type !== F.sync) b.side = false;
     b.parts.push(out);
@@ -1084,16 +1322,19 @@ function restoreSql(saved: Map<string, string>): string[] {
 /** The settings a startup packet asks for: its parameters, and `-c name=value` / `--name=value` in `options`. */
 export function startupSettings(params: Record<string, string>): Map<string, string> {
   const out = new Map<string, string>();
-  for (const [name, value] of Object.entries(params)) if (!NOT_SETTINGS.has(name) && !name.startsWith("_pq_.")) out.set(name, value);
+  // Setting names are case-insensitive in PostgreSQL (DateStyle, datestyle); `user`, `database`, `options` are not.
+  for (const [name, value] of Object.entries(params)) if (!NOT_SETTINGS.has(name) && !name.startsWith("_pq_.")) out.set(name.toLowerCase(), value);
   const words = (params.options ?? "").match(/(?:\\.|\S)+/g)?.map((w) => w.replace(/\\(.)/g, "$1")) ?? [];
   for (let i = 0; i < words.length; i++) {
     const w = words[i]!;
     const setting = w === "-c" ? words[++i] : w.startsWith("-c") ? w.slice(2) : w.startsWith("--") ? w.slice(2) : undefined;
     const eq = setting?.indexOf("=") ?? -1;
-    if (setting && eq > 0) out.set(setting.slice(0, eq).replace(/-/g, "_"), setting.slice(eq + 1));
+    if (setting && eq > 0) out.set(setting.slice(0, eq).replace(/-/g, "_").toLowerCase(), setting.slice(eq + 1));
   }
   // UTF8 is what the session speaks anyway; restoring it on every switch would be wasted work.
-  if (/^(utf-?8|unicode)$/i.test(out.get("client_encoding") ?? "")) out.delete("client_encoding");
+  // Encoding names are read as PostgreSQL reads them: letters and digits only, any case ('utf-8' with its quotes is UTF8).
+  const encoding = out.get("client_encoding");
+  if (encoding !== undefined && /^(utf8|unicode)$/.test(encoding.toLowerCase().replace(/[^a-z0-9]/g, ""))) out.delete("client_encoding");
   if (out.get("application_name") === "") out.delete("application_name");
   return out;
 }
