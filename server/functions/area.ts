@@ -1,4 +1,6 @@
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { newId } from "../ids";
 import { chooseIsolation, noSandboxMessage } from "../../runtime-sandbox/isolation";
 import type { WorkerPool } from "../../runtime-sandbox/worker-pool";
 import { defineArea } from "../area";
@@ -57,6 +59,11 @@ export const functionsArea = defineArea({
         flush: () => logs.ingest.flush(),
         summaries: (ids) => logs.buildSummaries(ids),
       },
+      // Several instances may share the PostgreSQL store, each with its own data dir (docs/functions.md).
+      shared:
+        store.kind === "postgres"
+          ? { instanceId: dataDirId(join(config.dataDir, "functions")), leaseMs: Number(process.env.KILN_DEPLOY_LEASE_MS ?? 30_000), pollMs: Number(process.env.KILN_DEPLOY_POLL_MS ?? 1000) }
+          : null,
     });
     const functionRuntime = {
       containers,
@@ -94,6 +101,19 @@ export const functionsArea = defineArea({
     await functionRuntime.close();
   },
 });
+
+/** The data dir's id (kept in `<dir>/instance-id`): who runs a deployment, across this data dir's restarts. */
+function dataDirId(dir: string): string {
+  const file = join(dir, "instance-id");
+  try {
+    return readFileSync(file, "utf8").trim();
+  } catch {
+    const id = newId();
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(file, id);
+    return id;
+  }
+}
 
 async function connectContainerEngine(config: Config, log: Logger) {
   const { ContainerEngine } = await import("../../runtime-sandbox/container");

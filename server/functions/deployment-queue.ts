@@ -1,10 +1,11 @@
-import { mkdirSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { newId } from "../ids";
 import { isoTimeOrNull as iso, type ControlStore, type Row, type Sql } from "../store/store";
 import type { SandboxChoice } from "../../runtime-sandbox/isolation";
 import type { BuildLogs, StoredBuildConfig } from "./builds";
 import { toRecord, type FunctionRecord } from "./records";
+import type { SharedCode } from "./shared-code";
 import type { SourceBlobs } from "./source-blobs";
 
 export const INTERRUPTED = "interrupted: Kiln stopped during the build";
@@ -40,6 +41,19 @@ export interface DeploymentQueueDeps {
   onDeleted: (tx: Sql, functionId: string) => Promise<void>;
   /** Build lines go to the log store; the history reads their counts from there. */
   buildLogs: BuildLogs;
+  /**
+   * Production profile (several instances on one control store): built code is shared through the
+   * store, and a running deployment has an owner and a lease (wall time) that it renews every third
+   * of `leaseMs`. Every `pollMs` an instance fails the running deployments whose lease lapsed (their
+   * instance died) and starts queued work nobody runs. Null: the embedded profile's one instance.
+   */
+  shared: {
+    code: SharedCode;
+    /** The data dir's id: one Kiln at a time per data dir, so at start its deployments still running are its previous life's. */
+    instanceId: string;
+    leaseMs: number;
+    pollMs: number;
+  } | null;
 }
 
 /**
@@ -63,6 +77,8 @@ export class DeploymentQueue {
   private readonly running = new Map<string, Promise<void>>();
   /** Aborted by drain(): running installers are killed, queued work waits for the next start. */
   private readonly stopping = new AbortController();
+  private poll: ReturnType<typeof setInterval> | null = null;
+  private sweeping: Promise<void> | null = null;
 
   constructor(private readonly d: DeploymentQueueDeps) {
     mkdirSync(d.codeDir, { recursive: true });
@@ -143,8 +159,13 @@ export class DeploymentQueue {
       if (this.stopping.signal.aborted) return; // queued work resumes at the next start
       const next = await this.start(functionId);
       if (!next) return;
-      if (next.kind === "delete") await this.runDelete(functionId, next.id);
-      else await this.runBuild(functionId, next);
+      const renew = this.d.shared && setInterval(() => void this.renewLease(next.id as string), Math.max(200, this.d.shared.leaseMs / 3));
+      try {
+        if (next.kind === "delete") await this.runDelete(functionId, next.id);
+        else await this.runBuild(functionId, next);
+      } finally {
+        if (renew) clearInterval(renew);
+      }
     }
   }
 
@@ -164,9 +185,17 @@ export class DeploymentQueue {
         );
         return null;
       }
+      // Another instance is running this function's deployment: it starts the queued work after it.
+      const [busy] = await tx.query(`select id from function_deployments where function_id = $1 and status = 'building'`, [functionId]);
+      if (busy) return null;
       const [item] = await tx.query(`select * from function_deployments where function_id = $1 and status = 'queued' order by created_at, id limit 1`, [functionId]);
       if (!item) return null;
-      await tx.query(`update function_deployments set status = 'building', started_at = $2 where id = $1`, [item.id, at]);
+      await tx.query(`update function_deployments set status = 'building', started_at = $2, builder = $3, lease_until = $4 where id = $1`, [
+        item.id,
+        at,
+        this.d.shared?.instanceId ?? null,
+        this.d.shared ? new Date(Date.now() + this.d.shared.leaseMs).toISOString() : null,
+      ]);
       await tx.query(`update functions set pending_deployment_id = null, status = $2, updated_at = $3 where id = $1`, [
         functionId,
         item.kind === "delete" ? "deleting" : "provisioning",
@@ -176,6 +205,13 @@ export class DeploymentQueue {
     });
     if (next) this.d.forget(functionId);
     return next;
+  }
+
+  private async renewLease(deploymentId: string): Promise<void> {
+    const s = this.d.shared!;
+    await this.d.store
+      .query(`update function_deployments set lease_until = $3 where id = $1 and builder = $2 and status = 'building'`, [deploymentId, s.instanceId, new Date(Date.now() + s.leaseMs).toISOString()])
+      .catch((e) => this.d.log.error(`deployment ${deploymentId}: its lease could not be renewed`, e));
   }
 
   private async runBuild(functionId: string, dep: Row): Promise<void> {
@@ -202,16 +238,21 @@ export class DeploymentQueue {
       // existing one keeps serving its last good deployment.
       await this.d.store.transaction(async (tx) => {
         await lockFunction(tx, functionId);
-        await tx.query(`update function_deployments set status = 'failed', error = $2, finished_at = $3 where id = $1`, [dep.id, error, at]);
-        await tx.query(`update functions set status = 'failed', updated_at = $2 where id = $1`, [functionId, at]);
+        const [mine] = await tx.query(`update function_deployments set status = 'failed', error = $2, finished_at = $3 where id = $1 and status = 'building' returning id`, [dep.id, error, at]);
+        if (mine) await tx.query(`update functions set status = 'failed', updated_at = $2 where id = $1`, [functionId, at]);
       });
       this.d.forget(functionId);
       return;
     }
+    // Other instances run the code from the store (packed before the transaction: it takes a while).
+    const packed = this.d.shared ? await this.d.shared.code.pack(root) : null;
     // building → succeeded, and the function serves it.
     const previous = await this.d.store.transaction(async (tx) => {
       const fn = await lockFunction(tx, functionId);
-      await tx.query(`update function_deployments set status = 'succeeded', finished_at = $2 where id = $1`, [dep.id, at]);
+      const [mine] = await tx.query(`update function_deployments set status = 'succeeded', finished_at = $2 where id = $1 and status = 'building' returning id`, [dep.id, at]);
+      // Failed meanwhile by another instance (this one's lease lapsed): its verdict stands.
+      if (!mine) return undefined;
+      if (packed) await this.d.shared!.code.save(tx, dep.id as string, packed);
       await tx.query(`update functions set status = 'active', active_deployment_id = $2, runtime = $3, handler = $4, updated_at = $5 where id = $1`, [
         functionId,
         dep.id,
@@ -219,11 +260,16 @@ export class DeploymentQueue {
         dep.handler,
         at,
       ]);
-      return fn?.active_deployment_id as string | null | undefined;
+      if (packed && fn?.active_deployment_id && fn.active_deployment_id !== dep.id) await tx.query(`delete from function_code where deployment_id = $1 and kind = 'built'`, [fn.active_deployment_id]);
+      return (fn?.active_deployment_id as string | null) ?? null;
     });
     this.d.forget(functionId);
+    if (previous === undefined) return;
     await this.d.retireWorkers(functionId, dep.id);
-    if (previous && previous !== dep.id) rmSync(this.deploymentRoot(functionId, previous), { recursive: true, force: true });
+    if (previous && previous !== dep.id) {
+      rmSync(this.deploymentRoot(functionId, previous), { recursive: true, force: true });
+      this.d.shared?.code.forget(previous);
+    }
   }
 
   /** Workers, built code and source archives of a function: gone (idempotent). */
@@ -270,10 +316,50 @@ export class DeploymentQueue {
 
   /**
    * At start: builds cut short by a stop or a crash are failed (their installers killed), never left
-   * provisioning; deletions cut short run again (they are idempotent); queued work resumes.
+   * provisioning; deletions cut short run again (they are idempotent); queued work resumes. With
+   * several instances (shared) only deployments whose lease lapsed are cut short: the others are
+   * running on a live instance; and from then on every `pollMs` the same sweep takes over the work
+   * of instances that died.
    */
   async resume(): Promise<void> {
-    const cut = await this.d.store.query<{ id: string; function_id: string }>(`select id, function_id from function_deployments where status = 'building'`);
+    await this.sweep(true);
+    if (this.d.shared && !this.stopping.signal.aborted) {
+      void this.shareOlderBuilds().catch((e) => this.d.log.error("deployment queue: storing built code of earlier deployments failed", e));
+      this.poll = setInterval(() => {
+        this.sweeping ??= this.sweep()
+          .catch((e) => this.d.log.error("deployment queue: looking for other instances' work failed", e))
+          .finally(() => (this.sweeping = null));
+      }, this.d.shared.pollMs);
+      this.poll.unref?.();
+    }
+  }
+
+  /**
+   * Active deployments built before their code was kept in the store (an older Kiln) whose folder is
+   * here: stored now, so that other instances can run them without a redeploy.
+   */
+  private async shareOlderBuilds(): Promise<void> {
+    const rows = await this.d.store.query<{ id: string; function_id: string }>(
+      `select d.id, d.function_id from functions f join function_deployments d on d.id = f.active_deployment_id
+         where f.status <> 'deleted' and not exists (select 1 from function_code c where c.deployment_id = d.id and c.kind = 'built')`,
+    );
+    for (const r of rows) {
+      const root = this.deploymentRoot(r.function_id, r.id);
+      if (this.stopping.signal.aborted || !existsSync(root)) continue;
+      const packed = await this.d.shared!.code.pack(root);
+      await this.d.store.query(`insert into function_code (deployment_id, kind, bytes) values ($1, 'built', $2) on conflict do nothing`, [r.id, packed]);
+    }
+  }
+
+  private async sweep(atStart = false): Promise<void> {
+    // Lapsed leases, and at start this data dir's own (its previous life's: one Kiln per data dir).
+    const mine = atStart ? this.d.shared?.instanceId ?? "" : "";
+    const cut = await this.d.store.query<{ id: string; function_id: string }>(
+      this.d.shared
+        ? `select id, function_id from function_deployments where status = 'building' and (lease_until is null or lease_until < $1 or builder = $2)`
+        : `select id, function_id from function_deployments where status = 'building'`,
+      this.d.shared ? [new Date().toISOString(), mine] : [],
+    );
     if (cut.length) {
       const { killLeftoverInstaller } = await import("../../runtime-sandbox/build-runner");
       for (const c of cut) killLeftoverInstaller(this.deploymentRoot(c.function_id, c.id));
@@ -282,11 +368,16 @@ export class DeploymentQueue {
     for (const functionId of new Set(cut.map((c) => c.function_id)))
       await this.d.store.transaction(async (tx) => {
         await lockFunction(tx, functionId);
-        await tx.query(`update function_deployments set status = 'queued', started_at = null where function_id = $1 and status = 'building' and kind = 'delete'`, [functionId]);
-        const failed = await tx.query(`update function_deployments set status = 'failed', error = $2, finished_at = $3 where function_id = $1 and status = 'building' returning id`, [
-          functionId,
+        const ids = cut.filter((c) => c.function_id === functionId).map((c) => c.id);
+        // Checked again under the function's lock: the owner may have finished or renewed meanwhile.
+        const lapsed = this.d.shared ? `and (lease_until is null or lease_until < $4 or builder = $5)` : "";
+        const args = this.d.shared ? [new Date().toISOString(), mine] : [];
+        await tx.query(`update function_deployments set status = 'queued', started_at = null where id = any($1::text[]) and status = 'building' and kind = 'delete' ${lapsed.replace("$4", "$2").replace("$5", "$3")}`, [ids, ...args]);
+        const failed = await tx.query(`update function_deployments set status = 'failed', error = $2, finished_at = $3 where id = any($1::text[]) and status = 'building' ${lapsed} returning id`, [
+          ids,
           INTERRUPTED,
           at,
+          ...args,
         ]);
         if (failed.length)
           await tx.query(
@@ -295,13 +386,19 @@ export class DeploymentQueue {
           );
       });
     for (const functionId of new Set(cut.map((c) => c.function_id))) this.d.forget(functionId);
-    const queued = await this.d.store.query<{ function_id: string }>(`select distinct function_id from function_deployments where status = 'queued'`);
+    // Queued work nobody runs (with several instances: none of them is running the function's deployment).
+    const queued = await this.d.store.query<{ function_id: string }>(
+      `select distinct q.function_id from function_deployments q where q.status = 'queued'
+         and not exists (select 1 from function_deployments b where b.function_id = q.function_id and b.status = 'building')`,
+    );
     for (const q of queued) this.kick(q.function_id);
   }
 
   /** At stop: running builds end now as interrupted (their installers killed), queued ones stay queued. */
   async drain(): Promise<void> {
     this.stopping.abort();
+    if (this.poll) clearInterval(this.poll);
+    await this.sweeping;
     await Promise.allSettled([...this.running.values()]);
   }
 }

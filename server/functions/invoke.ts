@@ -149,6 +149,9 @@ export async function activeVersion(deps: Pick<InvokeDeps, "config" | "functions
   const build = deps.functions.cachedBuildConfig(deploymentId) ?? (await deps.functions.buildConfig(deploymentId));
   if (!build?.entry) throw new HttpError(409, { error: "the function's deployment has no entry file" });
   const vars = deps.variables.cachedSnapshot(fn.project_id) ?? (await deps.variables.snapshot(fn.project_id));
+  // Code another instance built is unpacked here once (production profile); null when it is here.
+  const code = deps.functions.codeReady(fn.id, deploymentId);
+  if (code) await code;
   return { version: versionOf(deps, fn, deploymentId, build, vars), deploymentId };
 }
 

@@ -77,4 +77,23 @@ export const FUNCTIONS_MIGRATIONS: Migration[] = [
       create unique index functions_name_held on functions (project_id, kind, name) where status <> 'deleted';
     `,
   },
+  {
+    // Production profile (several instances, each with its own data dir): a deployment's source
+    // archive and its built code are kept in the control store too, so any instance can build a
+    // deployment queued on another and run code another built; a running deployment has an owner and
+    // a lease (wall time), so a build whose instance died is failed by another once it lapses.
+    id: "functions/004-shared-code-and-build-leases",
+    sql: `
+      create table function_code (
+        deployment_id text not null,
+        kind text not null,
+        bytes bytea not null,
+        primary key (deployment_id, kind)
+      );
+      alter table function_deployments add column builder text;
+      alter table function_deployments add column lease_until timestamptz;
+      -- Each instance looks for unsettled deployments every second: a partial index keeps that off the history.
+      create index function_deployments_unsettled on function_deployments (function_id) where status in ('queued', 'building');
+    `,
+  },
 ];

@@ -6,6 +6,7 @@ import type { FunctionBuildConfig, NormalizedSource } from "./archive";
 import type { BuildLogs } from "./builds";
 import { DeploymentQueue } from "./deployment-queue";
 import { FunctionRecords, type DeployFields, type FunctionKind, type FunctionRecord, type SettingsPatch } from "./records";
+import { SharedCode } from "./shared-code";
 import { SourceBlobs } from "./source-blobs";
 
 export type { FunctionKind, FunctionRecord, FunctionStatus } from "./records";
@@ -27,6 +28,12 @@ export interface FunctionsDeps {
   log: { error: (m: string, e?: unknown) => void };
   /** Where build lines go and what the deployment history reads of them (the logs area). */
   buildLogs: BuildLogs;
+  /**
+   * Production profile: instances share the control store, each with its own data dir. Source
+   * archives and built code are kept in the store too, and running deployments have leases
+   * (`DeploymentQueueDeps.shared`). Null: the embedded profile.
+   */
+  shared: { instanceId: string; leaseMs: number; pollMs: number } | null;
 }
 
 /**
@@ -39,10 +46,12 @@ export class FunctionsService {
   private readonly records: FunctionRecords;
   private readonly queue: DeploymentQueue;
   private readonly blobs: SourceBlobs;
+  private readonly code: SharedCode | null;
 
   constructor(private readonly d: FunctionsDeps) {
     this.records = new FunctionRecords(d.store, d.now, d.maxFunctions);
-    this.blobs = new SourceBlobs(d.blobDir);
+    this.blobs = new SourceBlobs(d.blobDir, d.shared ? d.store : null);
+    this.code = d.shared ? new SharedCode(d.store) : null;
     this.queue = new DeploymentQueue({
       store: d.store,
       now: d.now,
@@ -53,6 +62,7 @@ export class FunctionsService {
       build: d.build,
       log: d.log,
       buildLogs: d.buildLogs,
+      shared: d.shared && this.code ? { code: this.code, ...d.shared } : null,
       onDeleted: async (tx, functionId) => {
         for (const hook of this.deletionHooks) await hook(tx, functionId);
       },
@@ -106,6 +116,14 @@ export class FunctionsService {
   /** A deployment's code folder, for invocation. */
   deploymentRoot(functionId: string, deploymentId: string): string {
     return this.queue.deploymentRoot(functionId, deploymentId);
+  }
+
+  /**
+   * Null when the deployment's code folder is here (always, on the embedded profile); else a promise
+   * that unpacks the code another instance built (production profile) before a worker starts on it.
+   */
+  codeReady(functionId: string, deploymentId: string): Promise<void> | null {
+    return this.code ? this.code.ensure(deploymentId, this.deploymentRoot(functionId, deploymentId)) : null;
   }
 
   /**

@@ -2,7 +2,7 @@
 // steps: every change of a deployment and its function is one transaction, so what a crash leaves
 // is always something the next start finishes (never a function `provisioning` or `deleting` with
 // no work left to move it).
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
@@ -56,7 +56,7 @@ function crashingAt(store: ControlStore, at: RegExp): ControlStore {
 }
 
 /** A Kiln's functions over `store`; `failed` resolves when its queue gives up (the "crash"). */
-function kiln(dir: string, store: ControlStore, maxFunctions = 100) {
+function kiln(dir: string, store: ControlStore, maxFunctions = 100, shared: { instanceId: string; leaseMs: number; pollMs: number } | null = null) {
   let gaveUp = () => {};
   const failed = new Promise<void>((r) => (gaveUp = r));
   const functions = new FunctionsService({
@@ -70,6 +70,7 @@ function kiln(dir: string, store: ControlStore, maxFunctions = 100) {
     sandboxProblem: () => null,
     log: { error: () => gaveUp() },
     buildLogs: { line: () => {}, flush: async () => {}, summaries: async () => new Map() },
+    shared,
   });
   return { functions, failed };
 }
@@ -130,5 +131,41 @@ describe("the deployment queue survives a crash between steps", () => {
     expect(blobs()).toEqual([`${dep!.id}.tar.gz`]);
     await expect(functions.deploy("proj", { name: "two", runtime: "nodejs22.x" }, await failing())).rejects.toMatchObject({ status: 403 });
     expect(blobs()).toEqual([`${dep!.id}.tar.gz`]);
+  }, 60_000);
+});
+
+// Production profile: instances share the control store, each with its own data dir (here: one
+// store, two data dirs).
+describe("several instances (shared code)", () => {
+  const ok = () => normalizeSource(tgz({ "index.js": "exports.handler = async () => 'shared'" }), { runtime: "nodejs22.x", handler: "handler", limits: { uploadBytes: 1 << 20, normalizedBytes: 1 << 20, extractedBytes: 10 << 20 } });
+  const shared = (instanceId: string) => ({ instanceId, leaseMs: 60_000, pollMs: 100 });
+
+  test("code one instance built is unpacked by another; an active deployment without stored code is stored at start by the instance that has its folder", async () => {
+    const { dir, store } = await setup();
+    const other = mkdtempSync(join(tmpdir(), "kiln-queue-test-"));
+    dirs.push(other);
+    const a = kiln(dir, store, 100, shared("a")).functions;
+    const { fn } = await a.deploy("proj", { name: "f", runtime: "nodejs22.x" }, await ok());
+    const [dep] = await settled(a, fn.id);
+    expect(dep).toMatchObject({ status: "succeeded" });
+    const b = kiln(other, store, 100, shared("b")).functions;
+    const root = b.deploymentRoot(fn.id, dep!.id);
+    expect(existsSync(root)).toBe(false);
+    await b.codeReady(fn.id, dep!.id);
+    expect(readFileSync(join(root, "index.js"), "utf8")).toBe(readFileSync(join(a.deploymentRoot(fn.id, dep!.id), "index.js"), "utf8"));
+    expect(b.codeReady(fn.id, dep!.id)).toBeNull();
+
+    // As an older Kiln left it: built, active, nothing in the store.
+    await store.query(`delete from function_code where kind = 'built'`);
+    const again = kiln(dir, store, 100, shared("a")).functions;
+    await again.resume();
+    for (let i = 0; i < 200 && !(await store.query(`select 1 from function_code where deployment_id = $1 and kind = 'built'`, [dep!.id])).length; i++) await new Promise((r) => setTimeout(r, 25));
+    rmSync(root, { recursive: true, force: true });
+    const third = mkdtempSync(join(tmpdir(), "kiln-queue-test-"));
+    dirs.push(third);
+    const c = kiln(third, store, 100, shared("c")).functions;
+    await c.codeReady(fn.id, dep!.id);
+    expect(existsSync(join(c.deploymentRoot(fn.id, dep!.id), "index.js"))).toBe(true);
+    await again.drain();
   }, 60_000);
 });
