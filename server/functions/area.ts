@@ -11,7 +11,7 @@ import type { ProjectsService } from "../projects/service";
 import type { LogsService } from "../logs/service";
 import type { MetricsService } from "../metrics/service";
 import type { VariablesService } from "../variables/service";
-import { matchFunctionHost, serveFunctionHost } from "./http-mode";
+import { matchFunctionHost, matchFunctionPath, serveFunctionHost } from "./http-mode";
 import { moveLegacyLogs } from "./legacy-logs";
 import { FUNCTIONS_MIGRATIONS } from "./migrations";
 import { functionRoutes } from "./routes";
@@ -77,7 +77,7 @@ export const functionsArea = defineArea({
   },
   routes: functionRoutes,
   hostRouter: (deps, guard) => (request, m) => {
-    const target = matchFunctionHost(request.headers.get("host"), deps.config.functionsDomain);
+    const target = matchFunctionHost(request.headers.get("host"), deps.config.functionsDomain) ?? matchFunctionPath(new URL(request.url).pathname);
     return target ? serveFunctionHost(deps, guard, request, m.ip, m.arrivedAt, target) : null;
   },
   project: { cleanup: (projectId, { functions }) => functions.removeAll(projectId) },

@@ -9,16 +9,34 @@ import type { FunctionRecord } from "./records";
 export const HTTP_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
 
 /**
- * Every function answers on its own address (RPC functions: POST {payload}; HTTP-mode functions:
- * any method and path as a request event): `http://<name>.<project-id>.<functions domain>:<port>`
- * (each part a DNS label, so the 63-character name fits), routed by the Host header. `*.localhost`
- * resolves to this machine in browsers and curl with no DNS set-up.
+ * Every function answers on two addresses with the same semantics (RPC functions: POST {payload};
+ * HTTP-mode functions: any method and path as a request event):
+ * - `invoke_url`, the path form `<Kiln's address>/fn/<project-id>/<name>[/<path>]`: reached by every
+ *   HTTP client with no DNS set-up (Node's fetch, Python's urllib and getent do not resolve
+ *   `*.localhost` on a stock Debian; browsers and curl do). The function sees `/<path>`.
+ * - the host form `http://<name>.<project-id>.<functions domain>:<port>` (each part a DNS label, so
+ *   the 63-character name fits), routed by the Host header, as the spec's DNS addresses are.
  */
-export function invokeUrl(deps: Pick<InvokeDeps, "config" | "address">, fn: { name: string; project_id: string }): string {
+export function invokeUrl(deps: Pick<InvokeDeps, "address">, fn: { name: string; project_id: string }): string {
+  return `${deps.address.publicUrl().replace(/\/+$/, "")}${FUNCTION_PATH_PREFIX}/${fn.project_id}/${fn.name}`;
+}
+
+/** The host form of a function's address (docs/functions.md). */
+export function invokeHostUrl(deps: Pick<InvokeDeps, "config" | "address">, fn: { name: string; project_id: string }): string {
   return `http://${fn.name}.${fn.project_id}.${deps.config.functionsDomain}:${deps.address.httpPort()}`;
 }
 
-export function matchFunctionHost(host: string | null, domain: string): { name: string; projectId: string } | null {
+export const FUNCTION_PATH_PREFIX = "/fn";
+
+/** A function the request addresses, by its Host header or by the path form; `path` is what the function sees. */
+export interface FunctionTarget {
+  name: string;
+  projectId: string;
+  /** The request's path as the function sees it (the path form's part after the name). */
+  path?: string;
+}
+
+export function matchFunctionHost(host: string | null, domain: string): FunctionTarget | null {
   if (!host) return null;
   const h = host.toLowerCase().replace(/:\d+$/, "");
   const suffix = `.${domain}`;
@@ -27,10 +45,16 @@ export function matchFunctionHost(host: string | null, domain: string): { name: 
   return m ? { name: m[1]!, projectId: m[2]! } : null;
 }
 
+/** `/fn/<project-id>/<name>[/<path>]`: the path form of a function's address. */
+export function matchFunctionPath(pathname: string): FunctionTarget | null {
+  const m = /^\/fn\/([a-z0-9]{20})\/([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(\/.*)?$/.exec(pathname);
+  return m ? { projectId: m[1]!, name: m[2]!, path: m[3] ?? "/" } : null;
+}
+
 const TEXTUAL = /^(text\/|application\/(json|xml|x-www-form-urlencoded|javascript|graphql)|[^;]*\+(json|xml))/i;
 
 /** The request event an HTTP-mode function receives (docs/functions.md); the body within the invocation limit. */
-async function requestEvent(deps: InvokeDeps, request: Request) {
+async function requestEvent(deps: InvokeDeps, request: Request, path?: string) {
   const url = new URL(request.url);
   const headers: Record<string, string> = {};
   request.headers.forEach((v, k) => {
@@ -40,7 +64,7 @@ async function requestEvent(deps: InvokeDeps, request: Request) {
   const textual = raw.length === 0 || TEXTUAL.test(request.headers.get("content-type") ?? "text/plain");
   return {
     method: request.method,
-    path: url.pathname,
+    path: path ?? url.pathname,
     query: Object.fromEntries(url.searchParams),
     headers,
     body: textual ? new TextDecoder().decode(raw) : Buffer.from(raw).toString("base64"),
@@ -48,7 +72,7 @@ async function requestEvent(deps: InvokeDeps, request: Request) {
   };
 }
 
-export async function serveFunctionHost(deps: InvokeDeps, guard: Guard, request: Request, ip: string, arrivedAt: number, target: { name: string; projectId: string }): Promise<Response> {
+export async function serveFunctionHost(deps: InvokeDeps, guard: Guard, request: Request, ip: string, arrivedAt: number, target: FunctionTarget): Promise<Response> {
   const handlerStart = performance.now();
   try {
     const fn: FunctionRecord | null = await deps.functions.byName(target.projectId, target.name);
@@ -69,7 +93,7 @@ export async function serveFunctionHost(deps: InvokeDeps, guard: Guard, request:
       if (typeof body !== "object" || body === null || Array.isArray(body)) throw new HttpError(400, { error: "invalid request: the body must be a JSON object {payload: ...}" });
       return await invoke(deps, fn, principal, (body as { payload?: unknown }).payload, arrivedAt, handlerStart);
     }
-    return await invoke(deps, fn, principal, await requestEvent(deps, request), arrivedAt, handlerStart, { head: request.method === "HEAD" });
+    return await invoke(deps, fn, principal, await requestEvent(deps, request, target.path), arrivedAt, handlerStart, { head: request.method === "HEAD" });
   } catch (err) {
     if (err instanceof HttpError) return errorResponse(err);
     throw err; // the server's catch-all logs it and answers 500

@@ -15,7 +15,7 @@ export const functionSchema = z.object({
   invocation_mode: z.enum(["rpc", "http"]),
   http_auth_mode: z.enum(["service", "none"]),
   openapi_spec: z.record(z.string(), z.unknown()).nullable(),
-  invoke_url: z.string().describe("the function's own address, routed by host name (<name>.<project>.fn.localhost)"),
+  invoke_url: z.string().describe("the function's own address, reached by any HTTP client: <Kiln's address>/fn/<project-id>/<name> (also at http://<name>.<project-id>.fn.localhost:<port>, routed by host name)"),
   deployed_regions: z.array(z.string()),
   runtime: z.string(),
   handler: z.string(),

@@ -1,6 +1,7 @@
 // Standard functions: deploy from archives, builds and the deployment queue, RPC invocation with
 // the credential rules, the sandbox as users meet it.
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
+import { isMissing, resolveRuntime } from "../../runtime-sandbox/runtimes";
 import { mkdirSync, readdirSync, readFileSync, symlinkSync } from "node:fs";
 import { createServer, type AddressInfo, type Socket } from "node:net";
 import { join } from "node:path";
@@ -297,7 +298,9 @@ describe.skipIf(BEFORE_THE_WORKER)("delete", () => {
 });
 
 describe("the function's own address (invoke_url)", () => {
-  /** Requests to an invoke_url: `*.localhost` is this machine, so connect to Kiln and send the Host. */
+  /** The host form of a function's address (`<name>.<project>.fn.localhost`). */
+  const hostForm = (name: string, projectId: string) => `http://${name}.${projectId}.fn.localhost:${new URL(k.url).port}`;
+  /** Requests to a host-form address: `*.localhost` is this machine, so connect to Kiln and send the Host. */
   async function viaHost(invokeUrl: string, path: string, init: RequestInit & { headers?: Record<string, string> } = {}) {
     const u = new URL(invokeUrl);
     const res = await fetch(`${k.url}${path}`, { ...init, headers: { ...init.headers, host: u.host } });
@@ -314,8 +317,9 @@ describe("the function's own address (invoke_url)", () => {
     const code = tgz({ "index.js": `exports.handler = async (req) => ({ statusCode: 200, headers: { "content-type": "application/json" }, body: JSON.stringify({ method: req.method, path: req.path, query: req.query, body: req.body, b64: req.isBase64Encoded, ua: req.headers?.["x-test"] }) });` });
     const d = await deploy(k, p.id, { name: "web", runtime: "nodejs22.x", invocation_mode: "http", is_public: "true", http_auth_mode: "none" }, code);
     expect(d.status).toBe(201);
-    const fn = await settled(k, p.id, d.body.id);
-    expect(fn.invoke_url).toMatch(new RegExp(`^http://web\\.${p.id}\\.fn\\.localhost:\\d+$`));
+    const settledFn = await settled(k, p.id, d.body.id);
+    expect(settledFn.invoke_url).toBe(`${k.url}/fn/${p.id}/web`);
+    const fn = { ...settledFn, invoke_url: hostForm("web", p.id) };
     const post = await viaHost(fn.invoke_url, "/orders/42?x=1", { method: "PUT", body: '{"a":1}', headers: { "content-type": "application/json", "x-test": "yes" } });
     expect(post.status, JSON.stringify(post.body)).toBe(200);
     expect(post.body).toEqual({ method: "PUT", path: "/orders/42", query: { x: "1" }, body: '{"a":1}', b64: false, ua: "yes" });
@@ -333,14 +337,44 @@ describe("the function's own address (invoke_url)", () => {
 
   test("HTTP mode with service auth needs a credential on the address; RPC functions take POST {payload} there", async () => {
     const { p, sk } = await setup();
-    const fn = await settled(k, p.id, (await deploy(k, p.id, { name: "svc", runtime: "nodejs22.x", invocation_mode: "http" }, tgz({ "index.js": "exports.handler = async (r) => r.method" }))).body.id);
+    const svc = await settled(k, p.id, (await deploy(k, p.id, { name: "svc", runtime: "nodejs22.x", invocation_mode: "http" }, tgz({ "index.js": "exports.handler = async (r) => r.method" }))).body.id);
+    const fn = { ...svc, invoke_url: hostForm("svc", p.id) };
     expect((await viaHost(fn.invoke_url, "/")).status).toBe(401);
     expect((await viaHost(fn.invoke_url, "/", { headers: { authorization: `Bearer ${sk}` } })).body).toBe("GET");
-    const rpc = await settled(k, p.id, (await deploy(k, p.id, { name: "rpc", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).body.id);
+    const rpcFn = await settled(k, p.id, (await deploy(k, p.id, { name: "rpc", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).body.id);
+    const rpc = { ...rpcFn, invoke_url: hostForm("rpc", p.id) };
     const ok = await viaHost(rpc.invoke_url, "/", { method: "POST", body: JSON.stringify({ payload: { name: "dns" } }), headers: { authorization: `Bearer ${sk}`, "content-type": "application/json" } });
     expect(ok.body.hello).toBe("dns");
     expect((await viaHost(rpc.invoke_url, "/", { method: "GET", headers: { authorization: `Bearer ${sk}` } })).status).toBe(405);
     expect((await viaHost(`http://nope.${p.id}.fn.localhost:1`, "/")).status).toBe(404);
+  });
+
+  test("invoke_url (/fn/<project>/<name>) answers as the host form does, from Node's fetch and Python's urllib with no DNS set-up", async () => {
+    const { p, sk } = await setup();
+    const code = tgz({ "index.js": `exports.handler = async (req) => ({ statusCode: 201, headers: { "content-type": "application/json" }, body: JSON.stringify({ method: req.method, path: req.path, query: req.query, body: req.body }) });` });
+    const web = await settled(k, p.id, (await deploy(k, p.id, { name: "pathweb", runtime: "nodejs22.x", invocation_mode: "http", is_public: "true", http_auth_mode: "none" }, code)).body.id);
+    const rpc = await settled(k, p.id, (await deploy(k, p.id, { name: "pathrpc", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).body.id);
+    expect(web.invoke_url).toBe(`${k.url}/fn/${p.id}/pathweb`);
+    // This process's fetch: the HTTP function sees the path after its name, the RPC one takes POST {payload}.
+    const r = await fetch(`${web.invoke_url}/orders/7?x=1`, { method: "PATCH", body: "hi" });
+    expect(r.status).toBe(201);
+    expect(await r.json()).toEqual({ method: "PATCH", path: "/orders/7", query: { x: "1" }, body: "hi" });
+    expect(await (await fetch(web.invoke_url)).json()).toMatchObject({ method: "GET", path: "/" });
+    const viaRpc = await fetch(rpc.invoke_url, { method: "POST", headers: { authorization: `Bearer ${sk}`, "content-type": "application/json" }, body: JSON.stringify({ payload: { name: "path" } }) });
+    expect((await viaRpc.json()).hello).toBe("path");
+    expect((await fetch(rpc.invoke_url, { method: "POST", body: "{}" })).status).toBe(401);
+    expect((await fetch(`${k.url}/fn/${p.id}/nope`)).status).toBe(404);
+    // Node's fetch (the real Node the functions run on, not Bun's node shim) and Python's urllib, as a user's scripts would call it.
+    const nodeRuntime = await resolveRuntime("nodejs22.x");
+    if (isMissing(nodeRuntime)) throw new Error(nodeRuntime.missing);
+    const node = spawnSync(
+      nodeRuntime.command,
+      ["-e", `fetch(process.env.URL, { method: "POST", headers: { authorization: "Bearer ${sk}", "content-type": "application/json" }, body: JSON.stringify({ payload: { name: "node" } }) }).then((r) => r.json()).then((b) => console.log(b.hello))`],
+      { encoding: "utf8", env: { ...process.env, URL: rpc.invoke_url } },
+    );
+    expect(node.stdout.trim(), node.stderr).toBe("node");
+    const py = spawnSync("python3", ["-c", "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1] + '/from/python').read().decode())", web.invoke_url], { encoding: "utf8" });
+    expect(JSON.parse(py.stdout), py.stderr).toMatchObject({ method: "GET", path: "/from/python" });
   });
 });
 

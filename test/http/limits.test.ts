@@ -208,7 +208,8 @@ describe("request body limits", () => {
       [web.body, {}],
       [rpc.body, { authorization: `Bearer ${sk}` }],
     ] as const) {
-      const host = new URL(fn.invoke_url).host;
+      // The host form of the address (invoke_url is the path form, /fn/<project>/<name>).
+      const host = `${fn.name}.${project.id}.fn.localhost`;
       for (const declare of [true, false]) {
         const r = await post(k, "/upload", { headers: { ...headers, host }, prefix: '{"payload":"', chunk: Buffer.from("p".repeat(1 << 16)), total: 50_000_000, declare });
         expect(r.status, `${fn.name} declare=${declare}`).toBe(413);
