@@ -353,9 +353,10 @@ describe("kiln metrics, kiln usage, kiln deployments", () => {
     await advance(k, 60);
     const m = cli.run("metrics", "--project", p.id, "--group-by", "region");
     expect(m.code, m.err).toBe(0);
-    expect(m.out).toMatch(/^request_count\s+count\s+complete\s+region=local\s+2$/m);
-    expect(m.out).toMatch(/^server_error_count\s+count\s+complete\s+region=local\s+1$/m);
-    expect(m.out).toMatch(/^availability\s+ratio\s+complete\s+region=local\s+0\.5$/m);
+    // Values carry their unit (the CLI's one grammar): counts bare, ratios in %, latencies in ms.
+    expect(m.out).toMatch(/^request_count\s+complete\s+region=local\s+2$/m);
+    expect(m.out).toMatch(/^server_error_count\s+complete\s+region=local\s+1$/m);
+    expect(m.out).toMatch(/^availability\s+complete\s+region=local\s+50 %$/m);
     expect(cli.json("metrics", "--project", p.id, "--metric", "request_count", "--window", "30m").results[0].values[0].value).toBe(2);
     const bad = cli.run("metrics", "--project", p.id, "--window", "2h");
     expect(bad.code).not.toBe(0);
