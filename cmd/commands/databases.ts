@@ -1,6 +1,10 @@
 import { spawnSync } from "node:child_process";
+import { createWriteStream, existsSync, openSync, readSync, closeSync, renameSync, rmSync, statSync } from "node:fs";
+import { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import { Client } from "../client";
 import type { Command } from "commander";
-import { output, printObject, printTable } from "../output";
+import { formatBytes, output, printObject, printTable } from "../output";
 import { parseDuration } from "./clock";
 import { act, appClient, csv, keyOption, requireProject, PROJECT_HELP, type KeyOptions } from "./shared";
 
@@ -106,6 +110,7 @@ export function databasesCommand(program: Command): void {
         process.exitCode = res.status ?? 1;
       }),
     );
+  dumpCommands(db, base);
   branchCommands(db, base);
   backupCommands(db, base);
   keyOption(
@@ -325,15 +330,23 @@ function backupCommands(db: Command, base: (o: { project?: string }) => string):
         output(g.json, r, () => printTable(r.entries, ["frequency", "hour", "day", "retention_seconds", "next_run_at"], "automated backups"));
       }),
     );
-  db.command("restore <database>")
-    .description("restore the database in place (destructive: what was written after the backup or instant is gone); its connection string stays")
+  db.command("restore <database> [file]")
+    .description(
+      "with <file>: load a dump (kiln db dump) into the database with your psql (plain SQL) or pg_restore (custom format), through its connection string; " +
+        "with --backup or --to: restore the database in place (destructive: what was written after the backup or instant is gone); its connection string stays",
+    )
     .option("--project <id>", PROJECT_HELP)
     .option("--backup <name>", "from this backup")
     .option("--to <instant>", "to this RFC 3339 instant, inside the restore window")
     .option("--no-wait", "return once the restore is accepted")
+    .option("--pg-bin <dir>", "with <file>: folder of the psql and pg_restore to use (default: PATH)")
     .action(
-      act(async (c, g, database: string, o: { project: string; backup?: string; to?: string; wait: boolean }) => {
-        if (!o.backup === !o.to) throw new Error("give exactly one of --backup <name> or --to <instant>");
+      act(async (c, g, database: string, file: string | undefined, o: { project: string; backup?: string; to?: string; wait: boolean; pgBin?: string }) => {
+        if (file !== undefined) {
+          if (o.backup || o.to) throw new Error("give a dump file or --backup/--to, not both");
+          return loadDump(c, g, `/projects/${encodeURIComponent(requireProject(o))}/databases/${encodeURIComponent(database)}`, database, file, o.pgBin);
+        }
+        if (!o.backup === !o.to) throw new Error("give exactly one of --backup <name> or --to <instant>, or a dump file");
         let r = await c.request("POST", path(o, database, "/restores"), o.backup ? { backup_name: o.backup } : { restore_to: o.to });
         if (o.wait) r = await waitRestore(c, path(o, database, `/restores/${encodeURIComponent(r.id)}`), r);
         output(g.json, r, () => printObject(r));
@@ -349,4 +362,80 @@ function backupCommands(db: Command, base: (o: { project?: string }) => string):
         output(g.json, r, () => printTable(r.data, ["id", "kind", "status", "backup_name", "restore_to", "completed_at", "error"], "restores"));
       }),
     );
+}
+
+/**
+ * `kiln db dump`: Kiln runs a pg_dump of the database's own version (GET .../dump) and the CLI writes
+ * the stream to a file (or stdout). `kiln db restore`: the user's own psql (plain) or pg_restore
+ * (custom) loads a dump through the database's connection string, so nothing is uploaded to Kiln.
+ */
+function dumpCommands(db: Command, base: (o: { project?: string }) => string): void {
+  db.command("dump <name>")
+    .description("dump the database with a pg_dump of its own PostgreSQL version (custom: for pg_restore; plain: SQL for psql)")
+    .option("--project <id>", PROJECT_HELP)
+    .option("--format <format>", "custom or plain", "custom")
+    .option("-o, --output <file>", "where to write it (default <name>.dump or <name>.sql; - for stdout)")
+    .action(
+      act(async (c, g, name: string, o: { project: string; format: string; output?: string }) => {
+        if (o.format !== "custom" && o.format !== "plain") throw new Error(`--format takes custom or plain, got '${o.format}'`);
+        const res = await c.send("GET", `${base(o)}/${encodeURIComponent(name)}/dump?format=${o.format}`);
+        if (!res.ok || !res.body) throw await Client.apiError(res);
+        const file = o.output ?? `${name}.${o.format === "custom" ? "dump" : "sql"}`;
+        if (file === "-") {
+          await pipeline(Readable.fromWeb(res.body as unknown as import("node:stream/web").ReadableStream), process.stdout);
+          return;
+        }
+        // Written beside the target and renamed at the end: a cut-off download never passes for a dump.
+        const part = `${file}.part`;
+        try {
+          await pipeline(Readable.fromWeb(res.body as unknown as import("node:stream/web").ReadableStream), createWriteStream(part));
+        } catch (err) {
+          rmSync(part, { force: true });
+          throw new Error(`the dump was cut off: ${(err as Error).message}`);
+        }
+        const size = statSync(part).size;
+        const expected = Number(res.headers.get("x-kiln-dump-bytes") ?? Number.NaN);
+        if (Number.isFinite(expected) && expected !== size) {
+          rmSync(part, { force: true });
+          throw new Error(`the dump was cut off: ${size} of ${expected} bytes arrived`);
+        }
+        renameSync(part, file);
+        const version = res.headers.get("x-kiln-pg-version");
+        output(g.json, { file, format: o.format, size_bytes: size, pg_version: Number(version) }, () =>
+          console.log(`Wrote ${file} (${o.format}, ${formatBytes(size)}, PostgreSQL ${version}); restore it with: kiln db restore <database> ${file}`),
+        );
+      }),
+    );
+}
+
+/** Loads a dump through the database's connection string with the user's own psql or pg_restore: nothing is uploaded to Kiln. */
+async function loadDump(c: Client, g: { json?: boolean }, path: string, name: string, file: string, pgBin?: string): Promise<void> {
+  if (!existsSync(file)) throw new Error(`no such file: ${file}`);
+  const r = await c.request("GET", path);
+  if (!r.connection_string) throw new Error(`the database is ${r.status}; wait until it is active`);
+  const custom = isCustomDump(file);
+  const tool = (t: string) => (pgBin ? `${pgBin}/${t}` : t);
+  // Objects get the database's role as owner; one transaction, stopped at the first error: all or nothing.
+  const cmd = custom
+    ? [tool("pg_restore"), "--no-owner", "--exit-on-error", "--single-transaction", "--dbname", r.connection_string, file]
+    : [tool("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "--single-transaction", "-f", file, r.connection_string];
+  const res = spawnSync(cmd[0]!, cmd.slice(1), { stdio: ["ignore", g.json ? "ignore" : "inherit", "inherit"] });
+  if (res.error) throw new Error(`could not run ${cmd[0]} (${res.error.message}); install the PostgreSQL client or pass --pg-bin`);
+  if (res.status !== 0)
+    throw new Error(
+      `${cmd[0]!.split("/").pop()} failed (exit ${res.status}); nothing was loaded${custom ? "; a custom-format dump needs a pg_restore as new as the pg_dump that made it (see GET /databases/versions)" : ""}`,
+    );
+  output(g.json, { restored: file, database: name, format: custom ? "custom" : "plain" }, () => console.log(`Restored ${file} into ${name}`));
+}
+
+/** pg_dump's custom format starts with PGDMP; anything else is taken for SQL. */
+function isCustomDump(file: string): boolean {
+  const fd = openSync(file, "r");
+  try {
+    const head = Buffer.alloc(5);
+    readSync(fd, head, 0, 5, 0);
+    return head.toString("latin1") === "PGDMP";
+  } finally {
+    closeSync(fd);
+  }
 }

@@ -17,6 +17,7 @@ import { BranchesService } from "./branches";
 import { ClockJournal } from "./clock-journal";
 import { databaseRoutes } from "./routes";
 import { DatabasesService } from "./service";
+import { DumpsService } from "./dumps";
 import { DueTimers } from "./timers";
 import { DatabaseWireRouter } from "./wire-router";
 
@@ -62,6 +63,7 @@ export const databasesArea = defineArea({
     const databases = new DatabasesService(store, engine, now, activity, () => wireAddress, log, secretKey, fault, (ms) => clock.sleep(ms));
     const branches = new BranchesService(store, engine, clock, databases, log, fault);
     const backups = new BackupsService(store, engine, clock, join(config.dataDir, "database-backups"), log);
+    const dumps = new DumpsService(databases, join(config.dataDir, "database-dumps"), log);
     // The production engine's point in time maps platform instants to the server's real time.
     const journal = engine.serverPointInTime && engine.serverPointInTime.status().state !== "off" ? new ClockJournal(clock, join(config.dataDir, "database-pitr", "clock-journal.jsonl")) : null;
     const restores = new RestoresService(store, engine, clock, backups, log, fault, journal);
@@ -96,7 +98,7 @@ export const databasesArea = defineArea({
         60_000,
       );
       sampler.unref?.();
-      return { databases, branches, backups, restores, databaseTimers, databaseWire, databaseSampler: sampler, clockJournal: journal };
+      return { databases, branches, backups, restores, dumps, databaseTimers, databaseWire, databaseSampler: sampler, clockJournal: journal };
     } catch (err) {
       await engine.close().catch(() => {});
       // Which port was taken: the start's error names the wire port's flag (the message may not hold the port).

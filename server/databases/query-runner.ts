@@ -1,3 +1,4 @@
+import type { DumpsService } from "./dumps";
 import { errorSchema } from "../http/common-schemas";
 import { queryResultSchema } from "./schemas";
 import type { AccountsService } from "../accounts/service";
@@ -18,6 +19,7 @@ export interface DatabaseRouteDeps {
   branches: BranchesService;
   backups: BackupsService;
   restores: RestoresService;
+  dumps: DumpsService;
   accounts: AccountsService;
   clock: Clock;
   log: Logger;

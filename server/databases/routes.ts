@@ -11,6 +11,7 @@ import {
   databaseListSchema,
   databaseParams,
   databaseSchema,
+  dumpQuery,
   lintSchema,
   queryParams,
   queryResultSchema,
@@ -49,19 +50,27 @@ export function databaseRoutes(r: AreaRouter<DatabaseRouteDeps>): void {
     summary: "PostgreSQL versions: what pg_version accepts and what actually runs here",
     auth: { kind: "none" },
     responses: { 200: { description: "versions", schema: versionsSchema } },
-    handler: ({ deps }) =>
-      reply.ok({
+    handler: ({ deps }) => {
+      const engine = deps.databases.engine;
+      const runs = engine.serverVersions()[0] ?? null;
+      return reply.ok({
         versions: [...PG_VERSIONS],
         default: DEFAULT_PG_VERSION,
+        runs,
         engine: {
-          kind: deps.databases.engine.kind,
-          server_versions: deps.databases.engine.serverVersions(),
+          kind: engine.kind,
+          server_versions: engine.serverVersions(),
           note:
-            deps.databases.engine.kind === "embedded"
-              ? "The embedded engine (PGlite) runs one PostgreSQL version for every database; pg_version is recorded, not emulated. Use the production profile (--postgres-url) to run on a server of your choice."
-              : "Databases run on the PostgreSQL server given by --postgres-url; pg_version is recorded, and the server's own version is what runs.",
+            engine.kind === "embedded"
+              ? `The embedded engine (PGlite) runs PostgreSQL ${runs} for every database, whatever pg_version was asked for: a database's pg_version is ${runs}, and the version asked for is kept as requested_pg_version. Use the production profile (--postgres-url) to run on a server of your choice.`
+              : `Databases run on the PostgreSQL server given by --postgres-url (${runs}): a database's pg_version is that server's version, and the version asked for is kept as requested_pg_version.`,
         },
-      }),
+        client_tools:
+          `pg_dump and pg_restore refuse a server newer than themselves: use 'kiln db dump' (GET .../databases/{name}/dump), which runs a pg_dump ${runs} for you. ` +
+          `Its plain format loads with psql into PostgreSQL ${engine.kind === "embedded" ? "15 or newer (objects PostgreSQL 18 has and the target lacks excepted)" : `${runs} or newer`}; ` +
+          `its custom format needs pg_restore ${runs} or newer.`,
+      });
+    },
   });
 
   r.add({
@@ -172,6 +181,31 @@ export function databaseRoutes(r: AreaRouter<DatabaseRouteDeps>): void {
       if (!plan.topQueries) throw forbidden(`top queries are not available on the ${plan.label} plan`);
       const d = await deps.databases.get(project.id, params.databaseName);
       return reply.ok({ data: await deps.databases.topQueries(d, query.limit ?? 10) });
+    },
+  });
+
+  r.add({
+    method: "GET",
+    path: "/projects/{projectId}/databases/{databaseName}/dump",
+    tag,
+    summary: "A pg_dump of the database (query format: custom, the default, or plain SQL), streamed; taken from a consistent snapshot while the database serves",
+    auth: credentialRead,
+    params: databaseParams,
+    query: dumpQuery,
+    responses: { 200: { description: "the dump (application/octet-stream for custom, application/sql for plain)" }, ...errors, 503: errorSchema },
+    handler: async ({ deps, project, params, query }) => {
+      const d = await deps.databases.get(project.id, params.databaseName);
+      const dump = await deps.dumps.dump(d, query.format ?? "custom");
+      return new Response(dump.stream, {
+        status: 200,
+        headers: {
+          "Content-Type": dump.contentType,
+          // Bun sends a stream chunked (a Content-Length is dropped): the size is told here instead.
+          "X-Kiln-Dump-Bytes": String(dump.sizeBytes),
+          "Content-Disposition": `attachment; filename="${dump.fileName}"`,
+          "X-Kiln-Pg-Version": String(deps.databases.runningVersion(d.pg_version)),
+        },
+      });
     },
   });
 

@@ -16,7 +16,8 @@ export const databaseSchema = z.object({
     .optional()
     .describe("only while active; role service_client_<id>; application_name service_full_access (admin) or service_user_access:<user_id> (RLS as that user)"),
   region: z.string(),
-  pg_version: z.number().int(),
+  pg_version: z.number().int().describe("the PostgreSQL major version the database runs on (GET /databases/versions)"),
+  requested_pg_version: z.number().int().describe("the pg_version asked for at create (14, 15 or 16), recorded; not what runs"),
   storage_bytes: z.number().int().optional().describe("list only; sampled in the background"),
   created_at: timestamp,
   updated_at: timestamp,
@@ -32,6 +33,8 @@ export const createDatabaseBody = z.object({
     .pipe(z.number().refine((v) => (PG_VERSIONS as readonly number[]).includes(v), "must be 14, 15 or 16"))
     .optional(),
 });
+
+export const dumpQuery = z.object({ format: z.enum(["custom", "plain"]).optional() });
 
 export const resetPasswordSchema = z.object({
   message: z.string(),
@@ -91,13 +94,15 @@ export const topQuerySchema = z.object({
 
 export const regionsSchema = z.array(z.object({ id: z.string(), name: z.string() }));
 export const versionsSchema = z.object({
-  versions: z.array(z.number().int()).describe("values pg_version accepts"),
+  versions: z.array(z.number().int()).describe("values pg_version accepts at create (recorded as requested_pg_version)"),
   default: z.number().int(),
+  runs: z.number().int().nullable().describe("the PostgreSQL major version databases here run on: every database's pg_version"),
   engine: z.object({
     kind: z.enum(["embedded", "postgres"]),
     server_versions: z.array(z.number().int()).describe("the PostgreSQL major version(s) that really run your queries"),
     note: z.string(),
   }),
+  client_tools: z.string().describe("which pg_dump, pg_restore and psql work with these databases"),
 });
 
 export const queryParams = z.object({

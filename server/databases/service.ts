@@ -127,11 +127,21 @@ export class DatabasesService {
       status: d.status as Exclude<DatabaseRecord["status"], "deleted">,
       ...(d.status === "active" ? { connection_string: this.connectionString(d) } : {}),
       region: d.region,
-      pg_version: d.pg_version,
+      // What runs, not what was asked for: a dump's pg_dump and a client's psql must match it.
+      pg_version: this.runningVersion(d.pg_version),
+      requested_pg_version: d.pg_version,
       ...(opts.list && d.storage_bytes !== null ? { storage_bytes: d.storage_bytes } : {}),
       created_at: d.created_at,
       updated_at: d.updated_at,
     };
+  }
+
+  /**
+   * The PostgreSQL major version a database really runs on: the engine's (embedded: PGlite's; production:
+   * the server's). `requested` stands in only when the engine cannot tell.
+   */
+  runningVersion(requested: number): number {
+    return this.engine.serverVersions()[0] ?? requested;
   }
 
   async create(projectId: string, plan: PlanName, input: { name: string; region?: string; pg_version?: number }) {

@@ -7,8 +7,11 @@ import {
   sessionInitSql,
   transactionInitSql,
   RestoreNotStarted,
+  dumpArgs,
+  portablePlainDump,
   type AccessMode,
   type DatabaseEngine,
+  type DumpFormat,
   type PointInTime,
   type QueryResult,
 } from "./engine";
@@ -294,6 +297,34 @@ export class EmbeddedEngine implements DatabaseEngine {
     await this.snapshot(id, path);
     return dirSize(path);
   }
+
+  /**
+   * pg_dump (WebAssembly, on its own thread) of a snapshot of `id`: the snapshot is opened on a thread
+   * of its own (replaying the WAL it carries, as a fork's first open does) and dumped there, so the
+   * database serves its clients meanwhile; the copy is removed afterwards.
+   */
+  async dump(id: string, format: DumpFormat, path: string): Promise<number> {
+    const copy = `${this.dirOf(id)}.dump-${process.pid}-${++this.dumps}`;
+    rmSync(copy, { recursive: true, force: true });
+    try {
+      await this.snapshot(id, copy);
+      const db = await PgliteThread.open(copy, DATABASE_CONF, this.o.clockOffset ?? (() => 0), { extensions: await extensionFiles() });
+      try {
+        await db.dump(dumpArgs(format), path);
+      } finally {
+        await db.close().catch(() => {});
+      }
+      if (format === "plain") await portablePlainDump(path);
+      return statSync(path).size;
+    } catch (err) {
+      rmSync(path, { force: true });
+      throw err;
+    } finally {
+      rmSync(copy, { recursive: true, force: true });
+    }
+  }
+
+  private dumps = 0;
 
   async restore(id: string, path: string, keepAt?: string): Promise<number | null> {
     return this.replaceWith(

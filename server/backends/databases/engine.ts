@@ -1,3 +1,4 @@
+import { createWriteStream, renameSync } from "node:fs";
 import type { WireBackend, WireClient, WireControl } from "./wire/listener";
 
 /**
@@ -65,6 +66,12 @@ export interface DatabaseEngine {
    * (null without `keepAt`). A pre-restore state that cannot be kept is a RestoreNotStarted.
    */
   restore(id: string, path: string, keepAt?: string): Promise<number | null>;
+  /**
+   * A pg_dump of `id` (`custom` or `plain`) written to `path`, taken from a consistent snapshot while
+   * the database keeps serving; its size in bytes. Without owners (a restore's objects belong to
+   * whoever restores) and without Kiln's own `auth` schema (every Kiln database already has it).
+   */
+  dump(id: string, format: DumpFormat, path: string): Promise<number>;
   /** Point-in-time restore from the database's own backups and WAL (embedded); absent otherwise. */
   readonly pointInTime?: PointInTime;
   /** Point-in-time restore from the engine's own base backups and WAL archive of the server (production); absent otherwise. */
@@ -105,6 +112,35 @@ export interface ServerPointInTime {
   range(): { earliestMs: number; latestMs: number } | null;
   /** Replaces `id`'s data with its state at real instant `atMs` (as `restore`, `keepAt` keeps what it replaces). RestoreNotStarted when nothing was replaced. */
   restoreTo(id: string, atMs: number, keepAt?: string): Promise<number | null>;
+}
+
+export type DumpFormat = "custom" | "plain";
+
+/** pg_dump's arguments for a user's dump, the same on both engines. */
+export function dumpArgs(format: DumpFormat): string[] {
+  return [`--format=${format}`, "--no-owner", "--exclude-schema=auth"];
+}
+
+/**
+ * Makes the plain dump at `path` loadable by an older psql and server: pg_dump 17+ writes
+ * `SET transaction_timeout = 0;` in its header, a setting PostgreSQL 15 and 16 do not know (an error
+ * at every load). That line goes; nothing else changes (`\restrict`, pg_dump's guard against
+ * meta-commands hidden in the dump's data, stays: psql 15.14+, 16.10+ and 17.6+ know it). Only the
+ * header is read; the rest is copied file to file.
+ */
+export async function portablePlainDump(path: string): Promise<void> {
+  const HEAD = 16_384;
+  const file = Bun.file(path);
+  const head = Buffer.from(await file.slice(0, HEAD).arrayBuffer());
+  const line = Buffer.from("\nSET transaction_timeout = 0;\n");
+  const at = head.indexOf(line);
+  if (at < 0) return;
+  const tmp = `${path}.portable`;
+  const out = createWriteStream(tmp);
+  out.write(head.subarray(0, at + 1));
+  for await (const chunk of file.slice(at + line.length).stream()) if (!out.write(chunk)) await new Promise((r) => out.once("drain", r));
+  await new Promise<void>((resolve, reject) => out.end((err?: Error | null) => (err ? reject(err) : resolve())));
+  renameSync(tmp, path);
 }
 
 /** A restore failed before it replaced anything: the database holds what it held. */

@@ -34,6 +34,11 @@ async function handle(m: ThreadRequest): Promise<void> {
         const out = await execRaw(db!, m.bytes);
         return reply({ id: m.id, ok: true, bytes: out }, [out.buffer as ArrayBuffer]);
       }
+      case "dump": {
+        const { pgDumpBytes } = await import("./pg-dump-wasm");
+        await Bun.write(m.path, await pgDumpBytes(db!, m.args));
+        return reply({ id: m.id, ok: true });
+      }
       case "close": {
         if (db && !db.closed) await db.close();
         return reply({ id: m.id, ok: true });

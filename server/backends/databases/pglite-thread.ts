@@ -30,6 +30,7 @@ export class SessionKilled extends Error {}
 export type ThreadRequest =
   | { id: number; op: "open"; dataDir: string; module: WebAssembly.Module; conf: string[]; channel: SharedArrayBuffer; clock: SharedArrayBuffer; niceness?: number; extensions?: ExtensionFiles }
   | { id: number; op: "exec"; bytes: Uint8Array }
+  | { id: number; op: "dump"; args: string[]; path: string }
   | { id: number; op: "close" };
 
 export type ThreadReply =
@@ -200,6 +201,15 @@ export class PgliteThread implements PgliteSession {
     };
     answered();
     return answer;
+  }
+
+  /**
+   * Runs pg_dump (WebAssembly, pg-dump-wasm.ts) on this thread against its instance, writing the
+   * output to `path`. The thread does nothing else meanwhile: run it on a copy, not a serving database.
+   */
+  async dump(args: string[], path: string): Promise<void> {
+    await this.opening;
+    await this.call(this.worker, { op: "dump", args, path });
   }
 
   async restart(): Promise<boolean> {

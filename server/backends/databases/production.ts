@@ -10,8 +10,11 @@ import {
   PRIVILEGES_UPGRADE_SQL,
   sessionInitSql,
   transactionInitSql,
+  dumpArgs,
+  portablePlainDump,
   type AccessMode,
   type DatabaseEngine,
+  type DumpFormat,
   type QueryResult,
   type ServerPointInTime,
 } from "./engine";
@@ -485,6 +488,20 @@ export class PostgresEngine implements DatabaseEngine {
     await this.ensureCurrent(id);
     try {
       await this.runTool([dump, "--format=custom", "--file", path], [id]);
+    } catch (err) {
+      rmSync(path, { force: true });
+      throw err;
+    }
+    return statSync(path).size;
+  }
+
+  /** pg_dump as the database's tenant role (its own objects; a snapshot transaction, so it keeps serving). */
+  async dump(id: string, format: DumpFormat, path: string): Promise<number> {
+    const { dump } = await this.pgTools();
+    await this.ensureCurrent(id);
+    try {
+      await this.runTool([dump, ...dumpArgs(format), "--file", path], [id]);
+      if (format === "plain") await portablePlainDump(path);
     } catch (err) {
       rmSync(path, { force: true });
       throw err;
