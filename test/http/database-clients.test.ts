@@ -5,6 +5,7 @@
 // transaction), CancelRequest and statement_timeout (also inside a transaction), a pg.Pool running named
 // prepared statements in concurrent transactions, postgres.js pipelining, drizzle-orm, and idle in
 // transaction. Every test asserts the data that results, not only that nothing failed.
+import { newDatabase } from "../support/databases";
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { connect as tcpConnect } from "node:net";
@@ -26,15 +27,8 @@ afterAll(async () => {
   rmSync(tmp, { recursive: true, force: true });
 });
 
-/** A new active database (in its own project: a HOBBY project has one database); its connection string. */
-async function database(kiln: TestKiln, name: string): Promise<string> {
-  const p = await createProject(kiln);
-  const r = await kiln.api("POST", `/projects/${p.id}/databases`, { body: { name } });
-  if (r.status !== 201) throw new Error(`create database ${name}: ${r.status} ${r.text}`);
-  const d = await eventually(() => kiln.api("GET", `/projects/${p.id}/databases/${r.body.name}`), (x) => x.body.status !== "provisioning", 30_000);
-  if (d.body.status !== "active") throw new Error(`database ${name} is ${d.body.status}`);
-  return d.body.connection_string as string;
-}
+/** A new active database in a project of its own; its connection string. */
+const database = newDatabase;
 
 // The databases of this file, created once for all its tests.
 const cs = { bench: "", copies: "", cancels: "", pool: "", pipeline: "", orm: "", idle: "", startup: "" };

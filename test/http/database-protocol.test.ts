@@ -3,6 +3,7 @@
 // sql.listen, psycopg 3), COPY messages, Flush and Sync outside the state that expects them, startup
 // parameters as PostgreSQL reads them, and the drivers users bring (asyncpg, postgres.js COPY in and
 // out, node-postgres with pg-copy-streams, psycopg 3, SQLAlchemy). Every test asserts the data.
+import { newDatabase } from "../support/databases";
 import { spawn } from "node:child_process";
 import { Readable, Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
@@ -21,14 +22,8 @@ afterAll(async () => {
 /** Debian's Python, where python3-psycopg, python3-asyncpg and python3-sqlalchemy install (test/support/system-deps.sh). */
 const PYTHON = "/usr/bin/python3";
 
-async function database(kiln: TestKiln, name: string): Promise<string> {
-  const p = await createProject(kiln);
-  const r = await kiln.api("POST", `/projects/${p.id}/databases`, { body: { name } });
-  if (r.status !== 201) throw new Error(`create database ${name}: ${r.status} ${r.text}`);
-  const d = await eventually(() => kiln.api("GET", `/projects/${p.id}/databases/${r.body.name}`), (x) => x.body.status !== "provisioning", 30_000);
-  if (d.body.status !== "active") throw new Error(`database ${name} is ${d.body.status}`);
-  return d.body.connection_string as string;
-}
+/** A new active database in a project of its own; its connection string. */
+const database = newDatabase;
 
 const cs = { notify: "", copy: "", drivers: "" };
 beforeAll(async () => {

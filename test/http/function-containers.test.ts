@@ -10,7 +10,7 @@ import { join } from "node:path";
 import Docker from "dockerode";
 import { describe, expect, inject, test } from "vitest";
 import { dockerOptions } from "../../runtime-sandbox/container";
-import { deploy, settled, tgz } from "../support/functions";
+import { deploy, settled, tgz, processesTagged } from "../support/functions";
 import { BUN, createProject, eventually, KILN, ROOT, startKiln, useKiln, type TestKiln } from "../support/kiln";
 
 const engineAddress = inject("dockerHost");
@@ -71,14 +71,7 @@ describe("the container runtime", () => {
     const p = await createProject(k);
     const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
     const tag = `kiln-stray-container-${process.pid}`;
-    const running = () =>
-      readdirSync("/proc").filter((d) => {
-        try {
-          return /^\d+$/.test(d) && readFileSync(`/proc/${d}/cmdline`, "utf8").includes(tag);
-        } catch {
-          return false;
-        }
-      });
+    const running = () => processesTagged(tag);
     const code = tgz({
       "index.js": `const cp = require("node:child_process"), fs = require("node:fs");
 let calls = 0;

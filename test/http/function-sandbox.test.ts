@@ -7,7 +7,7 @@ import { mkdtempSync, readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, test } from "vitest";
-import { deploy, localServer, npmTarball, settled, tgz } from "../support/functions";
+import { deploy, localServer, npmTarball, settled, tgz, processesTagged } from "../support/functions";
 import { BUN, createProject, FUNCTION_RUNTIME, KILN, removeDir, ROOT, startKiln, type TestKiln } from "../support/kiln";
 
 const isRoot = process.getuid?.() === 0;
@@ -125,14 +125,7 @@ describe.skipIf(!run)("function sandbox", () => {
   ] as const)("%s: what a function leaves running is killed when it answers, and namespaces, ptrace, keys, bpf and mount are refused", async (kind, wrap) => {
     const k = await startKiln({ wrap: [...wrap], env: { KILN_LOG: "" } });
     const tag = `kiln-stray-http-${process.pid}-${kind}`;
-    const running = () =>
-      readdirSync("/proc").filter((d) => {
-        try {
-          return /^\d+$/.test(d) && readFileSync(`/proc/${d}/cmdline`, "utf8").includes(tag);
-        } catch {
-          return false;
-        }
-      });
+    const running = () => processesTagged(tag);
     try {
       const p = await createProject(k);
       const sk = await serviceKey(k, p.id);

@@ -23,6 +23,12 @@ export async function activeDatabase(kiln: TestKiln, projectId: string, name = "
   return d.body as { id: string; database_name: string; connection_string: string; created_at: string };
 }
 
+/** A new active database in a project of its own (a HOBBY project has one database); its connection string. */
+export async function newDatabase(kiln: TestKiln, name: string): Promise<string> {
+  const p = await createProject(kiln);
+  return (await activeDatabase(kiln, p.id, name)).connection_string;
+}
+
 /** A project with an active database `app` holding `items` = [(1, 'before')]. */
 export async function itemsDatabase(kiln: TestKiln) {
   const project = await createProject(kiln);

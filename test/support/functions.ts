@@ -3,7 +3,7 @@
 import { execFileSync } from "node:child_process";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll } from "vitest";
@@ -92,4 +92,15 @@ export async function localServer(files: Record<string, Buffer> = {}) {
       gate = null;
     },
   };
+}
+
+/** Pids of this machine's processes whose command line holds `tag` (what a test's function left running). */
+export function processesTagged(tag: string): string[] {
+  return readdirSync("/proc").filter((d) => {
+    try {
+      return /^\d+$/.test(d) && readFileSync(`/proc/${d}/cmdline`, "utf8").includes(tag);
+    } catch {
+      return false;
+    }
+  });
 }
