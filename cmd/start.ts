@@ -15,6 +15,8 @@ export function startCommand(program: Command): void {
     .option("--database-url <url>", "production profile: keep the control store in this PostgreSQL database (or KILN_DATABASE_URL)")
     .option("--postgres-url <url>", "production profile: keep managed databases on this PostgreSQL server (KILN_POSTGRES_URL)")
     .option("--pg-port <n>", "port of the PostgreSQL wire listener in connection strings (0 picks a free one; KILN_PG_PORT)", "7432")
+    .option("--pg-require-ssl", "the PostgreSQL wire listener refuses plaintext sessions; TLS is offered either way (KILN_PG_REQUIRE_SSL=1)")
+    .option("--pg-tls-hosts <list>", "more host names and IP addresses for the wire listener's certificate, comma-separated (KILN_PG_TLS_HOSTS)")
     .option("--s3-endpoint <url>", "production profile: keep storage objects on this S3 endpoint, http(s)://host:port (KILN_S3_ENDPOINT; credentials in KILN_S3_ACCESS_KEY and KILN_S3_SECRET_KEY)")
     .option("--s3-bucket <name>", "the S3 bucket Kiln keeps objects in (KILN_S3_BUCKET; default kiln, created when missing)")
     .option("--function-runtime <kind>", "where functions run: process (sandboxed local processes) or docker (a Docker or Podman engine; KILN_FUNCTION_RUNTIME)")

@@ -44,6 +44,10 @@ export interface Config {
   postgresUrl?: string;
   /** Port of the PostgreSQL wire listener behind every connection string (0: a free one). */
   pgPort: number;
+  /** The wire listener refuses plaintext sessions (sslmode=disable); TLS is offered either way. */
+  pgRequireSsl: boolean;
+  /** More names and addresses for the wire listener's certificate, besides localhost, 127.0.0.1, ::1 and --host. */
+  pgTlsHosts: string[];
   /** Embedded databases: most PGlite instances open at once, and idle time before one closes. */
   dbMaxOpen: number;
   dbMemoryBudgetMb: number;
@@ -119,6 +123,8 @@ export interface StartOptions {
   s3Bucket?: string;
   postgresUrl?: string;
   pgPort?: string | number;
+  pgRequireSsl?: boolean;
+  pgTlsHosts?: string;
   functionRuntime?: string;
   dockerHost?: string;
   functionImage?: string;
@@ -200,6 +206,8 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     s3SpoolKeepMs: intEnv("KILN_S3_SPOOL_KEEP_MS", 60_000),
     postgresUrl: opts.postgresUrl ?? (env.KILN_POSTGRES_URL || undefined),
     pgPort: Number(opts.pgPort ?? env.KILN_PG_PORT ?? 7432),
+    pgRequireSsl: Boolean(opts.pgRequireSsl) || env.KILN_PG_REQUIRE_SSL === "1",
+    pgTlsHosts: (opts.pgTlsHosts ?? env.KILN_PG_TLS_HOSTS ?? "").split(",").map((h) => h.trim()).filter(Boolean),
     dbMaxOpen: intEnv("KILN_DB_MAX_OPEN", 10),
     dbMemoryBudgetMb: intEnv("KILN_DB_MEMORY_BUDGET_MB", 512),
     sourceArchiveLimitMb: intEnv("KILN_SOURCE_ARCHIVE_LIMIT_MB", 50),
