@@ -389,7 +389,8 @@ function parseAuthority(s: string, defaultPort: number): { host: string; port: n
   const m = /^(?:\[([0-9a-fA-F:.%]+)\]|([^\s:/[\]@]+))(?::(\d{1,5}))?$/.exec(s);
   if (!m) return null;
   const port = m[3] ? Number(m[3]) : defaultPort;
-  if (port < 1 || port > 65535) return null;
+  // defaultPort 0: "any port" for NO_PROXY and allowHosts entries without one (they used to match nothing).
+  if ((m[3] || defaultPort) && (port < 1 || port > 65535)) return null;
   return { host: (m[1] ?? m[2]!).toLowerCase(), port };
 }
 

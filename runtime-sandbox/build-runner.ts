@@ -1,8 +1,10 @@
 import { spawn } from "node:child_process";
-import { existsSync, lchownSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { lchownSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { egressWiring, registryHostsFromEnv, startBuildEgress } from "./build-egress";
+import { hostBuildConfig, stageBuildConfig, type HostBuildConfig, type StagedConfig } from "./build-config";
+import { egressWiring, startBuildEgress } from "./build-egress";
+import { describeCause, diagnoseInstall } from "./install-failure";
 import { chooseIsolation, noSandboxMessage, sandboxUser, type SandboxChoice } from "./isolation";
 import type { ResolvedRuntime } from "./runtimes";
 import { planBuild, type Launch } from "./sandbox";
@@ -24,55 +26,52 @@ export interface BuildOptions {
   signal?: AbortSignal;
 }
 
-// Registry, mirror and TLS trust settings a build may need (a proxy that re-signs TLS needs its CA);
-// nothing else of Kiln's environment goes in. Kiln's own proxy settings are not passed: a sandboxed
-// build's proxy is the build egress, which uses them as its upstream.
-const PASSED_THROUGH = /^(npm_config_(registry|cafile)|NPM_CONFIG_(REGISTRY|CAFILE)|PIP_(INDEX_URL|EXTRA_INDEX_URL|TRUSTED_HOST|CERT)|BUNDLE_MIRROR__.*|NODE_EXTRA_CA_CERTS|SSL_CERT_FILE|SSL_CERT_DIR|REQUESTS_CA_BUNDLE)$/;
-// Of those, the ones naming files the sandbox must show (read-only).
-const FILE_VALUED = /CAFILE|cafile|CERT|CA_BUNDLE|CA_CERTS/;
-
-function buildEnv(): { env: Record<string, string>; files: string[] } {
-  const env: Record<string, string> = {};
-  const files = new Set<string>();
-  for (const [k, v] of Object.entries(process.env)) {
-    if (v === undefined || !PASSED_THROUGH.test(k)) continue;
-    env[k] = v;
-    if (FILE_VALUED.test(k) && v.startsWith("/") && existsSync(v)) files.add(v);
-  }
-  return { env, files: [...files] };
-}
-
 /**
  * Runs an installer in the build sandbox, streaming every output line into the build log. Resolves
- * with null on success, else the failure for the deployment's error: the exit code and the last
- * line the installer printed on stderr (usually the reason).
+ * with null on success, else the failure for the deployment's error: its cause when one shows
+ * (network, resolution, compile: install-failure.ts), the exit code and the last line the installer
+ * printed on stderr (usually the symptom). The host's package-manager configuration goes in
+ * (build-config.ts).
  */
 export async function runInstaller(argv: string[], root: string, cwd: string, runtime: ResolvedRuntime, o: BuildOptions, log: BuildLog, timeoutMs = 300_000): Promise<string | null> {
-  const { env, files } = buildEnv();
+  const cfg = hostBuildConfig();
   const { isolation, problems } = chooseIsolation(o.sandbox);
   if (!isolation) return noSandboxMessage(problems);
   const cmd = argv[0]!;
   if (o.signal?.aborted) return `${cmd} was stopped: Kiln is stopping`;
+  const sandboxed = isolation.kind !== "none";
   // A sandboxed build has a network namespace of its own; its one way out is an egress proxy of its
   // own, which refuses the host's and other local addresses and says so in this build's log.
-  const egress = isolation.kind === "none" ? null : await openEgress(log);
+  const egressProblems: string[] = [];
+  const egress = sandboxed ? await openEgress(cfg, log, egressProblems) : null;
+  let staged: StagedConfig | null = null;
   try {
-    const launch = planBuild({ argv, root, cwd, runtime, env, readOnly: files }, { isolation, hiddenPaths: o.hiddenPaths, egress: egress?.wiring });
-    return await spawnInstaller(launch, cmd, root, o, log, timeoutMs);
+    staged = stageBuildConfig(cfg, sandboxed);
+    const wiring = egress ? { ...egress.wiring, mounts: [...egress.wiring.mounts, ...staged.mounts] } : null;
+    const launch = planBuild({ argv, root, cwd, runtime, env: staged.env, readOnly: cfg.readOnly }, { isolation, hiddenPaths: o.hiddenPaths, egress: wiring });
+    const run = await spawnInstaller(launch, cmd, root, o, log, timeoutMs);
+    if (!run.failure || run.stopped) return run.failure;
+    const why = diagnoseInstall(run.lines, egressProblems);
+    return why ? `${describeCause(why)}; ${run.failure}` : run.failure;
   } finally {
+    staged?.close();
     await egress?.close();
   }
 }
 
-async function openEgress(log: BuildLog) {
+async function openEgress(cfg: HostBuildConfig, log: BuildLog, problems: string[]) {
   const dir = mkdtempSync(join(tmpdir(), "kiln-egress-"));
   try {
     const proxy = await startBuildEgress({
       socketDir: dir,
-      allowHosts: [...registryHostsFromEnv(), ...(process.env.KILN_BUILD_ALLOW_HOSTS ?? "").split(",").map((h) => h.trim()).filter(Boolean)],
-      upstreamProxy: process.env.HTTPS_PROXY || process.env.https_proxy || process.env.HTTP_PROXY || process.env.http_proxy || null,
-      noProxy: process.env.NO_PROXY ?? process.env.no_proxy ?? null,
-      log: (m) => void log("error", m).catch(() => {}),
+      // Registries the host's configuration names (a local mirror configured on purpose), and the operator's list.
+      allowHosts: [...cfg.registryHosts, ...(process.env.KILN_BUILD_ALLOW_HOSTS ?? "").split(",").map((h) => h.trim()).filter(Boolean)],
+      upstreamProxy: cfg.upstreamProxy,
+      noProxy: cfg.noProxy,
+      log: (m) => {
+        if (problems.length < 20) problems.push(m);
+        void log("error", m).catch(() => {});
+      },
     });
     const w = egressWiring(proxy.socketPath);
     return {
@@ -88,7 +87,17 @@ async function openEgress(log: BuildLog) {
   }
 }
 
-function spawnInstaller(launch: Launch, cmd: string, root: string, o: BuildOptions, log: BuildLog, timeoutMs: number): Promise<string | null> {
+/** The installer's end: its failure (null on success), whether Kiln stopped it, its last output lines. */
+interface InstallerRun {
+  failure: string | null;
+  stopped: boolean;
+  lines: string[];
+}
+
+// Output lines kept for diagnoseInstall (the cause is near the end).
+const KEPT_LINES = 400;
+
+function spawnInstaller(launch: Launch, cmd: string, root: string, o: BuildOptions, log: BuildLog, timeoutMs: number): Promise<InstallerRun> {
   // A root Kiln builds as the sandbox uid, which must own the function root it installs into; the
   // tree is Kiln's again afterwards.
   const user = sandboxUser();
@@ -124,10 +133,13 @@ function spawnInstaller(launch: Launch, cmd: string, root: string, o: BuildOptio
     o.signal?.addEventListener("abort", onAbort, { once: true });
     let pending = Promise.resolve();
     let lastError = "";
+    const lines: string[] = [];
     const pipe = (stream: "out" | "err") => (chunk: Buffer) => {
       for (const line of chunk.toString("utf8").split(/\r?\n/)) {
         if (!line.trim()) continue;
         if (stream === "err" && !BOILERPLATE.test(line)) lastError = line.trim();
+        lines.push(line.slice(0, 2000));
+        if (lines.length > KEPT_LINES) lines.shift();
         // A log row that cannot be written is lost, never the build: the chain must keep going.
         pending = pending.then(() => log("info", line)).catch(() => {});
       }
@@ -147,7 +159,7 @@ function spawnInstaller(launch: Launch, cmd: string, root: string, o: BuildOptio
       const failure = o.signal?.aborted
         ? `${cmd} was stopped: Kiln is stopping` // the service records it as interrupted
         : timedOut ? `${cmd} did not finish in ${timeoutMs / 1000} s` : code === 0 ? null : `${cmd} exited with ${code ?? "a signal"}${lastError ? `: ${lastError.slice(0, 500)}` : ""}`;
-      void pending.then(() => resolve(failure));
+      void pending.then(() => resolve({ failure, stopped: !!o.signal?.aborted || timedOut, lines }));
     });
   });
 }

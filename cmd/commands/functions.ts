@@ -3,6 +3,7 @@ import type { Command } from "commander";
 import { ApiError, Client } from "../client";
 import { CliError, printError } from "../errors";
 import { output, printObject, printTable } from "../output";
+import { openTail, readEvents, type Entry } from "./log-stream";
 import { act, appClient, keyOption, requireProject, PROJECT_HELP, type KeyOptions } from "./shared";
 
 /** A folder becomes a tar.gz on the fly (installed dependency folders left out); a file is sent as is. */
@@ -24,6 +25,39 @@ export async function findFunction(c: Client, projectId: string, nameOrId: strin
   return fn;
 }
 
+/**
+ * Prints a deployment's build lines on stderr as the live tail brings them. `finish(last)` waits, up to 3 s, for the build's closing line (`last`: "build
+ * succeeded" or the deployment's error), which the build writes before its status changes.
+ */
+function streamBuild(c: Client, project: string, deploymentId: string) {
+  const ctl = new AbortController();
+  const seen: string[] = [];
+  let wake = () => {};
+  const done = (async () => {
+    const res = await openTail(c, project, { build: deploymentId, backlog: 1000 }, ctl.signal);
+    await readEvents(res, (name, data) => {
+      if (name !== "log") return;
+      const e = JSON.parse(data) as Entry;
+      const body = typeof e.body === "string" ? e.body : JSON.stringify(e.body);
+      seen.push(body);
+      process.stderr.write(`build  ${body}\n`);
+      wake();
+    });
+  })().catch((err) => {
+    if (!ctl.signal.aborted) process.stderr.write(`kiln: the build log could not be followed (${(err as Error).message})\n`);
+  });
+  return {
+    finish: async (last: string | null) => {
+      const until = Date.now() + 3000;
+      while (Date.now() < until && !(last && seen.includes(last))) await new Promise<void>((r) => ((wake = r), setTimeout(r, 100)));
+    },
+    stop: () => {
+      ctl.abort();
+      void done;
+    },
+  };
+}
+
 export function functionsCommand(program: Command): void {
   const fns = program.command("functions").description("deploy and invoke functions");
   const base = (o: { project?: string }) => `/projects/${encodeURIComponent(requireProject(o))}/functions`;
@@ -38,7 +72,7 @@ export function functionsCommand(program: Command): void {
     .option("--public", "allow anon keys with functions.invoke")
     .option("--http", "HTTP invocation mode (request events on the function's own address)")
     .option("--no-auth", "with --public --http: no token needed on the function's address")
-    .option("--wait", "wait until the deployment finishes")
+    .option("--wait", "wait until the deployment finishes, printing its build log (stderr) as it is written")
     .action(
       act(async (c, g, path: string, o: { project: string; name: string; runtime: string; handler?: string; public?: boolean; http?: boolean; auth?: boolean; wait?: boolean }) => {
         const form = new FormData();
@@ -51,13 +85,21 @@ export function functionsCommand(program: Command): void {
         form.set("code", new Blob([new Uint8Array(await archiveOf(path))]), "code.tar.gz");
         let fn = await c.requestForm("POST", base(o), form);
         if (o.wait) {
-          for (let i = 0; i < 3000 && (fn.status === "provisioning" || fn.pending_deployment_id); i++) {
-            await new Promise((r) => setTimeout(r, 200));
-            fn = await c.request("GET", `${base(o)}/${fn.id}`);
-          }
-          if (fn.status === "failed") {
+          // The build's lines as they are written (stderr: stdout stays the function), while the status is polled.
+          const deploymentId = fn.pending_deployment_id ?? (await c.request("GET", `${base(o)}/${fn.id}/deployments`)).data.find((d: { kind: string }) => d.kind === "deploy")?.id;
+          // Not under --json: stderr then carries only the one JSON error line.
+          const build = deploymentId && !g.json ? streamBuild(c, requireProject(o), deploymentId) : null;
+          try {
+            for (let i = 0; i < 3000 && (fn.status === "provisioning" || fn.pending_deployment_id); i++) {
+              await new Promise((r) => setTimeout(r, 200));
+              fn = await c.request("GET", `${base(o)}/${fn.id}`);
+            }
             const deps = await c.request("GET", `${base(o)}/${fn.id}/deployments`);
-            throw new Error(`deployment failed: ${deps.data[0]?.error ?? "see kiln functions deployments"}`);
+            const mine = deps.data.find((d: { id: string }) => d.id === deploymentId) ?? deps.data[0];
+            await build?.finish(mine?.status === "failed" ? mine.error : "build succeeded");
+            if (fn.status === "failed" || mine?.status === "failed") throw new Error(`deployment failed: ${mine?.error ?? "see kiln functions deployments"}`);
+          } finally {
+            build?.stop();
           }
         }
         output(g.json, fn, () => printObject(fn));

@@ -1,47 +1,14 @@
 import type { Command } from "commander";
-import { Client } from "../client";
-import { KILN_VERSION } from "../../server/version";
+import type { Client } from "../client";
 import { emptyLine, formatBytes, formatDuration, output, printTable } from "../output";
 import { findFunction } from "./functions";
+import { openTail, readEvents, type Entry } from "./log-stream";
 import { act, csv, currentProject, qs, requireProject, stopOnSignals, PROJECT_HELP } from "./shared";
-
-interface Entry {
-  id: string;
-  timestamp: string;
-  level: string;
-  body: string | Record<string, unknown>;
-  resource: { type: string; id: string; name: string };
-  region: string;
-}
 
 /** One line per entry, as `tail` shows files: time, level, function, message. */
 function printEntry(e: Entry): void {
   const body = typeof e.body === "string" ? e.body : JSON.stringify(e.body);
   console.log(`${e.timestamp}  ${e.level.padEnd(5)}  ${e.resource.name}  ${body}`);
-}
-
-/** Reads a Server-Sent Events stream, calling `onEvent` per event, until it ends (or its request is aborted). */
-async function readEvents(res: Response, onEvent: (name: string, data: string) => void): Promise<void> {
-  const reader = res.body!.getReader();
-  const dec = new TextDecoder();
-  let buffer = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return;
-    buffer += dec.decode(value, { stream: true });
-    let i: number;
-    while ((i = buffer.indexOf("\n\n")) >= 0) {
-      const block = buffer.slice(0, i);
-      buffer = buffer.slice(i + 2);
-      let name = "message";
-      const data: string[] = [];
-      for (const line of block.split("\n")) {
-        if (line.startsWith("event:")) name = line.slice(6).trim();
-        else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-      }
-      if (data.length) onEvent(name, data.join("\n"));
-    }
-  }
 }
 
 export function logsCommand(program: Command): void {
@@ -81,16 +48,7 @@ export function logsCommand(program: Command): void {
 async function follow(c: Client, json: boolean | undefined, project: string, o: { fn?: string; q?: string; build?: string; since?: string; until?: string; backlog: number }): Promise<void> {
   const ctl = new AbortController();
   stopOnSignals(async () => ctl.abort());
-  const query = qs({ type: "function", ids: o.fn, deployment_ids: o.build, q: o.q, start_time: o.since, end_time: o.until, backlog: Math.min(o.backlog, 1000) });
-  const headers: Record<string, string> = { "X-Service-CLI-Version": KILN_VERSION, Accept: "text/event-stream" };
-  if (c.token) headers.Authorization = `Bearer ${c.token}`;
-  let res: Response;
-  try {
-    res = await fetch(`${c.url}/projects/${encodeURIComponent(project)}/logs/tail${query}`, { headers, signal: ctl.signal });
-  } catch (err) {
-    throw new Error(`cannot reach Kiln at ${c.url} (${(err as Error).message}); is \`kiln start\` running?`);
-  }
-  if (!res.ok) throw await Client.apiError(res);
+  const res = await openTail(c, project, o, ctl.signal);
   try {
     await readEvents(res, (name, data) => {
       if (name === "log") {

@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
-import { join } from "node:path";
+import { join, posix } from "node:path";
 import { runInstaller, type BuildLog, type BuildOptions } from "../../runtime-sandbox/build-runner";
+import { checkCodeLoads } from "../../runtime-sandbox/load-check";
 import { isMissing, resolveRuntime } from "../../runtime-sandbox/runtimes";
 import { extractSource, RESERVED_PATH, runtimeFamily, type FunctionBuildConfig } from "./archive";
 
@@ -68,7 +69,8 @@ export async function buildDeployment(b: DeploymentBuild): Promise<string | null
 
 /**
  * The compile build of a deployment in its extracted source folder: reserved-path check, runtime
- * check, dependency installation from the manifests. Returns an error message, or null on success.
+ * check, dependency installation from the manifests, then the code loaded once in the worker
+ * sandbox (its handler must exist). Returns an error message, or null on success.
  */
 export async function buildFunction(root: string, build: StoredBuildConfig, o: BuildOptions, log: BuildLog): Promise<string | null> {
   await log("info", `build: runtime ${build.runtime}, function root ${build.function_root}, install root ${build.install_root}`);
@@ -101,5 +103,9 @@ export async function buildFunction(root: string, build: StoredBuildConfig, o: B
     const failed = await runInstaller(["bundle", "install", "--path", "vendor/bundle"], root, installDir, runtime, o, log);
     if (failed) return `dependency installation failed: ${failed}`;
   }
-  return null;
+  // Loaded as invoke.ts's worker loads it (same entry path and PYTHONPATH), without project variables.
+  const prefix = build.function_root === "." ? "" : `${build.function_root}/`;
+  await log("info", `code check: loading ${prefix}${build.entry} in the sandbox`);
+  const env = { PYTHONPATH: [build.function_root, posix.join(build.install_root, "python_deps")].join(":") };
+  return checkCodeLoads({ root, entry: `${prefix}${build.entry}`, handler: build.handler || "handler", runtime, env }, o, log);
 }

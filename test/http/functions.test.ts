@@ -229,7 +229,7 @@ with zipfile.ZipFile("wheels/kilnprobe-1.0-py3-none-any.whl", "w") as z:
         const fn = await settled(k, p.id, (await deploy(k, p.id, { name, runtime: "nodejs22.x" }, code)).body.id);
         expect(fn.status).toBe("failed");
         const deps = (await k.api("GET", `/projects/${p.id}/functions/${fn.id}/deployments`)).body.data;
-        expect(deps[0].error).toMatch(/dependency installation failed: npm exited with 1/);
+        expect(deps[0].error).toMatch(/^dependency installation failed: network: .*refused.*; npm exited with 1/); // the cause first: the egress refused it
         expect(deps[0].error).toMatch(/403|loopback|Kiln build sandbox/);
       }
       expect(seen.length).toBe(0);
@@ -591,8 +591,11 @@ exports.handler = async (e) => {
       const justLate = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 2505 } } });
       expect(justLate.status).toBe(504);
       // A cold start has its own budget (KILN_FUNCTION_INIT_TIMEOUT_MS): code that never finishes loading
-      // (blocked, using no CPU) is a 504 naming that budget, not the time limit.
-      const stuck = await settled(kk, p.id, (await deploy(kk, p.id, { name: "stuck", runtime: "nodejs22.x" }, tgz({ "index.js": "Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0); exports.handler = async () => 'never';" }))).body.id);
+      // (blocked, using no CPU) is a 504 naming that budget, not the time limit. It blocks only with a
+      // project variable set, which the deploy's load check runs without (else the deploy fails).
+      const stuck = await settled(kk, p.id, (await deploy(kk, p.id, { name: "stuck", runtime: "nodejs22.x" }, tgz({ "index.js": "if (process.env.STALL) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0); exports.handler = async () => 'never';" }))).body.id);
+      expect(stuck.status).toBe("active");
+      await kk.api("POST", `/projects/${p.id}/variables`, { body: { name: "STALL", value: "1" } });
       const never = await kk.api("POST", `/functions/${stuck.id}/invoke`, { token: key, body: { payload: {} } });
       expect(never.status).toBe(504);
       expect(never.body.error).toMatch(/did not start within 8000 ms/);

@@ -195,6 +195,20 @@ describe("build egress proxy", () => {
     }
   });
 
+  test("NO_PROXY and allowHosts entries without a port: the target is reached directly, bypassing the upstream proxy", async () => {
+    // An upstream proxy nothing listens on: a request sent there fails, one that bypasses it succeeds.
+    const gone = createNetServer();
+    const deadPort = await new Promise<number>((r) => gone.listen(0, "127.0.0.1", () => r((gone.address() as { port: number }).port)));
+    await new Promise<void>((r) => gone.close(() => r()));
+    const e = await startBuildEgress({ socketDir: join(tmp, "noproxy"), upstreamProxy: `http://127.0.0.1:${deadPort}`, noProxy: "example.invalid, 127.0.0.1", allowHosts: ["127.0.0.1"] });
+    try {
+      expect(await get(e.socketPath, `http://127.0.0.1:${servicePort}/direct`)).toContain("hello from the host: GET /direct");
+      expect(await tunnel(e.socketPath, `127.0.0.1:${servicePort}`)).toContain("hello from the host: GET /through-tunnel");
+    } finally {
+      await e.close();
+    }
+  });
+
   test("bounded: a connection cap (503 beyond it) and idle tunnels closed", async () => {
     const e = await startBuildEgress({ socketDir: join(tmp, "bounded"), allowHosts: [`127.0.0.1:${servicePort}`], maxConnections: 1, idleTimeoutMs: 300 });
     try {
