@@ -1,9 +1,11 @@
 import { join } from "node:path";
+import { hostname } from "node:os";
 import type { AccountsService } from "../accounts/service";
 import { defineArea } from "../area";
 import { EmbeddedEngine } from "../backends/databases/embedded";
 import type { DatabaseEngine } from "../backends/databases/engine";
 import { startWireListener } from "../backends/databases/wire/listener";
+import { localWireTls, type WireTlsMaterial } from "../backends/databases/wire/local-ca";
 import { takeFault } from "../config";
 import type { Platform } from "../platform";
 import type { ProjectsService } from "../projects/service";
@@ -79,12 +81,24 @@ export const databasesArea = defineArea({
     );
     branches.onExpiryChange = () => void databaseTimers.rearm(branches.expiry.label).catch((e) => log.error("branch expiry", e));
     backups.onChange = restores.onChange = () => void databaseTimers.rearmAll();
+    // TLS material is made in the background at start (two RSA keys the first time), awaited by the first SSLRequest.
+    const tlsDir = join(config.dataDir, "tls");
+    const tlsHosts = ["localhost", "127.0.0.1", "::1", config.host, hostname(), ...config.pgTlsHosts];
+    let tlsMaterial: Promise<WireTlsMaterial> | null = null;
+    const wireTls = () =>
+      (tlsMaterial ??= localWireTls(tlsDir, tlsHosts).then(
+        (m) => (log.info(`database wire TLS: certificate for ${m.hosts.join(", ")}; CA (sslrootcert) at ${m.caPath}`), m),
+        (e) => ((tlsMaterial = null), Promise.reject(e)),
+      ));
+    void wireTls().catch((e) => log.error("database wire TLS certificates", e));
     try {
       const databaseWire = await startWireListener({
         host: config.host,
         port: config.pgPort,
         router: new DatabaseWireRouter(databases, branches, store),
         onError: (e) => log.error("database wire listener", e),
+        tls: wireTls,
+        requireSsl: config.pgRequireSsl,
       });
       wireAddress.port = databaseWire.port;
       // Storage is sampled on wall time: it measures the disk, it applies no rule of the platform's.

@@ -18,7 +18,8 @@ import {
 import { mockVerifier, SCRAM_MECHANISM, ScramError, ScramExchange, VerifierCache } from "./scram";
 
 /**
- * A PostgreSQL wire-protocol TCP listener: TLS refused ('N'), SCRAM-SHA-256 authentication against
+ * A PostgreSQL wire-protocol TCP listener: TLS on SSLRequest when given certificates (GSSAPI
+ * encryption refused), plaintext refused if told so, SCRAM-SHA-256 authentication against
  * what the router says, then each complete frontend message handed to the router's backend in order.
  * What sits behind a backend (a PGlite session mux, a proxy) is not the listener's business.
  */
@@ -30,6 +31,8 @@ export interface WireClient {
   /** The startup packet's parameters, `user` and `database` included. */
   params: Record<string, string>;
   remoteAddress: string;
+  /** The session runs over TLS. */
+  ssl?: boolean;
   /** The process id its BackendKeyData announces (NotificationResponses it causes carry it). */
   processId?: number;
 }
@@ -96,6 +99,7 @@ class Fatal extends Error {
   constructor(
     readonly code: string,
     message: string,
+    readonly hint?: string,
   ) {
     super(message);
   }
@@ -106,6 +110,10 @@ export async function startWireListener(opts: {
   port: number;
   router: WireRouter;
   onError?: (e: unknown) => void;
+  /** Certificate and key for TLS (awaited at the first SSLRequest); none: SSLRequest is answered 'N'. */
+  tls?: () => Promise<{ cert: string; key: string }>;
+  /** Refuse sessions that did not upgrade to TLS (CancelRequests still come in plaintext, as libpq before 17 sends them). */
+  requireSsl?: boolean;
 }): Promise<WireListener> {
   const shared: Shared = {
     router: opts.router,
@@ -114,6 +122,8 @@ export async function startWireListener(opts: {
     mockSecret: randomBytes(32),
     connections: new Set(),
     keys: new Map(),
+    tls: opts.tls ?? null,
+    requireSsl: Boolean(opts.requireSsl),
   };
   // Bun's own TCP sockets: about 40% less CPU per message than node:net's streams under Bun.
   let server: TCPSocketListener<WireSocket>;
@@ -128,8 +138,13 @@ export async function startWireListener(opts: {
           shared.connections.add(conn);
           conn.done.then(() => shared.connections.delete(conn));
         },
-        data: (socket, chunk) => socket.data.onData?.(chunk),
-        drain: (socket) => socket.data.flush(),
+        // After a TLS upgrade Bun still hands the raw socket's ciphertext here: the TLS socket's handlers read it.
+        data: (socket, chunk) => {
+          if (!socket.data.encrypted) socket.data.onData?.(chunk);
+        },
+        drain: (socket) => {
+          if (!socket.data.encrypted) socket.data.flush();
+        },
         end: (socket) => socket.data.onEnd?.(),
         close: (socket) => socket.data.closed(),
         error: (socket) => socket.data.closed(), // close follows; this one only makes sure
@@ -161,13 +176,37 @@ class WireSocket {
   private ending = false;
   private paused = false;
   isClosed = false;
+  /** Upgraded to TLS: `socket` is the TLS socket from here on. */
+  encrypted = false;
+  private readonly remote: string;
 
-  constructor(private readonly socket: Socket<WireSocket>) {
+  constructor(private socket: Socket<WireSocket>) {
     socket.setNoDelay(true);
+    this.remote = socket.remoteAddress;
+  }
+
+  /**
+   * Server-side TLS over this connection (after the 'S' answer is written): Bun's upgradeTLS on an
+   * accepted socket. Later reads and writes go through the TLS socket; its handshake runs as the client goes.
+   */
+  startTls(tls: { cert: string; key: string }): void {
+    this.encrypted = true;
+    const [, secure] = this.socket.upgradeTLS<WireSocket>({
+      data: this,
+      tls,
+      socket: {
+        data: (s, chunk) => s.data.onData?.(chunk),
+        drain: (s) => s.data.flush(),
+        end: (s) => s.data.onEnd?.(),
+        close: (s) => s.data.closed(),
+        error: (s) => s.data.closed(),
+      },
+    });
+    this.socket = secure;
   }
 
   get remoteAddress(): string {
-    return this.socket.remoteAddress;
+    return this.remote;
   }
 
   get needsDrain(): boolean {
@@ -247,6 +286,8 @@ interface Shared {
   verifiers: VerifierCache;
   mockSecret: Buffer;
   connections: Set<Connection>;
+  tls: (() => Promise<{ cert: string; key: string }>) | null;
+  requireSsl: boolean;
   /** BackendKeyData process id -> the connection and its secret, for CancelRequests. */
   keys: Map<number, { secret: number; conn: Connection }>;
 }
@@ -299,7 +340,7 @@ class Connection {
     try {
       if (await this.authenticate()) await this.serve();
     } catch (e) {
-      if (e instanceof Fatal) this.fatal(e.code, e.message);
+      if (e instanceof Fatal) this.fatal(e.code, e.message, e.hint);
       else if (e instanceof ProtocolViolation) this.fatal("08P01", e.message);
       else {
         this.shared.onError(e);
@@ -316,6 +357,20 @@ class Connection {
       startup = await this.next(false);
       if (!startup) return null;
       const code = readInt32(startup, 4);
+      if (code === SSL_REQUEST && this.shared.tls && !this.socket.encrypted) {
+        // As PostgreSQL (CVE-2021-23214): bytes sent after SSLRequest before the handshake are an attack, not a startup.
+        if (this.buf.length - this.pos + this.pendingBytes > 0) throw new Fatal("08P01", "received unencrypted data after SSL request");
+        let material: { cert: string; key: string } | null = null;
+        try {
+          material = await this.shared.tls();
+        } catch (e) {
+          this.shared.onError(e); // no certificate: the client hears 'N', as from a server without SSL
+        }
+        if (this.ended) return null;
+        this.send(utf8(material ? "S" : "N"));
+        if (material) this.socket.startTls(material);
+        continue;
+      }
       if (code === SSL_REQUEST || code === GSSENC_REQUEST) {
         this.send(utf8("N"));
         continue;
@@ -348,6 +403,14 @@ class Connection {
     const user = params.user;
     if (!user) throw new Fatal("28000", "no PostgreSQL user name specified in startup packet");
     const database = params.database || user;
+    if (this.shared.requireSsl && !this.socket.encrypted) {
+      // PostgreSQL's words for a hostssl-only pg_hba.conf, with a hint naming what to change.
+      throw new Fatal(
+        "28000",
+        `no pg_hba.conf entry for host "${this.socket.remoteAddress}", user "${user}", database "${database}", no encryption`,
+        "SSL required: this Kiln runs with --pg-require-ssl; connect with sslmode=require, or sslmode=verify-full and sslrootcert set to Kiln's CA (<data-dir>/tls/ca.pem).",
+      );
+    }
     const found = await this.shared.router.credentials(user, database);
     const verifier = found ? await this.shared.verifiers.get(found.password) : mockVerifier(user, this.shared.mockSecret);
     const failed = new Fatal("28P01", `password authentication failed for user "${user}"`);
@@ -382,6 +445,7 @@ class Connection {
       applicationName: params.application_name ?? "",
       params,
       remoteAddress: this.socket.remoteAddress ?? "",
+      ssl: this.socket.encrypted,
       processId: pid,
     };
     const control: WireControl = {
@@ -480,8 +544,8 @@ class Connection {
     this.socket.write(data);
   }
 
-  private fatal(code: string, message: string): void {
-    this.send(errorResponse("FATAL", code, message));
+  private fatal(code: string, message: string, hint?: string): void {
+    this.send(errorResponse("FATAL", code, message, hint));
   }
 
   cancel(): void {

@@ -112,14 +112,14 @@ export class MessageBuilder {
 
 const msg = () => new MessageBuilder();
 
-export function errorResponse(severity: "FATAL" | "ERROR", code: string, message: string): Uint8Array {
-  return msg()
+export function errorResponse(severity: "FATAL" | "ERROR", code: string, message: string, hint?: string): Uint8Array {
+  const m = msg()
     .byte(0x53).cstring(severity) // S
     .byte(0x56).cstring(severity) // V (not localized)
     .byte(0x43).cstring(code) // C
-    .byte(0x4d).cstring(message) // M
-    .byte(0)
-    .build(B.error);
+    .byte(0x4d).cstring(message); // M
+  if (hint) m.byte(0x48).cstring(hint); // H
+  return m.byte(0).build(B.error);
 }
 
 export const authentication = (code: number, data?: Uint8Array): Uint8Array => {
