@@ -19,7 +19,8 @@ export async function serveMailCatcher(o: { host: string; smtpPort: number; http
   const log = createLogger();
   // Open access: the catcher's routes never ask this guard for more than rule `none`.
   const guard = { authorize: async () => ({ principal: null, project: null }) } as unknown as Guard;
-  const app = new Elysia();
+  // The catcher's root is its messages page: `kiln emulators mail` is all this port serves.
+  const app = new Elysia().get("/", () => new Response(null, { status: 302, headers: { location: "/_emulators/mail" } }));
   router.bind(app, { config: { validateResponses: false } as Config, log, guard, deps, renderError: (err, req) => renderError(log, err, req) }, () => ({ ip: "local", arrivedAt: performance.now() }));
   app.onError(({ code, request, error }) =>
     code === "NOT_FOUND" ? errorResponse(new HttpError(404, { error: `no route for ${request.method} ${new URL(request.url).pathname}` })) : renderError(log, error, request),
