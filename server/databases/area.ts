@@ -112,7 +112,7 @@ export const databasesArea = defineArea({
         60_000,
       );
       sampler.unref?.();
-      return { databases, branches, backups, restores, dumps, databaseTimers, databaseWire, databaseSampler: sampler, clockJournal: journal };
+      return { databases, branches, backups, restores, dumps, databaseTimers, databaseWire, databaseWireTls: wireTls, databaseSampler: sampler, clockJournal: journal };
     } catch (err) {
       await engine.close().catch(() => {});
       // Which port was taken: the start's error names the wire port's flag (the message may not hold the port).

@@ -20,6 +20,8 @@ export interface DatabaseRouteDeps {
   backups: BackupsService;
   restores: RestoresService;
   dumps: DumpsService;
+  /** The wire listener's TLS material (its CA certificate is served at /_kiln/ca.pem). */
+  databaseWireTls: () => Promise<{ caPem: string; caPath: string }>;
   accounts: AccountsService;
   clock: Clock;
   log: Logger;

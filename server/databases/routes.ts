@@ -35,6 +35,20 @@ const write = { kind: "project", access: "write" } as const;
 export function databaseRoutes(r: AreaRouter<DatabaseRouteDeps>): void {
   r.add({
     method: "GET",
+    path: "/_kiln/ca.pem",
+    tag,
+    summary: "The certificate of Kiln's local CA, which signs the wire listener's TLS certificate (sslrootcert for sslmode=verify-full); public, no key in it",
+    auth: { kind: "none" },
+    responses: { 200: { description: "PEM (application/x-pem-file)" }, 503: errorSchema },
+    handler: async ({ deps }) => {
+      const tls = await deps.databaseWireTls().catch(() => {
+        throw new HttpError(503, { error: "the wire listener's certificates could not be made; see Kiln's log" });
+      });
+      return new Response(tls.caPem, { headers: { "content-type": "application/x-pem-file", "x-kiln-ca-path": tls.caPath } });
+    },
+  });
+  r.add({
+    method: "GET",
     path: "/databases/regions",
     tag,
     summary: "Regions a database can be placed in",

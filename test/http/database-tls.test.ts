@@ -156,8 +156,18 @@ describe("TLS on the wire listener", () => {
     expect(wrong.err).toMatch(/certificate verify failed/);
   });
 
-  test("postgres.js and node-postgres with ssl {ca, rejectUnauthorized: true} work; with another CA they fail", async () => {
-    const ca = readFileSync(caPath, "utf8");
+  test("GET /_kiln/ca.pem serves the CA certificate (no key) that <data-dir>/tls/ca.pem holds", async () => {
+    const r = await fetch(`${k.url}/_kiln/ca.pem`);
+    expect(r.status).toBe(200);
+    expect(r.headers.get("content-type")).toBe("application/x-pem-file");
+    const pem = await r.text();
+    expect(pem).toBe(readFileSync(caPath, "utf8"));
+    expect(pem).not.toContain("PRIVATE KEY");
+    expect(r.headers.get("x-kiln-ca-path")).toBe(caPath);
+  });
+
+  test("postgres.js and node-postgres with ssl {ca (from GET /_kiln/ca.pem), rejectUnauthorized: true} work; with another CA they fail", async () => {
+    const ca = await (await fetch(`${k.url}/_kiln/ca.pem`)).text();
     const js = jsClient(url, { ca, rejectUnauthorized: true });
     expect((await js`select 'js over tls' as v`)[0]!.v).toBe("js over tls");
 
