@@ -5,7 +5,7 @@ import { defineArea } from "../area";
 import { EmbeddedEngine } from "../backends/databases/embedded";
 import type { DatabaseEngine } from "../backends/databases/engine";
 import { startWireListener } from "../backends/databases/wire/listener";
-import { localWireTls, type WireTlsMaterial } from "../backends/databases/wire/local-ca";
+import type { WireTlsMaterial } from "../backends/databases/wire/local-ca";
 import { takeFault } from "../config";
 import type { Platform } from "../platform";
 import type { ProjectsService } from "../projects/service";
@@ -81,16 +81,17 @@ export const databasesArea = defineArea({
     );
     branches.onExpiryChange = () => void databaseTimers.rearm(branches.expiry.label).catch((e) => log.error("branch expiry", e));
     backups.onChange = restores.onChange = () => void databaseTimers.rearmAll();
-    // TLS material is made in the background at start (two RSA keys the first time), awaited by the first SSLRequest.
+    // TLS material (two RSA keys and node-forge's certificates the first time) is made at the first
+    // SSLRequest or CA download, not at start: most starts (every test Kiln, a laptop whose clients
+    // never ask for TLS) would pay its CPU and node-forge's loading for nothing.
     const tlsDir = join(config.dataDir, "tls");
     const tlsHosts = ["localhost", "127.0.0.1", "::1", config.host, hostname(), ...config.pgTlsHosts];
     let tlsMaterial: Promise<WireTlsMaterial> | null = null;
     const wireTls = () =>
-      (tlsMaterial ??= localWireTls(tlsDir, tlsHosts).then(
+      (tlsMaterial ??= import("../backends/databases/wire/local-ca").then(({ localWireTls }) => localWireTls(tlsDir, tlsHosts)).then(
         (m) => (log.info(`database wire TLS: certificate for ${m.hosts.join(", ")}; CA (sslrootcert) at ${m.caPath}`), m),
         (e) => ((tlsMaterial = null), Promise.reject(e)),
       ));
-    void wireTls().catch((e) => log.error("database wire TLS certificates", e));
     try {
       const databaseWire = await startWireListener({
         host: config.host,

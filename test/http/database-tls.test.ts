@@ -4,7 +4,7 @@
 // rejectUnauthorized; a CancelRequest ending a statement of a TLS session (postgres.js sends it over
 // TLS; a plaintext one as libpq 15 sends it); --pg-require-ssl refusing plaintext with PostgreSQL's words.
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { connect as tcpConnect } from "node:net";
 import { join } from "node:path";
 import pg from "pg";
@@ -23,12 +23,16 @@ let url = "";
 let caPath = "";
 beforeAll(async () => {
   url = await newDatabase(k, "tls");
+  // Nothing is made until a client asks for TLS (a start pays neither the keys nor node-forge's loading).
+  if (existsSync(join(k.dataDir, "tls", "ca.pem"))) throw new Error("TLS material was made before any client asked for it");
   caPath = await caOf(k);
 }, 120_000);
 
-/** Kiln's CA certificate: made at start in the background, so waited for. */
+/** Kiln's CA certificate: made at the first SSLRequest or CA download (this one asks for it). */
 async function caOf(kiln: TestKiln): Promise<string> {
   const path = join(kiln.dataDir, "tls", "ca.pem");
+  const r = await fetch(`${kiln.url}/_kiln/ca.pem`);
+  if (r.status !== 200) throw new Error(`GET /_kiln/ca.pem: ${r.status} ${await r.text()}`);
   await eventually(
     async () => {
       try {
