@@ -167,12 +167,12 @@ const REGION_RE = /^[a-z0-9][a-z0-9-]{0,62}$/;
 
 export function resolveConfig(opts: StartOptions, env = process.env): Config {
   const port = Number(opts.port ?? env.KILN_PORT ?? 7070);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port must be 0-65535, got "${opts.port}"`);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port must be 0-65535, got "${opts.port ?? env.KILN_PORT}"`);
   const plan = (opts.plan ?? env.KILN_PLAN ?? "superagent").toLowerCase();
-  if (plan !== "hobby" && plan !== "superagent") throw new Error(`--plan must be hobby or superagent, got "${opts.plan}"`);
+  if (plan !== "hobby" && plan !== "superagent") throw new Error(`--plan must be hobby or superagent, got "${opts.plan ?? env.KILN_PLAN}"`);
   const regions = (opts.regions ?? env.KILN_REGIONS ?? "local").split(",").map((r) => r.trim()).filter(Boolean);
   if (regions.length === 0 || regions.some((r) => !REGION_RE.test(r)))
-    throw new Error(`--regions must be a comma-separated list of lowercase labels, got "${opts.regions}"`);
+    throw new Error(`--regions must be a comma-separated list of lowercase labels, got "${opts.regions ?? env.KILN_REGIONS}"`);
   const platformToken = env.KILN_PLATFORM_TOKEN || undefined;
   if (platformToken && !/^pk-[A-Za-z0-9_-]{16,}$/.test(platformToken))
     throw new Error("KILN_PLATFORM_TOKEN must start with pk- followed by at least 16 letters or digits");

@@ -117,6 +117,9 @@ describe("kiln start", () => {
   test("bad flags fail fast with a clear message", async () => {
     await expect(startKiln({ args: ["--plan", "gold"] })).rejects.toThrow(/--plan must be hobby or superagent/);
     await expect(startKiln({ args: ["--regions", "Bad Region"] })).rejects.toThrow(/--regions/);
+    // The environment is read when a flag is absent (the flags have no defaults of their own that would win).
+    await expect(startKiln({ env: { KILN_PLAN: "gold" } })).rejects.toThrow(/--plan must be hobby or superagent, got "gold"/);
+    await expect(startKiln({ env: { KILN_REGIONS: "Bad Region" } })).rejects.toThrow(/--regions/);
   });
 });
 
