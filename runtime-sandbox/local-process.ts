@@ -96,7 +96,25 @@ export class LocalProcess implements WorkerProcess {
       }
       if (!fresh) break;
     }
+    this.killed = [...killed];
     return killed.size;
+  }
+
+  /** What the last killStrays() killed, until it has exited. */
+  private killed: number[] = [];
+
+  async straysGone(timeoutMs: number): Promise<void> {
+    const end = Date.now() + timeoutMs;
+    const running = (pid: number) => {
+      try {
+        // State after the command's ")": Z (zombie) or X (dead) has exited.
+        const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+        return !/^[ZX]$/.test(stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3));
+      } catch {
+        return false;
+      }
+    };
+    while ((this.killed = this.killed.filter(running)).length && Date.now() < end) await new Promise((r) => setTimeout(r, 2));
   }
 
   /** The interpreter's pid on the host: below the bubblewrap and cgroup-wrapper processes when sandboxed. */

@@ -105,6 +105,12 @@ export interface WorkerProcess {
    * again (what it left cannot be cleared from here).
    */
   killStrays(): number | "replace";
+  /**
+   * Resolves once what the last killStrays() killed has exited (gone, or a zombie its parent has yet
+   * to reap), or after `timeoutMs`: a SIGKILLed process still runs its exit for a moment, more on a
+   * loaded machine, and the answer waits for that. Absent: nothing to wait for.
+   */
+  straysGone?(timeoutMs: number): Promise<void>;
   /** After the end: gives back what it held (cgroup folders, the container). */
   cleanup(): void;
   /** The interpreter's pid on this host, for CPU accounting; null when unknown. */
@@ -331,8 +337,10 @@ export class Worker {
         // budget, and not holding the worker's process limit for the next invocation.
         const strays = this.proc.killStrays();
         // Output a subprocess wrote before the handler returned is already in the stdout/stderr
-        // pipes, but this turn of the event loop may have read fd 3 first: read the rest, then settle.
-        setImmediate(() => {
+        // pipes, but this turn of the event loop may have read fd 3 first: read the rest, then settle
+        // (once what was killed has exited: nothing of it runs when the answer goes out).
+        const gone = typeof strays === "number" && strays > 0 && this.proc.straysGone ? this.proc.straysGone(1000) : Promise.resolve();
+        void gone.then(() => setImmediate(() => {
           if (this.pending !== p || this.killReason) return; // the worker died meanwhile: finish() rejects it
           this.pending = null;
           for (const t of p.timers) clearTimeout(t);
@@ -347,7 +355,7 @@ export class Worker {
             this.state = "exited";
             this.kill({ kind: "crash", message: "stopped: the function left processes running" });
           }
-        });
+        }));
         return;
       }
     }
