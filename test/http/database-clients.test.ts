@@ -5,6 +5,7 @@
 // transaction), CancelRequest and statement_timeout (also inside a transaction), a pg.Pool running named
 // prepared statements in concurrent transactions, postgres.js pipelining, drizzle-orm, and idle in
 // transaction. Every test asserts the data that results, not only that nothing failed.
+import { cancelRequest } from "../support/database-clients";
 import { newDatabase } from "../support/databases";
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -51,23 +52,6 @@ async function pgClient(url: string) {
   return Object.assign(c, { errors });
 }
 
-/** Sends a real CancelRequest (a new connection carrying the target's BackendKeyData) to the listener. */
-function cancelRequest(url: string, c: pg.Client): Promise<void> {
-  const { processID, secretKey } = c as unknown as { processID: number; secretKey: number };
-  const u = new URL(url);
-  return new Promise((ok, fail) => {
-    const s = tcpConnect(Number(u.port), u.hostname, () => {
-      const m = Buffer.alloc(16);
-      m.writeInt32BE(16, 0);
-      m.writeInt32BE(80877102, 4);
-      m.writeInt32BE(processID, 8);
-      m.writeInt32BE(secretKey, 12);
-      s.end(m);
-    });
-    s.on("error", fail);
-    s.on("close", () => ok());
-  });
-}
 
 interface Ran {
   code: number | null;

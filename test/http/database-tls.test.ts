@@ -3,6 +3,7 @@
 // wrong CA refused, sslmode=disable still served; postgres.js and node-postgres with ssl {ca} and
 // rejectUnauthorized; a CancelRequest ending a statement of a TLS session (postgres.js sends it over
 // TLS; a plaintext one as libpq 15 sends it); --pg-require-ssl refusing plaintext with PostgreSQL's words.
+import { cancelRequest } from "../support/database-clients";
 import { spawn } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { connect as tcpConnect } from "node:net";
@@ -91,23 +92,6 @@ async function pgClient(cs: string, ssl: pg.ClientConfig["ssl"]): Promise<pg.Cli
   return c;
 }
 
-/** A plaintext CancelRequest carrying the client's BackendKeyData (what libpq before 17 sends). */
-function plainCancel(cs: string, c: pg.Client): Promise<void> {
-  const { processID, secretKey } = c as unknown as { processID: number; secretKey: number };
-  const u = new URL(cs);
-  return new Promise((ok, fail) => {
-    const s = tcpConnect(Number(u.port), u.hostname, () => {
-      const m = Buffer.alloc(16);
-      m.writeInt32BE(16, 0);
-      m.writeInt32BE(80877102, 4);
-      m.writeInt32BE(processID, 8);
-      m.writeInt32BE(secretKey, 12);
-      s.end(m);
-    });
-    s.on("error", fail);
-    s.on("close", () => ok());
-  });
-}
 
 /** Cancels `query` once `text` runs (production: seen active in pg_stat_activity; embedded: a short pause); what it ended with. */
 async function cancelOnceRunning(cs: string, text: string, query: PromiseLike<unknown>, cancel: () => unknown) {
@@ -192,13 +176,15 @@ describe("TLS on the wire listener", () => {
   test("a CancelRequest ends pg_sleep(30) of a TLS session with 57014: postgres.js's (over TLS) and a plaintext one; the sessions go on", async () => {
     const ca = readFileSync(caPath, "utf8");
     const js = jsClient(url, { ca, rejectUnauthorized: true });
+    // Connected (and the database open) first: the embedded path cancels 300 ms after sending.
+    await js`select 1`;
     const q = js`select pg_sleep(30)`;
     const e1 = await cancelOnceRunning(url, "select pg_sleep(30)", q.execute(), () => q.cancel());
     expect(e1).toMatchObject({ code: "57014" });
     expect((await js`select 'after cancel' as v`)[0]!.v).toBe("after cancel");
 
     const c = await pgClient(url, { ca, rejectUnauthorized: true });
-    const e2 = await cancelOnceRunning(url, "select pg_sleep(30)", c.query("select pg_sleep(30)"), () => plainCancel(url, c));
+    const e2 = await cancelOnceRunning(url, "select pg_sleep(30)", c.query("select pg_sleep(30)"), () => cancelRequest(url, c));
     expect(e2).toMatchObject({ code: "57014" });
     expect((await c.query("select 'still here' as v")).rows[0].v).toBe("still here");
   });
@@ -226,7 +212,7 @@ describe("--pg-require-ssl", () => {
       expect(full.out).toContain("verified");
 
       const c = await pgClient(cs, { ca: readFileSync(ca, "utf8"), rejectUnauthorized: true });
-      const e = await cancelOnceRunning(cs, "select pg_sleep(30)", c.query("select pg_sleep(30)"), () => plainCancel(cs, c));
+      const e = await cancelOnceRunning(cs, "select pg_sleep(30)", c.query("select pg_sleep(30)"), () => cancelRequest(cs, c));
       expect(e).toMatchObject({ code: "57014" });
       await c.end();
     });
