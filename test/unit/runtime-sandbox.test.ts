@@ -277,19 +277,15 @@ describe("logs", () => {
 });
 
 describe("workers", () => {
-  test("a warm worker is reused: the second call is not a cold start and much faster", async () => {
+  // How much faster a warm call is, is bench/functions' to measure (a timed assertion failed on a loaded CI runner).
+  test("a warm worker is reused: the second call is not a cold start and runs in the same process, its state kept", async () => {
     const v = fn({ "index.js": "let calls = 0; exports.handler = async () => ({ calls: ++calls, pid: process.pid });" });
-    let t = performance.now();
     const first = await pool.invoke(v, null, { invocationId: id() });
-    const coldMs = performance.now() - t;
-    t = performance.now();
     const second = await pool.invoke(v, null, { invocationId: id() });
-    const warmMs = performance.now() - t;
     expect(first.coldStart).toBe(true);
     expect(first.initMs).toBeGreaterThan(0);
     expect(second.coldStart).toBe(false);
     expect(json(second)).toEqual({ calls: 2, pid: json(first).pid });
-    expect(warmMs).toBeLessThan(coldMs / 5);
   });
 
   test("concurrent calls start several workers, up to the maximum, then queue", async () => {
