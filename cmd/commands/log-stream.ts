@@ -15,8 +15,11 @@ export interface Entry {
   region: string;
 }
 
-/** Reads a Server-Sent Events stream, calling `onEvent` per event, until it ends (or its request is aborted). */
-export async function readEvents(res: Response, onEvent: (name: string, data: string) => void): Promise<void> {
+/**
+ * Reads a Server-Sent Events stream, calling `onEvent` per event (its name, data lines joined, and `id:`
+ * when it has one), until it ends (or its request is aborted). Comment lines (`:`) are skipped.
+ */
+export async function readEvents(res: Response, onEvent: (name: string, data: string, id?: string) => void): Promise<void> {
   const reader = res.body!.getReader();
   const dec = new TextDecoder();
   let buffer = "";
@@ -29,12 +32,14 @@ export async function readEvents(res: Response, onEvent: (name: string, data: st
       const block = buffer.slice(0, i);
       buffer = buffer.slice(i + 2);
       let name = "message";
+      let id: string | undefined;
       const data: string[] = [];
       for (const line of block.split("\n")) {
         if (line.startsWith("event:")) name = line.slice(6).trim();
         else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+        else if (line.startsWith("id:")) id = line.slice(3).trim();
       }
-      if (data.length) onEvent(name, data.join("\n"));
+      if (data.length) onEvent(name, data.join("\n"), id);
     }
   }
 }

@@ -2,6 +2,7 @@
 // sleeping execution continues from its last checkpoint, and no completed step body runs again.
 // On the PostgreSQL store the new instance takes over once the dead one's lease lapses (2 s here).
 import { expect, test } from "vitest";
+import { readEvents } from "../../cmd/commands/log-stream";
 import { tgz } from "../support/functions";
 import { createProject, eventually, startKiln, type TestKiln } from "../support/kiln";
 
@@ -118,25 +119,12 @@ async function tailLines(k: TestKiln, projectId: string, q: string) {
   expect(res.status).toBe(200);
   const lines: Array<{ id: string; body: string; at: number }> = [];
   void (async () => {
-    const reader = res.body!.getReader();
-    const dec = new TextDecoder();
-    let buf = "";
     try {
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) return;
-        buf += dec.decode(value, { stream: true });
-        let i: number;
-        while ((i = buf.indexOf("\n\n")) >= 0) {
-          const block = buf.slice(0, i);
-          buf = buf.slice(i + 2);
-          const data = block.split("\n").find((l) => l.startsWith("data: "));
-          if (block.includes("event: log") && data) {
-            const e = JSON.parse(data.slice(6));
-            lines.push({ id: e.id, body: String(e.body), at: performance.now() });
-          }
-        }
-      }
+      await readEvents(res, (event, data) => {
+        if (event !== "log") return;
+        const e = JSON.parse(data);
+        lines.push({ id: e.id, body: String(e.body), at: performance.now() });
+      });
     } catch {
       // aborted, or Kiln was killed
     }

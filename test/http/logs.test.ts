@@ -9,6 +9,7 @@ import { join } from "node:path";
 import postgres from "postgres";
 import { describe, expect, test } from "vitest";
 import { FileLogStore } from "../../server/backends/logs/file-store";
+import { readEvents } from "../../cmd/commands/log-stream";
 import { deploy, settled, tgz } from "../support/functions";
 import { BUN, createProject, createToken, eventually, KILN, removeDir, ROOT, startKiln, STORE, useCli, useKiln, type TestKiln } from "../support/kiln";
 
@@ -265,34 +266,17 @@ async function openTail(kk: TestKiln, projectId: string, query: Record<string, s
   const ctl = new AbortController();
   const res = await fetch(`${kk.url}/projects/${projectId}/logs/tail?${new URLSearchParams(query)}`, { headers: { authorization: `Bearer ${token ?? kk.token}` }, signal: ctl.signal });
   const events: Array<{ event: string; data: any; id?: string; at: number }> = [];
-  let buffer = "";
   const waiters: Array<() => void> = [];
   let resume = () => {};
   const resumed = o.paused ? new Promise<void>((r) => (resume = r)) : Promise.resolve();
   const pump = (async () => {
     if (!res.ok) return;
     await resumed;
-    const reader = res.body!.getReader();
-    const dec = new TextDecoder();
     try {
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffer += dec.decode(value, { stream: true });
-        let i: number;
-        while ((i = buffer.indexOf("\n\n")) >= 0) {
-          const block = buffer.slice(0, i);
-          buffer = buffer.slice(i + 2);
-          const f: Record<string, string> = {};
-          for (const line of block.split("\n")) {
-            if (line.startsWith(":")) continue;
-            const c = line.indexOf(":");
-            f[line.slice(0, c)] = line.slice(c + 2);
-          }
-          if (f.event) events.push({ event: f.event, data: JSON.parse(f.data!), id: f.id, at: performance.now() });
-          for (const w of waiters.splice(0)) w();
-        }
-      }
+      await readEvents(res, (event, data, id) => {
+        events.push({ event, data: JSON.parse(data), id, at: performance.now() });
+        for (const w of waiters.splice(0)) w();
+      });
     } catch {
       // aborted
     }
