@@ -10,6 +10,7 @@ import { functionsArea } from "./functions/area";
 import { healthArea } from "./health/area";
 import { keysArea } from "./keys/area";
 import { logsArea } from "./logs/area";
+import { mcpArea } from "./mcp/area";
 import { metricsArea } from "./metrics/area";
 import { locksArea } from "./locks/area";
 import type { Platform } from "./platform";
@@ -46,6 +47,7 @@ export const AREAS = [
   storageArea,
   locksArea,
   testingArea,
+  mcpArea,
 ] as const;
 
 /** A compile error here names an area listed before something it needs. */

@@ -180,6 +180,8 @@ export interface Transport {
 /** The routes of one area: handlers are typed with that area's dependencies. */
 export interface AreaRouter<D> {
   add<P, Q, B, const R extends AuthRule>(def: RouteDef<P, Q, B, R, D>): AreaRouter<D>;
+  /** Every route of every area, complete once Kiln serves: what the API description is made of (the MCP endpoint serves it). */
+  everyRoute(): readonly RouteDef[];
 }
 
 /** The methods Kiln serves on some path; any other is a 501 (serveHttp). */
@@ -261,6 +263,7 @@ export class Router {
         this.routes.push(def as unknown as RouteDef);
         return view;
       },
+      everyRoute: () => this.routes,
     };
     return view;
   }
