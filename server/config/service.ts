@@ -70,7 +70,12 @@ function textIssues(root: unknown): Issue[] {
 }
 
 function zodIssues(error: z.ZodError): Issue[] {
-  return error.issues.map((i) => ({ path: i.path.map(String).join("."), message: i.message.replace(/^Invalid input: /, "") }));
+  return error.issues.flatMap((i) => {
+    const path = i.path.map(String);
+    // An unknown key is named by its own path (a misspelt section or field), one issue each.
+    if (i.code === "unrecognized_keys") return i.keys.map((k) => ({ path: [...path, k].join("."), message: `unknown field '${k}'` }));
+    return [{ path: path.join("."), message: i.message.replace(/^Invalid input: /, "") }];
+  });
 }
 
 /**
