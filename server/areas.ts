@@ -1,6 +1,7 @@
 import { accessTokensArea } from "./access-tokens/area";
 import { accountsArea } from "./accounts/area";
 import type { CheckOrder } from "./area";
+import { configArea } from "./config/area";
 import { databasesArea } from "./databases/area";
 import { deploymentsArea } from "./deployments/area";
 import { durableArea } from "./durable/area";
@@ -46,6 +47,7 @@ export const AREAS = [
   deploymentsArea,
   storageArea,
   locksArea,
+  configArea,
   testingArea,
   mcpArea,
 ] as const;
