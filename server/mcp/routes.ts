@@ -30,6 +30,16 @@ export function mcpRoutes(r: AreaRouter<McpDeps>): void {
       mimeType: "application/json",
       read: async () => (openApi ??= JSON.stringify(buildOpenApi([...r.everyRoute()]))),
     },
+    ...(["json", "yaml"] as const).map(
+      (format): McpResource => ({
+        uri: `kiln://project/config.${format}`,
+        name: `config-${format}`,
+        title: `The project's configuration (${format.toUpperCase()})`,
+        description: "The configuration manifest of the token's project, as GET /projects/{id}/config exports it (variable values only for a full-scope token)",
+        mimeType: format === "json" ? "application/json" : "application/yaml",
+        read: async ({ deps, project, principal }) => (await deps.configuration.exportConfig(project.id, principal, format)).text,
+      }),
+    ),
   ];
 
   r.add({

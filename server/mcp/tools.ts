@@ -4,6 +4,7 @@ import type { ProjectTokenPrincipal } from "../auth/principal";
 import { DatabaseQueryError, type AccessMode } from "../backends/databases/engine";
 import type { Platform } from "../platform";
 import type { ProjectRecord } from "../projects/record";
+import { parseManifestText, type ConfigService } from "../config/service";
 import { badRequest, HttpError, notFound } from "../http/errors";
 import type { DatabasesService } from "../databases/service";
 import { queryBodies, QUERY_OPERATIONS, type QueryOperation } from "../databases/query-builder";
@@ -28,6 +29,7 @@ export type McpDeps = Pick<Platform, "config" | "clock" | "log" | "address"> &
     buckets: BucketsService;
     storageObjects: ObjectsService;
     schedulers: SchedulersService;
+    configuration: ConfigService;
   };
 
 /** A tool's failure beyond an API error (a build that failed): its message, and what the agent needs to see why. */
@@ -439,6 +441,43 @@ export const TOOLS: readonly Tool[] = [
       const fn = await findFunction(ctx, a.function, ["standard", "durable"]);
       await ctx.deps.schedulers.delete(fn.id, a.scheduler_id);
       return { deleted: true, scheduler_id: a.scheduler_id };
+    },
+  }),
+
+  // ---- configuration -----------------------------------------------------------------------------
+  tool({
+    name: "export_config",
+    title: "Export the configuration",
+    description:
+      "The project's configuration as a manifest (the same as GET /projects/{id}/config): settings, regions, variables (values only for a full-scope token), auth, schedulers, buckets and policies, backup schedules. " +
+      "Edit it and check the change with dry_run_config.",
+    access: "read",
+    input: z.object({ format: z.enum(["json", "yaml"]).optional().describe("json (default) or yaml: yaml adds the manifest as YAML text") }),
+    run: async (ctx, a) => {
+      const out = await ctx.deps.configuration.exportConfig(ctx.project.id, ctx.principal, a.format ?? "json");
+      return a.format === "yaml" ? { manifest: out.manifest, yaml: out.text } : { manifest: out.manifest };
+    },
+  }),
+  tool({
+    name: "dry_run_config",
+    title: "Dry-run a configuration change",
+    description:
+      "What applying a manifest would change (PUT /projects/{id}/config?dry_run=true): the report of created, updated, deleted and unchanged entries, skipped and missing resources; nothing changes. " +
+      "An invalid manifest is an error listing every problem by path. Applying is left to `kiln config apply` (reviewed like code).",
+    access: "write",
+    input: z.object({
+      manifest: z.union([z.record(z.string(), z.unknown()), z.string()]).describe("the manifest: an object, or its JSON or YAML text"),
+    }),
+    run: async (ctx, a) => {
+      const value = typeof a.manifest === "string" ? parseManifestText(a.manifest, null) : a.manifest;
+      try {
+        return { ...(await ctx.deps.configuration.applyConfig(ctx.project.id, ctx.principal, value, { dryRun: true })) };
+      } catch (err) {
+        // The 422's list of problems (path and message) is what the agent needs to fix the manifest.
+        const errors = err instanceof HttpError ? (err.body as { errors?: unknown }).errors : undefined;
+        if (err instanceof HttpError && Array.isArray(errors)) throw new ToolFailure((err.body as { error: string }).error, { status: err.status, errors });
+        throw err;
+      }
     },
   }),
 ];

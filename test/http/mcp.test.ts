@@ -10,8 +10,8 @@ import { createProject, createToken, eventually, useKiln } from "../support/kiln
 
 const k = useKiln();
 
-const READ_TOOLS = ["list_functions", "get_function", "search_logs", "list_databases", "select_rows", "run_readonly_sql", "list_buckets", "list_objects", "list_schedulers"];
-const WRITE_TOOLS = ["deploy_function", "invoke_function", "modify_rows", "create_scheduler", "update_scheduler", "delete_scheduler"];
+const READ_TOOLS = ["list_functions", "get_function", "search_logs", "list_databases", "select_rows", "run_readonly_sql", "list_buckets", "list_objects", "list_schedulers", "export_config"];
+const WRITE_TOOLS = ["deploy_function", "invoke_function", "modify_rows", "create_scheduler", "update_scheduler", "delete_scheduler", "dry_run_config"];
 
 const GREET = {
   "index.js": `exports.handler = async (event) => { console.log("greeting " + (event?.name ?? "nobody")); return { hello: event?.name ?? "world" }; };`,
@@ -148,12 +148,18 @@ describe("MCP: connecting", () => {
   test("resources: the OpenAPI description (as /openapi.json serves it) and the project's configuration", async () => {
     const c = await connect(readOnly);
     const list = (await c.listResources()).resources;
-    expect(list.map((r) => r.uri)).toEqual(expect.arrayContaining(["kiln://openapi.json"]));
+    expect(list.map((r) => r.uri)).toEqual(["kiln://openapi.json", "kiln://project/config.json", "kiln://project/config.yaml"]);
     const doc = await c.readResource({ uri: "kiln://openapi.json" });
     const parsed = JSON.parse((doc.contents[0] as { text: string }).text);
     expect(parsed).toEqual((await k.api("GET", "/openapi.json", { token: null })).body);
     expect(parsed.paths["/mcp"].post.security).toEqual([{ bearerAuth: [] }]);
     await expect(c.readResource({ uri: "kiln://nothing" })).rejects.toMatchObject({ code: -32002 });
+    // The configuration: what GET /projects/{id}/config exports for this token, JSON and YAML.
+    const json = await c.readResource({ uri: "kiln://project/config.json" });
+    expect((json.contents[0] as { text: string }).text).toBe((await k.api("GET", `/projects/${project.id}/config`, { token: readOnly })).text);
+    const yaml = await c.readResource({ uri: "kiln://project/config.yaml" });
+    expect(yaml.contents[0]).toMatchObject({ mimeType: "application/yaml" });
+    expect((yaml.contents[0] as { text: string }).text).toBe((await k.api("GET", `/projects/${project.id}/config?format=yaml`, { token: readOnly })).text);
   });
 });
 
@@ -290,5 +296,39 @@ describe("MCP: storage and schedulers", () => {
     expect(await data(c, "delete_scheduler", { function: "nightly", scheduler_id: created.scheduler.id })).toEqual({ deleted: true, scheduler_id: created.scheduler.id });
     expect((await k.api("GET", `/projects/${project.id}/schedulers`)).body.data).toEqual([]);
     expect(await failure(c, "delete_scheduler", { function: "nightly", scheduler_id: created.scheduler.id })).toMatch(/not found/);
+  });
+});
+
+describe("MCP: configuration", () => {
+  test("export_config is the API's export (variable values only for a full-scope token); dry_run_config reports and changes nothing", async () => {
+    expect((await k.api("POST", `/projects/${project.id}/variables`, { body: { name: "GREETING", value: "hi" } })).status).toBe(201);
+    const c = await connect(full);
+    const exported = await data(c, "export_config");
+    expect(exported.manifest).toEqual((await k.api("GET", `/projects/${project.id}/config`, { token: full })).body);
+    expect(exported.manifest.version).toBe(1);
+    expect(exported.manifest.variables).toEqual([{ name: "GREETING", value: "hi" }]);
+    const ro = await connect(readOnly);
+    expect((await data(ro, "export_config")).manifest.variables).toEqual([{ name: "GREETING" }]);
+    const yaml = await data(ro, "export_config", { format: "yaml" });
+    expect(yaml.yaml).toBe((await k.api("GET", `/projects/${project.id}/config?format=yaml`, { token: readOnly })).text);
+
+    // Unchanged: all unchanged. A changed value: updated in the report, not in the project.
+    const same = await data(c, "dry_run_config", { manifest: exported.manifest });
+    expect(same.summary).toMatchObject({ created: 0, updated: 0, deleted: 0, errors: 0 });
+    const changed = await data(c, "dry_run_config", { manifest: { ...exported.manifest, variables: [{ name: "GREETING", value: "hello" }, { name: "NEW", value: "x" }] } });
+    expect(changed.results).toEqual(expect.arrayContaining([{ section: "variables", name: "GREETING", action: "updated" }, { section: "variables", name: "NEW", action: "created" }]));
+    expect(changed.summary).toMatchObject({ created: 1, updated: 1 });
+    // YAML text works as well.
+    expect((await data(c, "dry_run_config", { manifest: yaml.yaml })).summary).toMatchObject({ updated: 0, created: 0, errors: 0 });
+    expect((await k.api("GET", `/projects/${project.id}/variables`)).body.data.map((v: any) => v.name)).toEqual(["GREETING"]);
+
+    // An invalid manifest: every problem, by path.
+    const invalid = await call(c, "dry_run_config", { manifest: { version: 2, nonsense: true } });
+    expect(invalid.isError).toBe(true);
+    expect((invalid.content[0] as { text: string }).text).toMatch(/^invalid configuration manifest/);
+    expect(invalid.structuredContent.status).toBe(422);
+    expect(invalid.structuredContent.errors).toEqual(expect.arrayContaining([expect.objectContaining({ path: "version" }), expect.objectContaining({ path: "nonsense" })]));
+    // A read-only token: the dry run is an apply request (the API refuses it too).
+    expect(await failure(ro, "dry_run_config", { manifest: exported.manifest })).toBe("project access token is read-only");
   });
 });
