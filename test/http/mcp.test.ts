@@ -19,6 +19,7 @@ const GREET = {
 
 let project: { id: string };
 let full: string;
+let fullId: string;
 let readOnly: string;
 let serviceKey: string;
 let anonKey: string;
@@ -61,7 +62,7 @@ const INIT = { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVe
 
 beforeAll(async () => {
   project = await createProject(k);
-  full = (await createToken(k, project.id, { scope: "full" })).token;
+  ({ token: full, id: fullId } = await createToken(k, project.id, { scope: "full" }));
   readOnly = (await createToken(k, project.id, { scope: "read_only" })).token;
   serviceKey = (await k.api("POST", `/projects/${project.id}/service-keys`, { body: { name: "backend" } })).body.key;
   anonKey = (await k.api("GET", `/projects/${project.id}/anon-keys`)).body.data[0].key;
@@ -119,6 +120,14 @@ describe("MCP: connecting", () => {
     const revoked = await raw(doomed.token, INIT);
     expect(revoked.status).toBe(401);
     expect(await revoked.json()).toEqual({ error: "invalid token" });
+    // A body that is not JSON is the API's 400, before MCP sees it.
+    const garbled = await fetch(`${k.url}/mcp`, { method: "POST", headers: { authorization: `Bearer ${full}`, "content-type": "application/json", accept: "application/json, text/event-stream" }, body: "{nope" });
+    expect(garbled.status).toBe(400);
+    expect((await garbled.json()).error).toEqual(expect.any(String));
+    // Requests count in the token's usage, like the API's.
+    const before = (await k.api("GET", `/projects/${project.id}/access-tokens/${fullId}/usage?days=1`)).body.total_requests as number;
+    for (let i = 0; i < 3; i++) expect((await raw(full, { jsonrpc: "2.0", id: i, method: "ping" })).status).toBe(200);
+    await eventually(() => k.api("GET", `/projects/${project.id}/access-tokens/${fullId}/usage?days=1`), (r) => r.body.total_requests >= before + 3);
     // The SDK's client sees the refusal at connect.
     await expect(connect(k.token)).rejects.toMatchObject({ code: 403, message: expect.stringContaining("requires a project access token") });
   });
