@@ -13,7 +13,7 @@ import * as z from "zod";
 import { MSG } from "../auth/guard";
 import { describeError } from "../log";
 import { HttpError } from "../http/errors";
-import { describeZodError } from "../http/route";
+import { parseInput } from "../http/route";
 import { KILN_VERSION } from "../version";
 import { ToolFailure, type Tool, type ToolContext } from "./tools";
 
@@ -81,10 +81,9 @@ function mcpServer(ctx: ToolContext, tools: readonly Tool[], resources: readonly
     // The API's rules for a project access token, as the guard applies them to a route.
     if (tool.access === "write" && readOnly) return toolError(MSG.readOnly, 403);
     if (tool.access === "write" && ctx.project.status === "deleting") return toolError("project_deleting: the project is being deleted", 409);
-    const parsed = tool.input.safeParse(request.params.arguments ?? {});
-    if (!parsed.success) return toolError(describeZodError("arguments", parsed.error).replace(/^invalid request/, "invalid arguments"), 400);
     try {
-      return toolResult(await tool.run(ctx, parsed.data));
+      // The route's input rules: the schema, and no text PostgreSQL cannot store (a NUL, half a surrogate pair).
+      return toolResult(await tool.run(ctx, parseInput(tool.input, request.params.arguments ?? {}, "arguments")));
     } catch (err) {
       if (err instanceof ToolFailure) return { ...toolError(err.message), structuredContent: { error: err.message, ...err.data } };
       if (err instanceof HttpError) {

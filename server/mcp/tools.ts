@@ -86,6 +86,11 @@ async function latestDeployments(ctx: ToolContext, fn: FunctionRecord, n: number
 }
 
 const BUILD_WAIT_POLL_MS = 250;
+/**
+ * The longest a deploy waits for its build: the answer is one JSON body, sent when the tool ends, and
+ * Kiln's server closes a connection idle for 60 s (server/http/server.ts).
+ */
+const MAX_WAIT_SECONDS = 45;
 
 /**
  * Waits for a deployment to end (succeeded, failed or superseded), polling the history: builds are
@@ -183,7 +188,13 @@ export const TOOLS: readonly Tool[] = [
       is_public: z.boolean().optional().describe("anon keys may invoke it (default false)"),
       invocation_mode: z.enum(["rpc", "http"]).optional(),
       wait: z.boolean().optional().describe("wait for the build to finish (default true)"),
-      wait_seconds: z.number().int().min(1).max(600).optional().describe("how long to wait for the build, default 120"),
+      wait_seconds: z
+        .number()
+        .int()
+        .min(1)
+        .max(MAX_WAIT_SECONDS)
+        .optional()
+        .describe(`how long to wait for the build, default and at most ${MAX_WAIT_SECONDS} (then get_function tells the outcome)`),
     }),
     run: async (ctx, a) => {
       const { deps } = ctx;
@@ -197,7 +208,7 @@ export const TOOLS: readonly Tool[] = [
       let deployment = mine ?? null;
       let waited = false;
       if (a.wait !== false && mine) {
-        const done = await awaitDeployment(ctx, fn, mine.id, (a.wait_seconds ?? 120) * 1000);
+        const done = await awaitDeployment(ctx, fn, mine.id, (a.wait_seconds ?? MAX_WAIT_SECONDS) * 1000);
         waited = done !== null;
         if (done) deployment = done;
       }

@@ -152,6 +152,9 @@ describe("MCP: connecting", () => {
     expect(await failure(c, "get_function", {})).toMatch(/field 'function'/);
     expect(await failure(c, "list_functions", { limit: 1000 })).toMatch(/field 'limit'/);
     expect(await failure(c, "get_function", { function: "missing" })).toBe("function not found");
+    // Text PostgreSQL cannot store is refused as the API refuses it, not failed on in the store.
+    expect(await failure(c, "get_function", { function: "a\u0000b" })).toMatch(/arguments field 'function': must not contain a NUL/);
+    expect(await failure(c, "select_rows", { database: "x\ud800", table: "t" })).toMatch(/arguments field 'database'.*surrogate/);
   });
 
   test("resources: the OpenAPI description (as /openapi.json serves it) and the project's configuration", async () => {
