@@ -18,6 +18,7 @@ import { createSchedulerBody, patchSchedulerBody } from "../schedulers/schemas";
 import { schedulerView, type SchedulersService } from "../schedulers/service";
 import { bucketView, type BucketsService } from "../storage/buckets";
 import type { ObjectsService } from "../storage/objects";
+import type { EndUsersService } from "../end-users/service";
 import { inlineArchive } from "./inline-archive";
 import { checkReadOnlySql, MAX_SQL_CHARS } from "./read-only-sql";
 
@@ -30,6 +31,7 @@ export type McpDeps = Pick<Platform, "config" | "clock" | "log" | "address"> &
     storageObjects: ObjectsService;
     schedulers: SchedulersService;
     configuration: ConfigService;
+    endUsers: EndUsersService;
   };
 
 /** A tool's failure beyond an API error (a build that failed): its message, and what the agent needs to see why. */
@@ -112,11 +114,27 @@ function queryFailure(err: unknown): never {
   throw err;
 }
 
-const ACCESS_MODES: Record<"service" | "anonymous", AccessMode> = { service: { kind: "admin" }, anonymous: { kind: "anonymous" } };
-const role = z
-  .enum(["service", "anonymous"])
-  .optional()
-  .describe("run as the service role (default: every row, row-level security bypassed, as with a service key) or as `anonymous` (grants and RLS policies apply, as with the anon key)");
+/** Who a statement runs as: the roles of the query API's three credentials. */
+const as = {
+  role: z
+    .enum(["service", "anonymous", "authenticated"])
+    .optional()
+    .describe(
+      "run as the service role (default: every row, row-level security bypassed, as with a service key), as `anonymous` (the owner's grants and RLS policies apply, as with the anon key), " +
+        "or as `authenticated` for the end user `user_id` (grants and RLS as that user, as with their access token)",
+    ),
+  user_id: z.string().min(1).max(64).optional().describe("the end user to act as, with role `authenticated`"),
+};
+
+async function accessMode(ctx: ToolContext, a: { role?: "service" | "anonymous" | "authenticated"; user_id?: string }): Promise<AccessMode> {
+  if (a.role === "authenticated") {
+    if (!a.user_id) throw badRequest("invalid arguments: role 'authenticated' needs user_id (the end user to act as)");
+    const user = await ctx.deps.endUsers.adminGet(ctx.project.id, a.user_id);
+    return { kind: "user", userId: user.id, email: user.email };
+  }
+  if (a.user_id) throw badRequest("invalid arguments: user_id goes with role 'authenticated'");
+  return a.role === "anonymous" ? { kind: "anonymous" } : { kind: "admin" };
+}
 
 /** One query API operation on an active database, counted as the query API counts it. */
 async function runQueryOperation(ctx: ToolContext, database: string, mode: AccessMode, operation: QueryOperation, body: Record<string, unknown>) {
@@ -311,10 +329,10 @@ export const TOOLS: readonly Tool[] = [
     description:
       "Read rows of a table through the query API's select (its rules and limits): table, select (columns), filters [{column, operator (eq, neq, gt, gte, lt, lte, like, ilike, is, in), value}], order [{column, ascending}], limit, offset.",
     access: "read",
-    input: queryBodies.select.safeExtend({ database: databaseName, role }),
+    input: queryBodies.select.safeExtend({ database: databaseName, ...as }),
     run: async (ctx, a) => {
-      const { database, role: r, ...body } = a as Record<string, unknown> & { database: string; role?: "service" | "anonymous" };
-      return runQueryOperation(ctx, database, ACCESS_MODES[r ?? "service"], "select", body);
+      const { database, role, user_id, ...body } = a as Record<string, unknown> & { database: string; role?: "service" | "anonymous" | "authenticated"; user_id?: string };
+      return runQueryOperation(ctx, database, await accessMode(ctx, { role, user_id }), "select", body);
     },
   }),
   tool({
@@ -330,28 +348,30 @@ export const TOOLS: readonly Tool[] = [
       table: z.string().describe("table name, optionally schema.table"),
       values: z.unknown().optional().describe("insert: a row or an array of rows; update: the columns to set"),
       filters: z.array(z.unknown()).optional().describe("[{column, operator, value}], all must match"),
-      role,
+      ...as,
     }),
-    run: async (ctx, a) => runQueryOperation(ctx, a.database, ACCESS_MODES[a.role ?? "service"], a.operation, defined({ table: a.table, values: a.values, filters: a.filters })),
+    run: async (ctx, a) => runQueryOperation(ctx, a.database, await accessMode(ctx, a), a.operation, defined({ table: a.table, values: a.values, filters: a.filters })),
   }),
   tool({
     name: "run_readonly_sql",
     title: "Run read-only SQL",
     description:
-      "Run one read-only SQL statement (SELECT, WITH ... SELECT, VALUES, TABLE, EXPLAIN, SHOW) on a database as the service role, in a READ ONLY transaction: PostgreSQL refuses any write. " +
-      "Use $1, $2 ... with params for values.",
+      "Run one read-only SQL statement (SELECT, WITH ... SELECT, VALUES, TABLE, EXPLAIN, SHOW) on a database, in a READ ONLY transaction: PostgreSQL refuses any write. " +
+      "Use $1, $2 ... with params for values. As the service role by default, or as `anonymous` or an end user to see what RLS lets them read.",
     access: "read",
     input: z.object({
       database: databaseName,
       sql: z.string().min(1).max(MAX_SQL_CHARS),
       params: z.array(z.union([z.string(), z.number(), z.boolean(), z.null()])).max(1000).optional().describe("values of $1, $2, ..."),
+      ...as,
     }),
     run: async (ctx, a) => {
       await checkReadOnlySql(a.sql);
+      const mode = await accessMode(ctx, a);
       const d = await ctx.deps.databases.activeByName(ctx.project.id, a.database);
       let result;
       try {
-        result = await ctx.deps.databases.engine.run(d.id, { kind: "admin", readOnly: true }, a.sql, a.params ?? []);
+        result = await ctx.deps.databases.engine.run(d.id, { ...mode, readOnly: true }, a.sql, a.params ?? []);
       } catch (err) {
         queryFailure(err);
       }

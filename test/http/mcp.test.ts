@@ -221,7 +221,9 @@ describe("MCP: functions and logs", () => {
 });
 
 describe("MCP: databases", () => {
+  let ada: { id: string };
   beforeAll(async () => {
+    ada = (await k.api("POST", `/projects/${project.id}/users`, { body: { email: "ada@example.com", password: "long enough" } })).body;
     const r = await k.api("POST", `/projects/${project.id}/databases`, { body: { name: "shop" } });
     expect(r.status).toBe(201);
     const d = await eventually(() => k.api("GET", `/projects/${project.id}/databases/shop`), (x) => x.body.status !== "provisioning", 60_000);
@@ -229,6 +231,12 @@ describe("MCP: databases", () => {
     try {
       await sql.unsafe("create table items (name text primary key, qty int not null)");
       await sql.unsafe("insert into items values ('apple', 7), ('pear', 2)");
+      await sql.unsafe(`
+        create table notes (id int primary key, user_id uuid not null, body text);
+        alter table notes enable row level security;
+        create policy own on notes to authenticated using (user_id = auth.uid());
+        grant select on notes to authenticated`);
+      await sql`insert into notes values (1, ${ada.id}, 'mine'), (2, ${crypto.randomUUID()}, 'theirs')`;
     } finally {
       await sql.end();
     }
@@ -258,6 +266,16 @@ describe("MCP: databases", () => {
     expect(await failure(c, "select_rows", { database: "nope", table: "items" })).toMatch(/not found/);
     // As `anonymous`, the owner's grants apply: none were given.
     expect(await failure(c, "select_rows", { database: "shop", table: "items", role: "anonymous" })).toMatch(/permission|anonymous/i);
+  });
+
+  test("as an end user (role authenticated): grants and RLS as that user, in the query API and read-only SQL", async () => {
+    const ro = await connect(readOnly);
+    expect(await data(ro, "select_rows", { database: "shop", table: "notes", select: ["body"], role: "authenticated", user_id: ada.id })).toEqual({ data: [{ body: "mine" }], count: 1 });
+    expect((await data(ro, "select_rows", { database: "shop", table: "notes" })).count).toBe(2);
+    expect(await data(ro, "run_readonly_sql", { database: "shop", sql: "select body, auth.uid()::text as uid from notes", role: "authenticated", user_id: ada.id })).toEqual({ data: [{ body: "mine", uid: ada.id }], count: 1 });
+    expect(await failure(ro, "run_readonly_sql", { database: "shop", sql: "select * from items", role: "anonymous" })).toMatch(/permission denied/);
+    expect(await failure(ro, "select_rows", { database: "shop", table: "notes", role: "authenticated" })).toMatch(/needs user_id/);
+    expect(await failure(ro, "select_rows", { database: "shop", table: "notes", role: "authenticated", user_id: crypto.randomUUID() })).toBe("user not found");
   });
 
   test("run_readonly_sql: one read-only statement in a READ ONLY transaction; writes are refused and change nothing", async () => {
