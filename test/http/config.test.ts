@@ -332,7 +332,7 @@ describe("apply", () => {
     const before = await exportText(rich.p.id);
     const bad = {
       version: 2,
-      variables: [{ name: "1BAD", value: "x" }, { name: "OK", value: 5 }, { name: "OK", value: "twice" }, { name: "NEW_GOOD", value: "y" }],
+      variables: [{ name: "1BAD", value: "x" }, { name: "OK", value: { nested: true } }, { name: "OK", value: "twice" }, { name: "NEW_GOOD", value: "y" }],
       auth: { access_token_ttl_seconds: 10, allowed_redirect_urls: ["ftp://x"] },
       functions: [{ name: "hello", schedulers: [{ name: "s", schedule: { kind: "cron", cron_expression: "* * *" } }], invocation_mode: "grpc" }],
       storage: { buckets: [{ name: "avatars", policies: [{ name: "p", operation: "SELECT", definition: "owner_id = = (" }] }] },
@@ -366,6 +366,15 @@ describe("apply", () => {
     const notObject = await apply(rich.p.id, [1, 2]);
     expect(notObject.status).toBe(422);
     expect((await apply(rich.p.id, { version: 1, variables: [{ name: "NUL", value: "a\u0000b" }] })).status).toBe(422);
+  });
+
+  test("YAML numbers and booleans are variable values as their text", async () => {
+    const p = await createProject(k);
+    const r = await apply(p.id, "version: 1\nvariables:\n  - {name: PORT, value: 8080}\n  - {name: DEBUG, value: true}\n");
+    expect(r.status, r.text).toBe(200);
+    expect((await k.api("GET", `/projects/${p.id}/variables/PORT`)).body.value).toBe("8080");
+    expect((await k.api("GET", `/projects/${p.id}/variables/DEBUG`)).body.value).toBe("true");
+    expect(await exportText(p.id, "?format=yaml")).toContain('  - name: PORT\n    value: "8080"\n');
   });
 
   test("a body over 4 MiB is a 400; one just under is read", async () => {

@@ -36,8 +36,16 @@ async function allFunctions(ctx: SectionContext, kind: FunctionKind): Promise<Fu
   }
 }
 
-async function schedulersOf(ctx: SectionContext, fn: FunctionRecord): Promise<SchedulerRow[]> {
-  return (await ctx.deps.schedulers.list(fn.id, 1, MAX_SCHEDULERS_PER_FUNCTION)).data.sort(byName);
+/** Every scheduler of the project's functions of this kind, by function id: one listing, not one per function. */
+async function schedulersByFunction(ctx: SectionContext, kind: FunctionKind): Promise<Map<string, SchedulerRow[]>> {
+  const out = new Map<string, SchedulerRow[]>();
+  for (let page = 1; ; page++) {
+    const r = await ctx.deps.schedulers.listProject(ctx.project.id, page, 1000);
+    for (const s of r.data) if (s.function_kind === kind) out.set(s.function_id, [...(out.get(s.function_id) ?? []), s]);
+    if (page * 1000 >= r.total || r.data.length === 0) break;
+  }
+  for (const list of out.values()) list.sort(byName);
+  return out;
 }
 
 function schedulerState(s: SchedulerRow) {
@@ -105,8 +113,9 @@ function functionsSection(key: "functions" | "durable_functions", kind: Function
     schema: z.array(entry as z.ZodType<Entry>).max(10_000) as z.ZodType<Entry[]>,
     async export(ctx) {
       const out: Entry[] = [];
+      const all = await schedulersByFunction(ctx, kind);
       for (const fn of await allFunctions(ctx, kind)) {
-        const s = (await schedulersOf(ctx, fn)).map(schedulerState);
+        const s = (all.get(fn.id) ?? []).map(schedulerState);
         out.push(kind === "durable" ? { name: fn.name, schedulers: s } : { name: fn.name, ...settingsState(fn), schedulers: s });
       }
       return out;
@@ -127,6 +136,7 @@ function functionsSection(key: "functions" | "durable_functions", kind: Function
     },
     async plan(want, ctx): Promise<SectionPlan> {
       const have = new Map((await allFunctions(ctx, kind)).map((f) => [f.name, f]));
+      const existing = await schedulersByFunction(ctx, kind);
       const out: SectionPlan = { steps: [], skipped: [], missing: [] };
       const listed = new Set<string>();
       for (const w of [...want].sort(byName)) {
@@ -152,7 +162,7 @@ function functionsSection(key: "functions" | "durable_functions", kind: Function
           const changed = !same(next, now);
           out.steps.push({ section: key, name: fn.name, action: changed ? "updated" : "unchanged", ...(changed ? { run: () => ctx.deps.functions.update(fn, patch) } : {}) });
         }
-        if (w.schedulers) out.steps.push(...schedulerSteps(ctx, fn, kind, w.schedulers, await schedulersOf(ctx, fn)));
+        if (w.schedulers) out.steps.push(...schedulerSteps(ctx, fn, kind, w.schedulers, existing.get(fn.id) ?? []));
       }
       for (const name of [...have.keys()].filter((n) => !listed.has(n))) out.missing.push({ type, name });
       return out;

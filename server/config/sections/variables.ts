@@ -5,7 +5,13 @@ import { byName, defineSection, duplicateIssues, type SectionContext, type Step 
 const entry = z
   .object({
     name: createVariableBody.shape.name,
-    value: createVariableBody.shape.value.optional().describe("left out of exports for read-only tokens; without it an existing variable keeps its value"),
+    // YAML writes `PORT: 8080` and `DEBUG: true` unquoted: numbers and booleans are taken as their text.
+    value: z
+      .union([z.string(), z.number(), z.boolean()])
+      .transform((v) => String(v))
+      .pipe(createVariableBody.shape.value)
+      .optional()
+      .describe("a string (numbers and booleans are taken as their text); left out of exports for read-only tokens; without it an existing variable keeps its value"),
   })
   .strict();
 
