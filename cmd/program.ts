@@ -13,6 +13,7 @@ import { emulatorsCommand } from "./commands/emulators";
 import { functionsCommand } from "./commands/functions";
 import { durableCommand } from "./commands/durable";
 import { clockCommand } from "./commands/clock";
+import { configCommand } from "./commands/config";
 import { schedulersCommand } from "./commands/schedulers";
 import { deploymentsCommand, logsCommand, metricsCommand, usageCommand } from "./commands/observability";
 import { locksCommand } from "./commands/locks";
@@ -52,6 +53,7 @@ export function buildProgram(): Command {
   deploymentsCommand(program);
   locksCommand(program);
   storageCommand(program);
+  configCommand(program);
   clockCommand(program);
   authCommand(program);
   mailCommand(program);

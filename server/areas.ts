@@ -1,6 +1,7 @@
 import { accessTokensArea } from "./access-tokens/area";
 import { accountsArea } from "./accounts/area";
 import type { CheckOrder } from "./area";
+import { configArea } from "./config/area";
 import { databasesArea } from "./databases/area";
 import { deploymentsArea } from "./deployments/area";
 import { durableArea } from "./durable/area";
@@ -10,6 +11,7 @@ import { functionsArea } from "./functions/area";
 import { healthArea } from "./health/area";
 import { keysArea } from "./keys/area";
 import { logsArea } from "./logs/area";
+import { mcpArea } from "./mcp/area";
 import { metricsArea } from "./metrics/area";
 import { locksArea } from "./locks/area";
 import type { Platform } from "./platform";
@@ -45,7 +47,9 @@ export const AREAS = [
   deploymentsArea,
   storageArea,
   locksArea,
+  configArea,
   testingArea,
+  mcpArea,
 ] as const;
 
 /** A compile error here names an area listed before something it needs. */

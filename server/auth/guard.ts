@@ -25,6 +25,7 @@ export const MSG = {
   userOnly: "this endpoint requires an end-user access token",
   application: "this endpoint requires a service key, an end-user access token or an anon key; platform and project tokens are not accepted",
   projectIdRequired: "project_id query parameter is required with a platform token",
+  projectTokenOnly: "this endpoint requires a project access token (pt-...); platform tokens, service keys, anon keys and end-user tokens are not accepted",
   serviceKeyOnly: "this endpoint requires a service key; anon keys, end-user tokens, platform and project tokens are not accepted",
 } as const;
 
@@ -107,6 +108,13 @@ export class Guard {
     if (rule.kind === "user") {
       if (principal.kind === "user") return { principal, project: null };
       throw forbidden(MSG.userOnly);
+    }
+    if (rule.kind === "projectToken") {
+      if (principal.kind !== "project_token") throw forbidden(MSG.projectTokenOnly);
+      this.d.tokenUsage.record(principal.tokenId);
+      const project = await this.d.projects.findVisible(principal.projectId);
+      if (!project || project.account_id !== principal.accountId) throw notFound(MSG.projectNotFound);
+      return { principal, project };
     }
     if (rule.kind === "application") return { principal: applicationPrincipal(rule, principal), project: null };
 

@@ -56,6 +56,11 @@ export type AuthRule =
   /** An end user's access token. */
   | { kind: "user" }
   /**
+   * A project access token only, its project taken from the token (POST /mcp): platform tokens,
+   * keys and end-user tokens are refused with 403.
+   */
+  | { kind: "projectToken" }
+  /**
    * Any application credential of a project: a service key, an end-user access token or an anon key.
    * `permission`: a scoped service key and an anon key must hold it (`functions.invoke`).
    * `fullServiceRole`: scoped service keys are refused outright. `serviceKeysOnly`: anon keys and
@@ -96,6 +101,8 @@ export type AuthedBy<R extends AuthRule> = R extends { kind: "none" }
         ? { principal: AnonKeyPrincipal | ServiceKeyPrincipal; project: null }
         : R extends { kind: "user" }
           ? { principal: UserPrincipal; project: null }
+          : R extends { kind: "projectToken" }
+            ? { principal: ProjectTokenPrincipal; project: ProjectRecord }
           : R extends { kind: "application"; serviceKeysOnly: true }
             ? { principal: ServiceKeyPrincipal; project: null }
             : R extends { kind: "application" }

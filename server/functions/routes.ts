@@ -28,7 +28,8 @@ const tag = "Functions";
 const errors = { 400: errorSchema, 401: errorSchema, 403: errorSchema, 404: errorSchema, 409: errorSchema };
 const MB = 1_048_576;
 
-function view(deps: InvokeDeps, fn: FunctionRecord) {
+/** A function as the API shows it (also the MCP tools' answer). */
+export function functionView(deps: Pick<InvokeDeps, "config" | "address">, fn: FunctionRecord) {
   return {
     id: fn.id,
     name: fn.name,
@@ -100,7 +101,7 @@ export function functionRoutes(r: AreaRouter<InvokeDeps>): void {
       const page = q.page ?? 1;
       const limit = q.limit ?? DEFAULT_LIMIT;
       const res = await deps.functions.list(project.id, page, limit);
-      return reply.ok(paginated(res.data.map((f) => view(deps, f)), { page, limit, total: res.total, path: `/projects/${project.id}/functions` }));
+      return reply.ok(paginated(res.data.map((f) => functionView(deps, f)), { page, limit, total: res.total, path: `/projects/${project.id}/functions` }));
     },
   });
 
@@ -117,7 +118,7 @@ export function functionRoutes(r: AreaRouter<InvokeDeps>): void {
       const { fields, archive } = await readDeploy(deps, request, bodyLimit);
       const source = await normalized(deps, archive, fields.runtime, fields.handler);
       const { created, fn } = await deps.functions.deploy(project.id, fields, source);
-      return { status: created ? 201 : 200, body: view(deps, fn) };
+      return { status: created ? 201 : 200, body: functionView(deps, fn) };
     },
   });
 
@@ -149,7 +150,7 @@ export function functionRoutes(r: AreaRouter<InvokeDeps>): void {
           if (!file || typeof file === "string") throw badRequest(`no archive in the multipart field '${entry.file_field}'`);
           const source = await normalized(deps, new Uint8Array(await file.arrayBuffer()), fields.runtime, fields.handler);
           const { fn } = await deps.functions.deploy(project.id, fields, source, { batchId });
-          accepted.push(view(deps, fn));
+          accepted.push(functionView(deps, fn));
         } catch (err) {
           // Deployments already started keep running; this one never started, so nothing to undo.
           if (err instanceof HttpError) failed.push({ name: String(entry.name), error: String((err.body as { error?: string; code?: string }).error ?? (err.body as { code?: string }).code) });
@@ -168,7 +169,7 @@ export function functionRoutes(r: AreaRouter<InvokeDeps>): void {
     auth: { kind: "project", access: "read" },
     params: functionParams,
     responses: { 200: { description: "function", schema: functionSchema }, ...errors },
-    handler: async ({ deps, project, params }) => reply.ok(view(deps, await deps.functions.get(project.id, params.functionId))),
+    handler: async ({ deps, project, params }) => reply.ok(functionView(deps, await deps.functions.get(project.id, params.functionId))),
   });
 
   r.add({
@@ -180,7 +181,7 @@ export function functionRoutes(r: AreaRouter<InvokeDeps>): void {
     params: functionParams,
     body: patchFunctionBody,
     responses: { 200: { description: "function", schema: functionSchema }, ...errors },
-    handler: async ({ deps, project, params, body }) => reply.ok(view(deps, await deps.functions.update(await deps.functions.get(project.id, params.functionId), body))),
+    handler: async ({ deps, project, params, body }) => reply.ok(functionView(deps, await deps.functions.update(await deps.functions.get(project.id, params.functionId), body))),
   });
 
   r.add({
@@ -193,7 +194,7 @@ export function functionRoutes(r: AreaRouter<InvokeDeps>): void {
     responses: { 202: { description: "deletion accepted", schema: functionSchema }, ...errors },
     handler: async ({ deps, project, params }) => {
       const fn = await deps.functions.get(project.id, params.functionId);
-      return reply.accepted(view(deps, await deps.functions.requestDelete(fn)));
+      return reply.accepted(functionView(deps, await deps.functions.requestDelete(fn)));
     },
   });
 

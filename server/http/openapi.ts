@@ -53,9 +53,14 @@ export function buildOpenApi(routes: RouteDef[]): JsonSchema {
         ]),
       ),
     };
-    if (def.body) op.requestBody = { required: true, content: { "application/json": { schema: toSchema(def.body, "input") } } };
-    // Every route that reads a body refuses one over its limit (server/http/body.ts).
-    if ((def.body || def.bodyLimit !== undefined) && !def.responses[413])
+    if (def.body) {
+      const schema = toSchema(def.body, "input");
+      // A body the handler reads itself (the configuration apply) may also be YAML.
+      const types = def.bodyValidation === "document" ? ["application/json", "application/yaml"] : ["application/json"];
+      op.requestBody = { required: true, content: Object.fromEntries(types.map((t) => [t, { schema }])) };
+    }
+    // Every route that reads a body through body.ts refuses one over its limit; a `document` body's handler words its own refusal.
+    if (((def.body && def.bodyValidation !== "document") || def.bodyLimit !== undefined) && !def.responses[413])
       (op.responses as Record<string, unknown>)["413"] = { description: "request body over the route's limit", content: { "application/json": { schema: toSchema(errorBody, "output") } } };
     if (def.auth.kind !== "none") op.security = [{ bearerAuth: [] }];
     const methods = def.alsoHead ? [def.method, "HEAD"] : [def.method];

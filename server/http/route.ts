@@ -30,8 +30,12 @@ export interface RouteDef<P = any, Q = any, B = any, R extends AuthRule = AuthRu
   query?: z.ZodType<Q>;
   body?: z.ZodType<B>;
   responses: Record<number, ResponseSpec>;
-  /** `handler`: the body is parsed as JSON but validated by the handler itself (after its own auth). */
-  bodyValidation?: "route" | "handler";
+  /**
+   * `handler`: the body is parsed as JSON but validated by the handler itself (after its own auth).
+   * `document`: the schema only describes the body (OpenAPI); the handler reads it (the configuration
+   * apply: JSON or YAML, its own limit and status).
+   */
+  bodyValidation?: "route" | "handler" | "document";
   /**
    * The most a request body may hold, counted while it is read (413 beyond): the JSON limit
    * (`KILN_MAX_JSON_BODY_BYTES`) unless a number of bytes is given here; `invoke` for function
@@ -180,6 +184,8 @@ export interface Transport {
 /** The routes of one area: handlers are typed with that area's dependencies. */
 export interface AreaRouter<D> {
   add<P, Q, B, const R extends AuthRule>(def: RouteDef<P, Q, B, R, D>): AreaRouter<D>;
+  /** Every route of every area, complete once Kiln serves: what the API description is made of (the MCP endpoint serves it). */
+  everyRoute(): readonly RouteDef[];
 }
 
 /** The methods Kiln serves on some path; any other is a 501 (serveHttp). */
@@ -261,6 +267,7 @@ export class Router {
         this.routes.push(def as unknown as RouteDef);
         return view;
       },
+      everyRoute: () => this.routes,
     };
     return view;
   }
@@ -307,7 +314,7 @@ export class Router {
     const { principal, project } = await t.guard.authorize(def.auth, request, (params ?? {}) as { projectId?: string }, ip);
     const bodyLimit = this.bodyLimits.get(def) ?? resolveBodyLimit(def.bodyLimit, t.config);
     let body: unknown;
-    if (def.body) {
+    if (def.body && def.bodyValidation !== "document") {
       body = await readJsonBody(request, bodyLimit, t.config.maxJsonDepth);
       if (def.bodyValidation !== "handler") body = parseWith(def.body, body, "body");
     }

@@ -6,10 +6,14 @@ import type { WireBackend, WireClient, WireControl } from "./wire/listener";
  * security. `user` and `anonymous` run as the `authenticated` / `anonymous` roles with the request
  * claims set, so RLS policies and the auth.* helpers see that user.
  */
-export type AccessMode =
+export type AccessMode = (
   | { kind: "admin" }
   | { kind: "user"; userId: string; email: string | null }
-  | { kind: "anonymous" };
+  | { kind: "anonymous" }
+) & {
+  /** `run` only: the statement's transaction is READ ONLY (PostgreSQL refuses every write in it; the MCP endpoint's read-only SQL). */
+  readOnly?: boolean;
+};
 
 export interface QueryResult {
   rows: Record<string, unknown>[];
@@ -253,7 +257,9 @@ export function sessionInitSql(mode: AccessMode): string[] {
 
 /** The same, scoped to one transaction (the HTTP query API). */
 export function transactionInitSql(mode: AccessMode): string[] {
-  return sessionInitSql(mode).map((s) => s.replace(/^set role /, "set local role ").replace(/, false\)$/, ", true)"));
+  const init = sessionInitSql(mode).map((s) => s.replace(/^set role /, "set local role ").replace(/, false\)$/, ", true)"));
+  // First: SET TRANSACTION must come before any query of the transaction (set_config is one).
+  return mode.readOnly ? ["set transaction read only", ...init] : init;
 }
 
 /** A SQL string literal; only used for values Kiln itself produced (UUIDs, emails it validated). */
