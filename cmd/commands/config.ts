@@ -46,7 +46,8 @@ function printReport(r: Report, o: { verbose?: boolean; dryRun: boolean }): void
   for (const e of r.results) {
     if (e.action === "unchanged" && !o.verbose) continue;
     const what = `${e.section}${e.name !== undefined ? ` ${e.name}` : ""}`;
-    console.log(`${MARK[e.action] ?? "?"} ${what}${e.action === "error" ? `: ${e.notice ?? "failed"}` : ""}`);
+    const notice = e.action === "error" ? `: ${e.notice ?? "failed"}` : e.notice ? ` (${e.notice})` : "";
+    console.log(`${MARK[e.action] ?? "?"} ${what}${notice}`);
   }
   for (const s of r.skipped) console.log(`  skipped ${s.type} ${s.name}: ${s.reason}`);
   for (const m of r.missing) console.log(`  not in the manifest: ${m.type} ${m.name} (left as it is)`);

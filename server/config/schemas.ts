@@ -32,7 +32,7 @@ export const applyReportSchema = z.object({
       section: z.string(),
       name: z.string().optional(),
       action: z.enum(["created", "updated", "deleted", "unchanged", "error"]),
-      notice: z.string().optional().describe("why an entry failed"),
+      notice: z.string().optional().describe("why an entry failed; for an update, what it changes (field: old → new; values of credentials are not shown)"),
     }),
   ),
   skipped: z.array(z.object({ type: z.string(), name: z.string(), reason: z.string() })).describe("manifest entries for functions, databases or buckets the project does not have (a manifest never creates them)"),

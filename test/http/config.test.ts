@@ -302,6 +302,19 @@ describe("apply", () => {
     expect(actions(dry.body)).toEqual(want);
     expect(dry.body.summary).toEqual({ created: 2, updated: 8, deleted: 4, unchanged: 1, errors: 0, skipped: 0, missing: 0 });
     expect(await exportText(target.id)).toBe(before);
+    // Updates say what they change; a variable's value is not shown.
+    const notices = Object.fromEntries(dry.body.results.filter((r: any) => r.notice).map((r: any) => [`${r.section} ${r.name ?? ""}`.trim(), r.notice]));
+    expect(notices).toMatchObject({
+      "project regions": 'all_regions: false → true; selected_regions: ["local"] → []',
+      "variables API_URL": "value changes",
+      auth: "access_token_ttl_seconds: 900 → 1200",
+      "functions hello": 'is_public: true → false; invocation_mode: "http" → "rpc"',
+      "schedulers hello/nightly": 'schedule: {"kind":"cron","cron_expression":"0 3 * * *"} → {"kind":"cron","cron_expression":"30 3 * * *"}',
+      "storage_buckets avatars": "file_size_limit: 1048576 → null",
+      "storage_policies avatars/read-own": 'definition: "owner_id = auth.uid()" → "true"',
+    });
+    expect(notices["databases shop"]).toMatch(/^backup_schedule: /);
+    expect(dry.text).not.toContain("v2.example.com");
 
     const real = await apply(target.id, m);
     expect(real.status, real.text).toBe(200);
@@ -439,7 +452,7 @@ describe("apply", () => {
     expect(r.body.results).toEqual([
       { section: "project", name: "regions", action: "error", notice: expect.stringMatching(/SUPERAGENT/) },
       { section: "variables", name: "KEPT", action: "created" },
-      { section: "auth", action: "updated" },
+      { section: "auth", action: "updated", notice: "require_email_confirmation: false → true" },
     ]);
     expect(r.body.summary).toMatchObject({ errors: 1, created: 1, updated: 1 });
     expect((await k.api("GET", `${base}/variables/KEPT`, { token })).body.value).toBe("yes");
@@ -534,7 +547,7 @@ describe("kiln config", () => {
     writeFileSync(file, YAML.stringify(m));
     const diff = cli(["config", "diff", file], p.id);
     expect(diff.code, diff.err).toBe(1);
-    expect(diff.out.split("\n")).toEqual(expect.arrayContaining(["+ variables NEW", "- variables OLD", "~ auth", "1 to create, 1 to update, 1 to delete; 1 unchanged."]));
+    expect(diff.out.split("\n")).toEqual(expect.arrayContaining(["+ variables NEW", "- variables OLD", "~ auth (access_token_ttl_seconds: 3600 → 600)", "1 to create, 1 to update, 1 to delete; 1 unchanged."]));
     const diffJson = cli(["--json", "config", "diff", file], p.id);
     expect(diffJson.code).toBe(1);
     expect(JSON.parse(diffJson.out).summary).toMatchObject({ created: 1, updated: 1, deleted: 1 });

@@ -1,5 +1,5 @@
 import { RATE_LIMITED, patchAuthConfigBody, type AuthConfig } from "../../end-users/config";
-import { defineSection, same } from "../section";
+import { changeNotice, defineSection, same } from "../section";
 
 function settings(c: AuthConfig) {
   return {
@@ -30,7 +30,7 @@ export const authSection = defineSection({
     const next = { ...cur, ...Object.fromEntries(Object.entries(want).filter(([, v]) => v !== undefined)), rate_limits };
     const changed = !same(next, cur);
     return {
-      steps: [{ section: "auth", action: changed ? "updated" : "unchanged", ...(changed ? { run: () => deps.authConfig.update(project.id, want) } : {}) }],
+      steps: [{ section: "auth", action: changed ? "updated" : "unchanged", ...(changed ? { notice: changeNotice(cur, next), run: () => deps.authConfig.update(project.id, want) } : {}) }],
       skipped: [],
       missing: [],
     };
