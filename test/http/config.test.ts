@@ -190,6 +190,11 @@ describe("export", () => {
     const other = await createProject(k);
     expect((await exported(other.id, { token: ro })).status).toBe(403);
     expect((await fetch(`${k.url}/projects/${rich.p.id}/config`)).status).toBe(401);
+    // Another account's platform token: the project is not found, for export and apply alike.
+    const stranger = (await k.api("POST", "/admin/accounts", { token: k.adminToken, body: { plan: "superagent" } })).body.platform_token;
+    expect((await exported(rich.p.id, { token: stranger })).status).toBe(404);
+    expect((await apply(rich.p.id, { version: 1, variables: [] }, { token: stranger })).status).toBe(404);
+    expect((await exported(rich.p.id)).text).toContain("API_URL");
     // Applying that export (names only) with a full token changes nothing: a variable without a value keeps its own.
     const again = await apply(rich.p.id, r.text, { type: "application/json", token: full });
     expect(again.status, again.text).toBe(200);
