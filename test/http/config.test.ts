@@ -381,6 +381,17 @@ describe("apply", () => {
     expect((await apply(rich.p.id, "version: [1", { type: "application/yaml" })).status).toBe(400);
     expect((await apply(rich.p.id, "{nope", { type: "application/json" })).status).toBe(400);
     expect((await apply(rich.p.id, "", { type: "application/json" })).status).toBe(400);
+    // Bodies built to hurt: an alias bomb, nesting past the JSON depth limit (JSON and YAML), a key given twice.
+    const levels = ["a: &a [x, x, x, x, x, x, x, x, x]"];
+    for (let i = 1; i < 9; i++) levels.push(`l${i}: &l${i} [${Array(9).fill(i === 1 ? "*a" : `*l${i - 1}`).join(", ")}]`);
+    const bomb = await apply(rich.p.id, `${levels.join("\n")}\nversion: 1\n`);
+    expect(bomb.status, bomb.text).toBe(400);
+    const deepJson = await apply(rich.p.id, `{"version": 1, "functions": [{"name": "hello", "schedulers": [{"name": "s", "schedule": {"kind": "cron", "cron_expression": "0 0 * * *"}, "payload": ${"[".repeat(500)}${"]".repeat(500)}}]}]}`, { type: "application/json" });
+    expect(deepJson.status).toBe(400);
+    expect(deepJson.body.error).toMatch(/nested too deeply/);
+    const deepYaml = await apply(rich.p.id, `version: 1\nx: ${"[".repeat(500)}${"]".repeat(500)}\n`);
+    expect(deepYaml.status).toBe(400);
+    expect((await apply(rich.p.id, "version: 1\nversion: 1\n")).status).toBe(400);
     const notObject = await apply(rich.p.id, [1, 2]);
     expect(notObject.status).toBe(422);
     expect((await apply(rich.p.id, { version: 1, variables: [{ name: "NUL", value: "a\u0000b" }] })).status).toBe(422);
