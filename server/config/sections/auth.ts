@@ -14,13 +14,15 @@ function settings(c: AuthConfig) {
 
 /**
  * `auth`: the end users' settings (`PATCH /auth/config`). Fields left out keep their values, as in
- * the PATCH; none of them is a secret, so read-only tokens export them too.
+ * the PATCH. The end-users area makes reading them a credential read (GET /auth/config needs a
+ * full-scope token), so an export for a read-only token leaves the section out.
  */
 export const authSection = defineSection({
   key: "auth",
   description: "end-user settings, as PATCH /auth/config takes them",
   schema: patchAuthConfigBody.strict().describe("end users' settings; fields left out keep their values"),
-  async export({ deps, project }) {
+  async export({ deps, project, credentials }) {
+    if (!credentials) return undefined;
     return settings(await deps.authConfig.get(project.id));
   },
   async plan(want, { deps, project }) {
