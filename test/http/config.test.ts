@@ -582,6 +582,8 @@ describe("kiln config", () => {
 
     // Cannot check: a missing file, an invalid manifest (every problem listed), a wrong token: exit 2.
     expect(cli(["config", "diff", join(dir, "nope.yaml")], p.id).code).toBe(2);
+    expect(cli(["config", "diff"], p.id).code).toBe(2);
+    expect(cli(["config", "diff", file, "--no-such-option"], p.id).code).toBe(2);
     writeFileSync(join(dir, "bad.yaml"), "version: 9\nvariables:\n  - name: 1x\n");
     const bad = cli(["config", "diff", join(dir, "bad.yaml")], p.id);
     expect(bad.code).toBe(2);
