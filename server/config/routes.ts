@@ -58,7 +58,7 @@ export function configRoutes(r: AreaRouter<ConfigRouteDeps>): void {
     },
     handler: async ({ deps, principal, project, query, request }) => {
       const value = deps.configuration.parse(await manifestText(request), request.headers.get("content-type"));
-      return reply.ok(await deps.configuration.applyConfig(project.id, principal, value, { dryRun: query.dry_run === "true" }));
+      return reply.ok(await deps.configuration.applyConfig(project.id, principal, value, { dryRun: query.dry_run === "true" || query.dry_run === "1" }));
     },
   });
 }

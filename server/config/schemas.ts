@@ -23,7 +23,7 @@ export const exportQuery = z.object({
 });
 
 export const applyQuery = z.object({
-  dry_run: z.enum(["true", "false"], { error: "dry_run must be true or false" }).optional().describe("true: the projected report; nothing changes"),
+  dry_run: z.enum(["true", "false", "1", "0"], { error: "dry_run must be true or false" }).optional().describe("true: the projected report; nothing changes"),
 });
 
 export const applyReportSchema = z.object({
