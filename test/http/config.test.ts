@@ -378,6 +378,12 @@ describe("apply", () => {
     ]);
     // A dry run validates the same way.
     expect((await apply(rich.p.id, bad, { dryRun: true })).status).toBe(422);
+    // dry_run=1 is a dry run too; any other value is a 400.
+    const put = (q: string) => fetch(`${k.url}/projects/${rich.p.id}/config${q}`, { method: "PUT", headers: { authorization: `Bearer ${k.token}`, "content-type": "application/json" }, body: JSON.stringify({ version: 1, variables: [] }) });
+    expect((await put("?dry_run=maybe")).status).toBe(400);
+    const one = await put("?dry_run=1");
+    expect(one.status).toBe(200);
+    expect(((await one.json()) as any).summary.deleted).toBe(2);
     expect(await exportText(rich.p.id)).toBe(before);
     // A body that is not JSON or YAML, and one that is not a manifest at all: 400 and 422.
     expect((await apply(rich.p.id, "version: [1", { type: "application/yaml" })).status).toBe(400);
