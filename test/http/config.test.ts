@@ -309,11 +309,10 @@ describe("apply", () => {
     expect(actions(dry.body)).toEqual(want);
     expect(dry.body.summary).toEqual({ created: 2, updated: 8, deleted: 4, unchanged: 1, errors: 0, skipped: 0, missing: 0 });
     expect(await exportText(target.id)).toBe(before);
-    // Updates say what they change; a variable's value is not shown.
+    // Updates say what they change; a variable's update says nothing more (its value is a credential).
     const notices = Object.fromEntries(dry.body.results.filter((r: any) => r.notice).map((r: any) => [`${r.section} ${r.name ?? ""}`.trim(), r.notice]));
     expect(notices).toMatchObject({
       "project regions": 'all_regions: false → true; selected_regions: ["local"] → []',
-      "variables API_URL": "value changes",
       auth: "access_token_ttl_seconds: 900 → 1200",
       "functions hello": 'is_public: true → false; invocation_mode: "http" → "rpc"',
       "schedulers hello/nightly": 'schedule: {"kind":"cron","cron_expression":"0 3 * * *"} → {"kind":"cron","cron_expression":"30 3 * * *"}',
@@ -321,6 +320,7 @@ describe("apply", () => {
       "storage_policies avatars/read-own": 'definition: "owner_id = auth.uid()" → "true"',
     });
     expect(notices["databases shop"]).toMatch(/^backup_schedule: /);
+    expect(notices["variables API_URL"]).toBeUndefined();
     expect(dry.text).not.toContain("v2.example.com");
 
     const real = await apply(target.id, m);
