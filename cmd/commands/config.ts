@@ -46,7 +46,8 @@ function printReport(r: Report, o: { verbose?: boolean; dryRun: boolean }): void
   for (const e of r.results) {
     if (e.action === "unchanged" && !o.verbose) continue;
     const what = `${e.section}${e.name !== undefined ? ` ${e.name}` : ""}`;
-    console.log(`${MARK[e.action] ?? "?"} ${what}${e.action === "error" ? `: ${e.notice ?? "failed"}` : ""}`);
+    const notice = e.action === "error" ? `: ${e.notice ?? "failed"}` : e.notice ? ` (${e.notice})` : "";
+    console.log(`${MARK[e.action] ?? "?"} ${what}${notice}`);
   }
   for (const s of r.skipped) console.log(`  skipped ${s.type} ${s.name}: ${s.reason}`);
   for (const m of r.missing) console.log(`  not in the manifest: ${m.type} ${m.name} (left as it is)`);
@@ -77,6 +78,11 @@ export function configCommand(program: Command): void {
     .description("what applying the manifest would change (a dry run); exit 0 when nothing would, 1 when something would, 2 when the check failed")
     .option("--project <id>", PROJECT_HELP)
     .option("--verbose", "list unchanged entries too")
+    // Its own usage errors (no file given, an unknown option) are "could not check" too: 2, never the 1 of a drift.
+    .exitOverride((err) => {
+      if (err.exitCode !== 0) Object.assign(err, { exitCode: 2 });
+      throw err;
+    })
     .action(async (file: string, o: { project?: string; verbose?: boolean }, cmd: Command) => {
       const g = cmd.optsWithGlobals() as { json?: boolean };
       let report: Report;

@@ -4,7 +4,7 @@ import { readBodyText } from "../http/body";
 import { reply, type AreaRouter } from "../http/route";
 import { projectIdParams } from "../projects/schemas";
 import { applyQuery, applyReportSchema, exportQuery, manifestSchema, MAX_MANIFEST_BYTES, validationErrorSchema } from "./schemas";
-import { parseManifestText, type ConfigService } from "./service";
+import type { ConfigService } from "./service";
 
 const tag = "Configuration";
 const errors = { 400: errorSchema, 401: errorSchema, 403: errorSchema, 404: errorSchema };
@@ -57,8 +57,8 @@ export function configRoutes(r: AreaRouter<ConfigRouteDeps>): void {
       422: { description: "the manifest does not validate: every problem, nothing applied", schema: validationErrorSchema },
     },
     handler: async ({ deps, principal, project, query, request }) => {
-      const value = parseManifestText(await manifestText(request), request.headers.get("content-type"));
-      return reply.ok(await deps.configuration.applyConfig(project.id, principal, value, { dryRun: query.dry_run === "true" }));
+      const value = deps.configuration.parse(await manifestText(request), request.headers.get("content-type"));
+      return reply.ok(await deps.configuration.applyConfig(project.id, principal, value, { dryRun: query.dry_run === "true" || query.dry_run === "1" }));
     },
   });
 }

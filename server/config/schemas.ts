@@ -23,7 +23,7 @@ export const exportQuery = z.object({
 });
 
 export const applyQuery = z.object({
-  dry_run: z.enum(["true", "false"], { error: "dry_run must be true or false" }).optional().describe("true: the projected report; nothing changes"),
+  dry_run: z.enum(["true", "false", "1", "0"], { error: "dry_run must be true or false" }).optional().describe("true: the projected report; nothing changes"),
 });
 
 export const applyReportSchema = z.object({
@@ -32,7 +32,7 @@ export const applyReportSchema = z.object({
       section: z.string(),
       name: z.string().optional(),
       action: z.enum(["created", "updated", "deleted", "unchanged", "error"]),
-      notice: z.string().optional().describe("why an entry failed"),
+      notice: z.string().optional().describe("why an entry failed; for an update, what it changes (field: old → new; values of credentials are not shown)"),
     }),
   ),
   skipped: z.array(z.object({ type: z.string(), name: z.string(), reason: z.string() })).describe("manifest entries for functions, databases or buckets the project does not have (a manifest never creates them)"),

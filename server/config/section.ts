@@ -130,3 +130,20 @@ export function duplicateIssues(items: readonly { name: string }[], path: string
 }
 
 export const byName = <T extends { name: string }>(a: T, b: T) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+
+/** A value in a change's notice: JSON, cut to a readable length. */
+function shown(v: unknown): string {
+  const s = v === undefined ? "(none)" : JSON.stringify(v);
+  return s.length > 60 ? `${s.slice(0, 57)}...` : s;
+}
+
+/**
+ * What an update changes, for the report's notice (`access_token_ttl_seconds: 3600 → 900`), field by
+ * field; `hidden` fields (credentials) are named without their values.
+ */
+export function changeNotice(now: Record<string, unknown>, next: Record<string, unknown>, hidden: readonly string[] = []): string {
+  return Object.keys(next)
+    .filter((k) => !same(now[k], next[k]))
+    .map((k) => (hidden.includes(k) ? `${k} changes` : `${k}: ${shown(now[k])} → ${shown(next[k])}`))
+    .join("; ");
+}

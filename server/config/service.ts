@@ -3,6 +3,7 @@ import * as z from "zod";
 import type { ManagementPrincipal } from "../auth/principal";
 import type { Clock } from "../clock";
 import { takeFault, type Config } from "../config";
+import { jsonTooDeep, tooDeep } from "../http/body";
 import { badRequest, conflict, conflictCode, forbidden, HttpError, notFound } from "../http/errors";
 import type { Logger } from "../log";
 import type { ProjectRecord } from "../projects/record";
@@ -30,23 +31,48 @@ export function renderManifest(m: Manifest, format: ManifestFormat): string {
   return `${JSON.stringify(m, null, 2)}\n`;
 }
 
+/** Whether a parsed value nests arrays and objects deeper than `max` (a walk with its own stack). */
+function deeperThan(root: unknown, max: number): boolean {
+  const stack: Array<{ v: unknown; depth: number }> = [{ v: root, depth: 0 }];
+  while (stack.length) {
+    const { v, depth } = stack.pop()!;
+    if (!v || typeof v !== "object") continue;
+    if (depth + 1 > max) return true;
+    for (const x of Array.isArray(v) ? v : Object.values(v)) if (x && typeof x === "object") stack.push({ v: x, depth: depth + 1 });
+  }
+  return false;
+}
+
 /**
  * A request body as a manifest value: YAML when its content type says so, else JSON (and YAML as the
- * fallback, so `curl --data-binary @kiln.yaml` works whatever header curl sends). A 400 when neither reads.
+ * fallback, so `curl --data-binary @kiln.yaml` works whatever header curl sends). A 400 when neither
+ * reads, and for nesting deeper than `maxDepth` (KILN_MAX_JSON_DEPTH, as every JSON body): checked
+ * before JSON is parsed, and on what YAML gave (aliases are limited to 100, so no alias bomb grows).
  */
-export function parseManifestText(text: string, contentType: string | null): unknown {
+export function parseManifestText(text: string, contentType: string | null, maxDepth = 128): unknown {
   const yamlType = /yaml/i.test(contentType ?? "");
   if (text.trim() === "") throw badRequest("the request body is empty: send a configuration manifest (JSON or YAML)");
   if (!yamlType) {
+    if (jsonTooDeep(text, maxDepth)) throw tooDeep(maxDepth);
     try {
       return JSON.parse(text);
     } catch {
       if (/json/i.test(contentType ?? "")) throw badRequest("the request body is not valid JSON");
     }
   }
-  const doc = YAML.parseDocument(text, { uniqueKeys: true });
-  if (doc.errors.length) throw badRequest(`the request body is not valid ${yamlType ? "YAML" : "JSON or YAML"}: ${doc.errors[0]!.message.split("\n")[0]}`);
-  return doc.toJS({ maxAliasCount: 100 });
+  const what = yamlType ? "YAML" : "JSON or YAML";
+  let value: unknown;
+  try {
+    const doc = YAML.parseDocument(text, { uniqueKeys: true });
+    if (doc.errors.length) throw badRequest(`the request body is not valid ${what}: ${doc.errors[0]!.message.split("\n")[0]}`);
+    value = doc.toJS({ maxAliasCount: 100 });
+  } catch (err) {
+    if (err instanceof HttpError) throw err;
+    // The parser's own limits (too many aliases, nesting past its stack): the body is refused, not a 500.
+    throw badRequest(`the request body is not valid ${what}: ${(err as Error)?.message?.split("\n")[0] ?? "unreadable"}`);
+  }
+  if (deeperThan(value, maxDepth)) throw tooDeep(maxDepth);
+  return value;
 }
 
 /** Strings PostgreSQL text cannot hold (a NUL, half a surrogate pair), as issues: a 422, not a failing write. */
@@ -98,6 +124,11 @@ export class ConfigService {
       plan: await this.d.accounts.ownerPlan(principal, project.account_id),
       credentials: principal.kind === "platform" || principal.scope === "full",
     };
+  }
+
+  /** A request body (JSON or YAML) as a manifest value, under the instance's nesting limit. */
+  parse(text: string, contentType: string | null): unknown {
+    return parseManifestText(text, contentType, this.d.config.maxJsonDepth);
   }
 
   /** The project's configuration: the manifest and its text in `format`. */

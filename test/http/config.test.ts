@@ -182,14 +182,21 @@ describe("export", () => {
     const m = JSON.parse(r.text);
     expect(m.variables).toEqual([{ name: "API_URL" }, { name: "ZETA" }]);
     expect(r.text).not.toContain("https://api.example.com");
-    // Everything else is the same as the full export.
+    // The auth settings are a credential read in their own area (GET /auth/config): left out. Everything else is the same as the full export.
+    expect(m.auth).toBeUndefined();
     const fullText = (await exported(rich.p.id, { token: full })).text;
-    expect({ ...JSON.parse(fullText), variables: m.variables }).toEqual(m);
+    const { auth: _auth, ...rest } = JSON.parse(fullText);
+    expect({ ...rest, variables: m.variables }).toEqual(m);
     expect(JSON.parse(fullText).variables[0].value).toBe("https://api.example.com");
     // A token of another project: 403; no token: 401.
     const other = await createProject(k);
     expect((await exported(other.id, { token: ro })).status).toBe(403);
     expect((await fetch(`${k.url}/projects/${rich.p.id}/config`)).status).toBe(401);
+    // Another account's platform token: the project is not found, for export and apply alike.
+    const stranger = (await k.api("POST", "/admin/accounts", { token: k.adminToken, body: { plan: "superagent" } })).body.platform_token;
+    expect((await exported(rich.p.id, { token: stranger })).status).toBe(404);
+    expect((await apply(rich.p.id, { version: 1, variables: [] }, { token: stranger })).status).toBe(404);
+    expect((await exported(rich.p.id)).text).toContain("API_URL");
     // Applying that export (names only) with a full token changes nothing: a variable without a value keeps its own.
     const again = await apply(rich.p.id, r.text, { type: "application/json", token: full });
     expect(again.status, again.text).toBe(200);
@@ -302,6 +309,19 @@ describe("apply", () => {
     expect(actions(dry.body)).toEqual(want);
     expect(dry.body.summary).toEqual({ created: 2, updated: 8, deleted: 4, unchanged: 1, errors: 0, skipped: 0, missing: 0 });
     expect(await exportText(target.id)).toBe(before);
+    // Updates say what they change; a variable's update says nothing more (its value is a credential).
+    const notices = Object.fromEntries(dry.body.results.filter((r: any) => r.notice).map((r: any) => [`${r.section} ${r.name ?? ""}`.trim(), r.notice]));
+    expect(notices).toMatchObject({
+      "project regions": 'all_regions: false → true; selected_regions: ["local"] → []',
+      auth: "access_token_ttl_seconds: 900 → 1200",
+      "functions hello": 'is_public: true → false; invocation_mode: "http" → "rpc"',
+      "schedulers hello/nightly": 'schedule: {"kind":"cron","cron_expression":"0 3 * * *"} → {"kind":"cron","cron_expression":"30 3 * * *"}',
+      "storage_buckets avatars": "file_size_limit: 1048576 → null",
+      "storage_policies avatars/read-own": 'definition: "owner_id = auth.uid()" → "true"',
+    });
+    expect(notices["databases shop"]).toMatch(/^backup_schedule: /);
+    expect(notices["variables API_URL"]).toBeUndefined();
+    expect(dry.text).not.toContain("v2.example.com");
 
     const real = await apply(target.id, m);
     expect(real.status, real.text).toBe(200);
@@ -358,11 +378,28 @@ describe("apply", () => {
     ]);
     // A dry run validates the same way.
     expect((await apply(rich.p.id, bad, { dryRun: true })).status).toBe(422);
+    // dry_run=1 is a dry run too; any other value is a 400.
+    const put = (q: string) => fetch(`${k.url}/projects/${rich.p.id}/config${q}`, { method: "PUT", headers: { authorization: `Bearer ${k.token}`, "content-type": "application/json" }, body: JSON.stringify({ version: 1, variables: [] }) });
+    expect((await put("?dry_run=maybe")).status).toBe(400);
+    const one = await put("?dry_run=1");
+    expect(one.status).toBe(200);
+    expect(((await one.json()) as any).summary.deleted).toBe(2);
     expect(await exportText(rich.p.id)).toBe(before);
     // A body that is not JSON or YAML, and one that is not a manifest at all: 400 and 422.
     expect((await apply(rich.p.id, "version: [1", { type: "application/yaml" })).status).toBe(400);
     expect((await apply(rich.p.id, "{nope", { type: "application/json" })).status).toBe(400);
     expect((await apply(rich.p.id, "", { type: "application/json" })).status).toBe(400);
+    // Bodies built to hurt: an alias bomb, nesting past the JSON depth limit (JSON and YAML), a key given twice.
+    const levels = ["a: &a [x, x, x, x, x, x, x, x, x]"];
+    for (let i = 1; i < 9; i++) levels.push(`l${i}: &l${i} [${Array(9).fill(i === 1 ? "*a" : `*l${i - 1}`).join(", ")}]`);
+    const bomb = await apply(rich.p.id, `${levels.join("\n")}\nversion: 1\n`);
+    expect(bomb.status, bomb.text).toBe(400);
+    const deepJson = await apply(rich.p.id, `{"version": 1, "functions": [{"name": "hello", "schedulers": [{"name": "s", "schedule": {"kind": "cron", "cron_expression": "0 0 * * *"}, "payload": ${"[".repeat(500)}${"]".repeat(500)}}]}]}`, { type: "application/json" });
+    expect(deepJson.status).toBe(400);
+    expect(deepJson.body.error).toMatch(/nested too deeply/);
+    const deepYaml = await apply(rich.p.id, `version: 1\nx: ${"[".repeat(500)}${"]".repeat(500)}\n`);
+    expect(deepYaml.status).toBe(400);
+    expect((await apply(rich.p.id, "version: 1\nversion: 1\n")).status).toBe(400);
     const notObject = await apply(rich.p.id, [1, 2]);
     expect(notObject.status).toBe(422);
     expect((await apply(rich.p.id, { version: 1, variables: [{ name: "NUL", value: "a\u0000b" }] })).status).toBe(422);
@@ -439,7 +476,7 @@ describe("apply", () => {
     expect(r.body.results).toEqual([
       { section: "project", name: "regions", action: "error", notice: expect.stringMatching(/SUPERAGENT/) },
       { section: "variables", name: "KEPT", action: "created" },
-      { section: "auth", action: "updated" },
+      { section: "auth", action: "updated", notice: "require_email_confirmation: false → true" },
     ]);
     expect(r.body.summary).toMatchObject({ errors: 1, created: 1, updated: 1 });
     expect((await k.api("GET", `${base}/variables/KEPT`, { token })).body.value).toBe("yes");
@@ -534,7 +571,7 @@ describe("kiln config", () => {
     writeFileSync(file, YAML.stringify(m));
     const diff = cli(["config", "diff", file], p.id);
     expect(diff.code, diff.err).toBe(1);
-    expect(diff.out.split("\n")).toEqual(expect.arrayContaining(["+ variables NEW", "- variables OLD", "~ auth", "1 to create, 1 to update, 1 to delete; 1 unchanged."]));
+    expect(diff.out.split("\n")).toEqual(expect.arrayContaining(["+ variables NEW", "- variables OLD", "~ auth (access_token_ttl_seconds: 3600 → 600)", "1 to create, 1 to update, 1 to delete; 1 unchanged."]));
     const diffJson = cli(["--json", "config", "diff", file], p.id);
     expect(diffJson.code).toBe(1);
     expect(JSON.parse(diffJson.out).summary).toMatchObject({ created: 1, updated: 1, deleted: 1 });
@@ -551,6 +588,8 @@ describe("kiln config", () => {
 
     // Cannot check: a missing file, an invalid manifest (every problem listed), a wrong token: exit 2.
     expect(cli(["config", "diff", join(dir, "nope.yaml")], p.id).code).toBe(2);
+    expect(cli(["config", "diff"], p.id).code).toBe(2);
+    expect(cli(["config", "diff", file, "--no-such-option"], p.id).code).toBe(2);
     writeFileSync(join(dir, "bad.yaml"), "version: 9\nvariables:\n  - name: 1x\n");
     const bad = cli(["config", "diff", join(dir, "bad.yaml")], p.id);
     expect(bad.code).toBe(2);

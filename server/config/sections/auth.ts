@@ -1,5 +1,5 @@
 import { RATE_LIMITED, patchAuthConfigBody, type AuthConfig } from "../../end-users/config";
-import { defineSection, same } from "../section";
+import { changeNotice, defineSection, same } from "../section";
 
 function settings(c: AuthConfig) {
   return {
@@ -14,13 +14,15 @@ function settings(c: AuthConfig) {
 
 /**
  * `auth`: the end users' settings (`PATCH /auth/config`). Fields left out keep their values, as in
- * the PATCH; none of them is a secret, so read-only tokens export them too.
+ * the PATCH. The end-users area makes reading them a credential read (GET /auth/config needs a
+ * full-scope token), so an export for a read-only token leaves the section out.
  */
 export const authSection = defineSection({
   key: "auth",
   description: "end-user settings, as PATCH /auth/config takes them",
   schema: patchAuthConfigBody.strict().describe("end users' settings; fields left out keep their values"),
-  async export({ deps, project }) {
+  async export({ deps, project, credentials }) {
+    if (!credentials) return undefined;
     return settings(await deps.authConfig.get(project.id));
   },
   async plan(want, { deps, project }) {
@@ -30,7 +32,7 @@ export const authSection = defineSection({
     const next = { ...cur, ...Object.fromEntries(Object.entries(want).filter(([, v]) => v !== undefined)), rate_limits };
     const changed = !same(next, cur);
     return {
-      steps: [{ section: "auth", action: changed ? "updated" : "unchanged", ...(changed ? { run: () => deps.authConfig.update(project.id, want) } : {}) }],
+      steps: [{ section: "auth", action: changed ? "updated" : "unchanged", ...(changed ? { notice: changeNotice(cur, next), run: () => deps.authConfig.update(project.id, want) } : {}) }],
       skipped: [],
       missing: [],
     };

@@ -3,7 +3,7 @@ import { plan as planOf } from "../../accounts/plans";
 import { SCHEDULE_ENTRIES_MAX } from "../../databases/backups";
 import { scheduleEntryInput } from "../../databases/schemas";
 import type { DatabaseRecord } from "../../databases/service";
-import { byName, defineSection, duplicateIssues, messageOf, same, type SectionContext, type SectionPlan } from "../section";
+import { byName, changeNotice, defineSection, duplicateIssues, messageOf, same, type SectionContext, type SectionPlan } from "../section";
 
 const entry = z
   .object({
@@ -70,8 +70,9 @@ export const databasesSection = defineSection({
       }
       const next = w.backup_schedule.map((e) => normalized(e, max));
       const entries = w.backup_schedule;
-      if (same(next, await scheduleOf(ctx, d))) out.steps.push({ ...step, action: "unchanged" });
-      else out.steps.push({ ...step, action: "updated", run: async () => ctx.deps.backups.replaceSchedule(await ctx.deps.databases.get(ctx.project.id, d.name), ctx.plan, entries) });
+      const now = await scheduleOf(ctx, d);
+      if (same(next, now)) out.steps.push({ ...step, action: "unchanged" });
+      else out.steps.push({ ...step, action: "updated", notice: changeNotice({ backup_schedule: now }, { backup_schedule: next }), run: async () => ctx.deps.backups.replaceSchedule(await ctx.deps.databases.get(ctx.project.id, d.name), ctx.plan, entries) });
     }
     const listed = new Set(want.map((w) => w.name));
     for (const name of [...have.keys()].sort().filter((n) => !listed.has(n))) out.missing.push({ type: "database", name });

@@ -4,7 +4,7 @@ import { patchFunctionBody } from "../../functions/schemas";
 import { parseCron } from "../../schedulers/cron";
 import { MAX_SCHEDULERS_PER_FUNCTION, type SchedulerRow } from "../../schedulers/service";
 import { createSchedulerBody } from "../../schedulers/schemas";
-import { byName, defineSection, duplicateIssues, same, sortKeys, type Issue, type Section, type SectionContext, type SectionPlan, type Step } from "../section";
+import { byName, changeNotice, defineSection, duplicateIssues, same, sortKeys, type Issue, type Section, type SectionContext, type SectionPlan, type Step } from "../section";
 
 const scheduler = z
   .object({
@@ -91,6 +91,7 @@ function schedulerSteps(ctx: SectionContext, fn: FunctionRecord, kind: FunctionK
         section: "schedulers",
         name: label,
         action: "updated",
+        notice: changeNotice(now, next),
         run: () => schedulers.update(fn, cur.id, { enabled: next.enabled, schedule: next.schedule, payload: next.payload, regions: next.regions.length ? next.regions : null }),
       });
   }
@@ -160,7 +161,7 @@ function functionsSection(key: "functions" | "durable_functions", kind: Function
             openapi_spec: patch.openapi_spec === undefined ? now.openapi_spec : patch.openapi_spec,
           };
           const changed = !same(next, now);
-          out.steps.push({ section: key, name: fn.name, action: changed ? "updated" : "unchanged", ...(changed ? { run: () => ctx.deps.functions.update(fn, patch) } : {}) });
+          out.steps.push({ section: key, name: fn.name, action: changed ? "updated" : "unchanged", ...(changed ? { notice: changeNotice(now, next), run: () => ctx.deps.functions.update(fn, patch) } : {}) });
         }
         if (w.schedulers) out.steps.push(...schedulerSteps(ctx, fn, kind, w.schedulers, existing.get(fn.id) ?? []));
       }

@@ -1,5 +1,5 @@
 import * as z from "zod";
-import { defineSection, type Step } from "../section";
+import { changeNotice, defineSection, type Step } from "../section";
 
 const schema = z
   .object({
@@ -26,7 +26,7 @@ export const projectSection = defineSection({
     };
     const changed = next.all_regions !== cur.all_regions || next.selected_regions.join("\n") !== cur.selected_regions.join("\n");
     const step: Step = { section: "project", name: "regions", action: changed ? "updated" : "unchanged" };
-    if (changed) step.run = () => deps.projects.update(project, plan, next);
+    if (changed) Object.assign(step, { notice: changeNotice(cur, next), run: () => deps.projects.update(project, plan, next) });
     return { steps: [step], skipped: [], missing: [] };
   },
 });

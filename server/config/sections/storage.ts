@@ -2,7 +2,7 @@ import * as z from "zod";
 import { bucketView, type BucketRow } from "../../storage/buckets";
 import { checkPolicyDefinition } from "../../storage/policy-expression";
 import { createBucketBody, createPolicyBody } from "../../storage/schemas";
-import { byName, defineSection, duplicateIssues, same, type Issue, type SectionContext, type SectionPlan, type Step } from "../section";
+import { byName, changeNotice, defineSection, duplicateIssues, same, type Issue, type SectionContext, type SectionPlan, type Step } from "../section";
 
 const policy = createPolicyBody.strict();
 const bucket = z
@@ -41,6 +41,7 @@ function policySteps(ctx: SectionContext, b: BucketRow, want: PolicyEntry[], hav
         section: "storage_policies",
         name: label,
         action: "updated",
+        notice: changeNotice(p, next),
         run: async () => {
           await storagePolicies.delete(b.id, ids.get(w.name)!);
           await storagePolicies.create(projectId, b.id, next);
@@ -98,7 +99,7 @@ export const storageSection = defineSection<Storage>({
         section: "storage_buckets",
         name: b.name,
         action: changed ? "updated" : "unchanged",
-        ...(changed ? { run: () => ctx.deps.buckets.update(ctx.project.id, b.name, next) } : {}),
+        ...(changed ? { notice: changeNotice(now, next), run: () => ctx.deps.buckets.update(ctx.project.id, b.name, next) } : {}),
       });
       if (w.policies) {
         const rows = await ctx.deps.storagePolicies.list(b.id);

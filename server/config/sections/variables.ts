@@ -52,6 +52,7 @@ export const variablesSection = defineSection({
         if (v.value === undefined) Object.assign(step, { action: "error", notice: `variable '${v.name}' does not exist and the manifest gives no value for it` });
         else Object.assign(step, { action: "created", run: () => variables.create(projectId, { name: v.name, value: v.value! }) });
       } else if (v.value !== undefined && v.value !== have) {
+        // No notice: the value is all that can change, and it is a credential (never shown).
         Object.assign(step, { action: "updated", run: () => variables.update(projectId, v.name, { value: v.value }) });
       }
       steps.push(step);
