@@ -11,6 +11,7 @@ import { healthArea } from "./health/area";
 import { keysArea } from "./keys/area";
 import { logsArea } from "./logs/area";
 import { metricsArea } from "./metrics/area";
+import { oauthArea } from "./oauth/area";
 import { locksArea } from "./locks/area";
 import type { Platform } from "./platform";
 import { projectsArea } from "./projects/area";
@@ -36,6 +37,7 @@ export const AREAS = [
   variablesArea,
   mailArea,
   endUsersArea,
+  oauthArea,
   databasesArea,
   logsArea,
   metricsArea,
