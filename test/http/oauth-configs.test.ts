@@ -1,10 +1,12 @@
 // OAuth provider configurations (admin): create/list/get/update/delete, masking, default scopes,
 // the device provider addressed by client_id, the redirect URL rules, the catalogue, credentials.
+import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { describe, expect, test } from "vitest";
-import { createProject, createToken, useKiln } from "../support/kiln";
+import { BUN, createProject, createToken, KILN, ROOT, useCli, useKiln } from "../support/kiln";
 
 const k = useKiln();
+const cli = useCli(k, { passToken: true });
 
 const secret = () => `GOCSPX-${randomBytes(18).toString("hex")}`;
 const configs = (p: string) => `/projects/${p}/oauth/configs`;
@@ -175,5 +177,48 @@ describe("provider configurations", () => {
     expect((await k.api("DELETE", `${configs(p.id)}/google`, { token: ro })).status).toBe(403);
     const other = await createProject(k);
     expect((await k.api("GET", configs(other.id), { token: full })).status).toBe(403);
+  });
+});
+
+describe("kiln auth oauth", () => {
+  test("configs create|list|get|update|delete and providers; the secret from standard input, masked in every output", async () => {
+    const p = await createProject(k);
+    const s = secret();
+    // --client-secret - reads the secret from standard input (kept out of shell history and ps).
+    const created = spawnSync(
+      BUN,
+      [KILN, "--url", k.url, "--token", k.token, "--json", "auth", "oauth", "configs", "create", "google", "--project", p.id, "--client-id", "web-client", "--client-secret", "-", "--redirect-url", callback("google")],
+      { cwd: ROOT, input: `${s}\n`, encoding: "utf8", env: { ...process.env, KILN_CONFIG_DIR: cli.configDir } },
+    );
+    expect(created.status, created.stderr).toBe(0);
+    const c = JSON.parse(created.stdout);
+    expect(c).toMatchObject({ provider: "google", client_id: "web-client", scopes: ["openid", "email", "profile"], client_secret: `${s.slice(0, 4)}…${s.slice(-4)}` });
+    expect(cli.json("auth", "oauth", "configs", "create", "device", "--project", p.id, "--client-id", "tv")).toMatchObject({ provider: "device", client_id: "tv" });
+
+    const list = cli.run("auth", "oauth", "configs", "list", "--project", p.id);
+    expect(list.code).toBe(0);
+    expect(list.out).toMatch(/PROVIDER\s+CLIENT_ID/);
+    expect(list.out).toContain("web-client");
+    expect(list.out).not.toContain(s);
+    expect(cli.json("auth", "oauth", "configs", "get", "google", "--project", p.id).client_secret).toBe(c.client_secret);
+    const human = cli.run("auth", "oauth", "configs", "get", "google", "--project", p.id);
+    expect(human.out).not.toContain(s);
+
+    const upd = cli.json("auth", "oauth", "configs", "update", "google", "--project", p.id, "--enabled", "false", "--scopes", "openid,email");
+    expect(upd).toMatchObject({ enabled: false, scopes: ["openid", "email"], client_id: "web-client" });
+    expect(cli.json("auth", "oauth", "configs", "update", "device", "--project", p.id, "--device-client", "tv", "--client-id", "tv2")).toMatchObject({ client_id: "tv2" });
+    const bad = cli.run("--json", "auth", "oauth", "configs", "update", "device", "--project", p.id, "--device-client", "tv2", "--scopes", "x");
+    expect(bad.code).not.toBe(0);
+    const e = JSON.parse(bad.err.trim());
+    expect(e.status).toBe(400);
+    expect(e.error).toContain("a device client takes only client_id and enabled; not scopes");
+
+    expect(cli.json("auth", "oauth", "configs", "delete", "device", "--project", p.id, "--device-client", "tv2")).toEqual({ deleted: "device", client_id: "tv2" });
+    expect(cli.json("auth", "oauth", "configs", "delete", "google", "--project", p.id)).toEqual({ deleted: "google" });
+    expect(cli.json("auth", "oauth", "configs", "list", "--project", p.id)).toEqual({ configs: [] });
+
+    const providers = cli.json("auth", "oauth", "providers", "--project", p.id);
+    expect(providers.providers.find((x: any) => x.id === "microsoft").default_scopes).toEqual(["openid", "email", "profile"]);
+    expect(cli.run("auth", "oauth", "providers", "--project", p.id).out).toMatch(/github\s+GitHub\s+read:user user:email/);
   });
 });
