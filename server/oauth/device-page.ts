@@ -1,6 +1,7 @@
 import { PROVIDERS, type ProviderId } from "./providers";
 
-const esc = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+const ENTITIES: Record<string, string> = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+const esc = (s: string) => s.replace(/[&<>"']/g, (c) => ENTITIES[c]!);
 const STYLE = `body{font:16px system-ui,sans-serif;max-width:28rem;margin:4rem auto;padding:0 1rem}input,button,a.button{font:inherit;padding:.5rem;width:100%;box-sizing:border-box;margin:.25rem 0;display:block;text-align:center}code{font-size:1.4rem;letter-spacing:.1em}#msg{margin-top:1rem}.row{display:flex;gap:.5rem}`;
 
 function page(title: string, body: string): string {
