@@ -25,7 +25,7 @@ function loadOidcProvider(): Promise<OidcModule> {
     const nodeCrypto = (await import("node:crypto")).default as unknown as Record<string, unknown>;
     if (nodeCrypto.pseudoRandomBytes !== nodeCrypto.randomBytes) {
       try {
-        nodeCrypto.pseudoRandomBytes = nodeCrypto.randomBytes;
+        Object.defineProperty(nodeCrypto, "pseudoRandomBytes", { value: nodeCrypto.randomBytes, writable: true, configurable: true });
       } catch {
         // read-only here: the warning stays, nothing else changes
       }
