@@ -5,6 +5,7 @@ import { databasesArea } from "./databases/area";
 import { deploymentsArea } from "./deployments/area";
 import { durableArea } from "./durable/area";
 import { mailArea } from "./emulators/area";
+import { oauthEmulatorsArea } from "./emulators/oauth-area";
 import { endUsersArea } from "./end-users/area";
 import { functionsArea } from "./functions/area";
 import { healthArea } from "./health/area";
@@ -36,6 +37,7 @@ export const AREAS = [
   keysArea,
   variablesArea,
   mailArea,
+  oauthEmulatorsArea,
   endUsersArea,
   oauthArea,
   databasesArea,

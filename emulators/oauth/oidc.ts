@@ -25,7 +25,7 @@ function loadOidcProvider(): Promise<OidcModule> {
     const nodeCrypto = (await import("node:crypto")).default as unknown as Record<string, unknown>;
     if (nodeCrypto.pseudoRandomBytes !== nodeCrypto.randomBytes) {
       try {
-        nodeCrypto.pseudoRandomBytes = nodeCrypto.randomBytes;
+        Object.defineProperty(nodeCrypto, "pseudoRandomBytes", { value: nodeCrypto.randomBytes, writable: true, configurable: true });
       } catch {
         // read-only here: the warning stays, nothing else changes
       }
@@ -220,7 +220,7 @@ export class OidcProviders {
     return provider;
   }
 
-  private claimsOf(kind: OidcProviderKind, sub: string, i: TestIdentity, grantId: string | undefined): Record<string, unknown> {
+  private claimsOf(kind: OidcProviderKind, sub: string, i: TestIdentity, grantId: string | undefined): { sub: string; [claim: string]: unknown } {
     const [given, ...family] = i.name.split(" ");
     const picture = i.picture ?? undefined;
     switch (kind) {
@@ -251,7 +251,7 @@ export class OidcProviders {
     }
     const rest = (m![2] || "/") + (m![3] ?? "");
     const interaction = /^\/interaction\/([\w-]+)(\/login|\/deny)?$/.exec(m![2] ?? "");
-    if (interaction) return this.interaction(kind, provider, req, res, interaction[2]?.slice(1) ?? "");
+    if (interaction) return this.interaction(kind, provider, req, res, (interaction[2]?.slice(1) ?? "") as "" | "login" | "deny");
     // Mounted the Express way: oidc-provider builds its URLs from originalUrl less url (or baseUrl).
     Object.assign(req, { originalUrl: url, baseUrl: `${OAUTH_EMULATOR_MOUNT}/${kind}` });
     req.url = rest;

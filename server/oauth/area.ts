@@ -25,10 +25,9 @@ export const oauthArea = defineArea({
   secrets: [{ table: "oauth_configs", key: "id", column: "client_secret" }],
   start: ({ store, clock, config, secretKey, address, endUsers, authConfig }: Needs) => {
     const now = () => clock.now();
-    // The embedded profile (one developer's machine) signs in against the local emulators unless a
-    // config names a real provider; the production profile uses the real providers.
-    const production = Boolean(config.databaseUrl || config.postgresUrl);
-    const oauthConfigs = new OAuthConfigsService(store, now, secretKey, !production);
+    // Where Kiln serves the provider emulators (the embedded profile by default; KILN_OAUTH_EMULATORS),
+    // a config without an issuer signs in against them; elsewhere against the real provider.
+    const oauthConfigs = new OAuthConfigsService(store, now, secretKey, config.oauthEmulators);
     const client = new ProviderClient(
       () => address.publicUrl(),
       (cfg) => oauthConfigs.usesEmulator(cfg.provider, cfg.issuer),

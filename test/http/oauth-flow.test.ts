@@ -2,8 +2,8 @@
 // provider → callback → code → exchange; the JSON callback; linking; the device flow; every error row.
 import { createRemoteJWKSet, jwtVerify } from "jose";
 import { describe, expect, test } from "vitest";
-import { createProject, useKiln } from "../support/kiln";
-import { follow, useOAuthEmulators } from "../support/oauth";
+import { createProject, STORE, useKiln } from "../support/kiln";
+import { follow, useOAuthEmulators } from "../support/oauth-signin";
 
 const k = useKiln({ args: ["--controllable-clock"] });
 const E = useOAuthEmulators();
@@ -42,7 +42,7 @@ function as(kind: Kind, who: { email: string; name?: string; picture?: string | 
 async function signInCode(a: { anon: string }, kind: Kind, who: { email: string; name?: string; email_verified?: boolean }, q: Record<string, string> = {}) {
   as(kind, who);
   const f = await follow(authorizeUrl(a, kind, { redirect_url: APP, ...q }), APP);
-  if (!f.location) throw new Error(`sign-in ended at ${f.response.status} ${JSON.stringify(f.body)}`);
+  if (!f.location) throw new Error(`sign-in ended at ${f.response?.status} ${JSON.stringify(f.body)}`);
   const u = new URL(f.location);
   return { url: u, code: u.searchParams.get("code")! };
 }
@@ -446,5 +446,37 @@ describe("device flow (RFC 8628)", () => {
     expect(back.searchParams.get("client_state")).toBe(d.body.user_code);
     const r = await exchange(a, back.searchParams.get("code")!, `${k.url}/auth/device`);
     expect(r.status).toBe(201);
+  });
+});
+
+describe("the emulators by default", () => {
+  test("a config without an issuer signs in against Kiln's own emulators where Kiln serves them (embedded), else names the real provider; identities over HTTP", async () => {
+    const p = await createProject(k);
+    const anon = (await k.api("GET", `/projects/${p.id}/anon-keys`)).body.data[0].key as string;
+    const c = await k.api("POST", `/projects/${p.id}/oauth/configs`, {
+      body: { provider: "google", client_id: "web", client_secret: "a-secret-of-some-length", redirect_url: `${k.url}/auth/oauth/google/callback` },
+    });
+    expect(c.status).toBe(201);
+    const withIssuer = await k.api("POST", `/projects/${p.id}/oauth/configs`, {
+      body: { provider: "github", client_id: "web", client_secret: "a-secret-of-some-length", redirect_url: `${k.url}/auth/oauth/github/callback`, issuer: "https://github.com" },
+    });
+    expect(withIssuer.body).toMatchObject({ issuer: "https://github.com", uses: "provider" });
+    if (STORE === "postgres") {
+      // The production profile serves no emulators (anyone could sign in as anyone): the real Google.
+      expect(c.body).toMatchObject({ issuer: null, uses: "provider" });
+      return;
+    }
+    expect(c.body).toMatchObject({ issuer: null, uses: "emulator" });
+    const who = { email: email("kiln-emulator"), name: "Grace Hopper" };
+    expect((await k.api("POST", "/_emulators/oauth/google/next", { token: null, body: who })).status).toBe(200);
+    const start = await fetch(`${k.url}/auth/oauth/google/authorize?anon_key=${anon}`, { redirect: "manual" });
+    expect(start.headers.get("location")).toMatch(new RegExp(`^${k.url}/_emulators/oauth/google/auth\\?`));
+    const f = await follow(start.headers.get("location")!);
+    expect(f.response?.status).toBe(201);
+    expect(f.body.user).toMatchObject({ email: who.email, raw_user_meta_data: { name: "Grace Hopper", provider: "google", email_verified: true } });
+    // Back to the emulator after having pointed elsewhere: issuer null.
+    await k.api("PUT", `/projects/${p.id}/oauth/configs/google`, { body: { issuer: "https://accounts.google.com" } });
+    expect((await k.api("GET", `/projects/${p.id}/oauth/configs/google`)).body.uses).toBe("provider");
+    expect((await k.api("PUT", `/projects/${p.id}/oauth/configs/google`, { body: { issuer: null } })).body.uses).toBe("emulator");
   });
 });
