@@ -1,8 +1,10 @@
 // End-user OAuth sign-in against the local provider emulators, over plain HTTP: authorize →
 // provider → callback → code → exchange; the JSON callback; linking; the device flow; every error row.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { createRemoteJWKSet, jwtVerify } from "jose";
 import { describe, expect, test } from "vitest";
-import { createProject, STORE, useKiln } from "../support/kiln";
+import { createProject, ROOT, STORE, useKiln } from "../support/kiln";
 import { follow, useOAuthEmulators } from "../support/oauth-signin";
 
 const k = useKiln({ args: ["--controllable-clock"] });
@@ -478,5 +480,30 @@ describe("the emulators by default", () => {
     await k.api("PUT", `/projects/${p.id}/oauth/configs/google`, { body: { issuer: "https://accounts.google.com" } });
     expect((await k.api("GET", `/projects/${p.id}/oauth/configs/google`)).body.uses).toBe("provider");
     expect((await k.api("PUT", `/projects/${p.id}/oauth/configs/google`, { body: { issuer: null } })).body.uses).toBe("emulator");
+  });
+});
+
+describe("docs/auth.md", () => {
+  // The snippet as the docs show it, run against this Kiln (its emulators: the embedded profile).
+  test.skipIf(STORE === "postgres")("the vitest snippet that signs a test user in with Google runs as written", async () => {
+    const doc = readFileSync(join(ROOT, "docs/auth.md"), "utf8");
+    const block = /<!-- oauth-signin-snippet[^>]*-->\n```ts\n([\s\S]*?)```/.exec(doc)?.[1];
+    expect(block).toBeTruthy();
+    const p = await createProject(k);
+    const anon = (await k.api("GET", `/projects/${p.id}/anon-keys`)).body.data[0].key as string;
+    expect(
+      (await k.api("POST", `/projects/${p.id}/oauth/configs`, {
+        body: { provider: "google", client_id: "my-app", client_secret: "dev-secret-1234", redirect_url: `${k.url}/auth/oauth/google/callback` },
+      })).status,
+    ).toBe(201);
+    await k.api("PATCH", `/auth/config?project_id=${p.id}`, { body: { allowed_redirect_urls: ["http://localhost:3000/auth/callback"] } });
+    const js = new Bun.Transpiler({ loader: "ts" }).transformSync(block!.replace(/^import .*$/m, ""));
+    const tests: Array<() => Promise<void>> = [];
+    const AsyncFunction = Object.getPrototypeOf(async () => {}).constructor;
+    await new AsyncFunction("test", "expect", "process", js)((_: string, fn: () => Promise<void>) => tests.push(fn), expect, { env: { KILN_URL: k.url, KILN_ANON_KEY: anon } });
+    expect(tests).toHaveLength(1);
+    await tests[0]!();
+    const users = await k.api("GET", `/projects/${p.id}/users`);
+    expect(users.body.data.map((u: any) => u.email)).toEqual(["ada@example.com"]);
   });
 });
