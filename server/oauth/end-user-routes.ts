@@ -1,6 +1,7 @@
+import { readBodyText } from "../http/body";
 import { errorSchema } from "../http/common-schemas";
-import { reply, type AreaRouter } from "../http/route";
-import type { OAuthFlowService } from "./flow";
+import { parseInput, reply, type AreaRouter } from "../http/route";
+import type { CallbackOutcome, OAuthFlowService } from "./flow";
 import {
   authorizationUrlSchema,
   authorizeQuery,
@@ -42,6 +43,20 @@ export function oauthEndUserRoutes(r: AreaRouter<OAuthEndUserRouteDeps>): void {
     },
   });
 
+  const callbackResponses = {
+    200: { description: "signed in (an existing user), or a provider linked", schema: authTokenResponseSchema.or(linkedProviderSchema) },
+    201: { description: "signed up: a new user", schema: authTokenResponseSchema },
+    303: { description: "to the redirect URL with ?code= (or ?error=), and client_state" },
+    ...errors,
+    409: errorSchema,
+    502: errorSchema,
+  };
+  const answer = (out: CallbackOutcome) => {
+    if (out.kind === "redirect") return redirect(303, out.location);
+    if (out.kind === "linked") return reply.ok(out.linked);
+    return { status: out.created ? 201 : 200, body: out.tokens, headers: { "Cache-Control": "no-store" } };
+  };
+
   r.add({
     method: "GET",
     path: "/auth/oauth/{provider}/callback",
@@ -50,19 +65,21 @@ export function oauthEndUserRoutes(r: AreaRouter<OAuthEndUserRouteDeps>): void {
     auth: { kind: "none" },
     params: endUserProviderParams,
     query: callbackQuery,
-    responses: {
-      200: { description: "signed in (an existing user), or a provider linked", schema: authTokenResponseSchema.or(linkedProviderSchema) },
-      201: { description: "signed up: a new user", schema: authTokenResponseSchema },
-      303: { description: "to the redirect URL with ?code= (or ?error=), and client_state" },
-      ...errors,
-      409: errorSchema,
-      502: errorSchema,
-    },
-    handler: async ({ deps, params, query }) => {
-      const out = await deps.oauthFlow.callback(params.provider, query);
-      if (out.kind === "redirect") return redirect(303, out.location);
-      if (out.kind === "linked") return reply.ok(out.linked);
-      return { status: out.created ? 201 : 200, body: out.tokens, headers: { "Cache-Control": "no-store" } };
+    responses: callbackResponses,
+    handler: async ({ deps, params, query }) => answer(await deps.oauthFlow.callback(params.provider, query)),
+  });
+
+  r.add({
+    method: "POST",
+    path: "/auth/oauth/{provider}/callback",
+    tag,
+    summary: "The callback as a form post (response_mode=form_post, which Apple uses): fields code, state, error, user",
+    auth: { kind: "none" },
+    params: endUserProviderParams,
+    responses: callbackResponses,
+    handler: async ({ deps, params, request, bodyLimit }) => {
+      const form = Object.fromEntries(new URLSearchParams(await readBodyText(request, bodyLimit)));
+      return answer(await deps.oauthFlow.callback(params.provider, parseInput(callbackQuery, form, "body")));
     },
   });
 

@@ -119,7 +119,7 @@ export class OAuthFlowService {
     return row;
   }
 
-  async callback(provider: string, q: { code?: string; state?: string; error?: string; error_description?: string }): Promise<CallbackOutcome> {
+  async callback(provider: string, q: { code?: string; state?: string; error?: string; error_description?: string; user?: string }): Promise<CallbackOutcome> {
     if (!q.state) throw badRequest("missing state");
     const st = await this.spendState(provider, q.state);
     const projectId: string = st.project_id;
@@ -137,6 +137,8 @@ export class OAuthFlowService {
     if (!q.code) throw badRequest("missing code");
     const cfg = await this.usableConfig(projectId, provider);
     const identity = await this.d.client.identity(cfg, q.code, { codeVerifier: st.code_verifier, nonce: st.nonce });
+    // Apple puts the person's name in the form it posts (first authorization only), not in the id_token.
+    if (!identity.name && q.user) identity.name = appleName(q.user);
 
     if (st.purpose === "link") {
       const linked = await this.link(projectId, st.user_id, identity);
@@ -255,6 +257,16 @@ export class OAuthFlowService {
 
   async removeAll(projectId: string): Promise<void> {
     for (const t of ["oauth_states", "oauth_codes", "oauth_device_codes", "oauth_identities"]) await this.d.store.query(`delete from ${t} where project_id = $1`, [projectId]);
+  }
+}
+
+/** `{"name": {"firstName", "lastName"}, "email"}`, as Apple posts it; null when it says no name. */
+function appleName(user: string): string | null {
+  try {
+    const u = JSON.parse(user) as { name?: { firstName?: string; lastName?: string } };
+    return [u.name?.firstName, u.name?.lastName].filter((x) => typeof x === "string" && x).join(" ") || null;
+  } catch {
+    return null;
   }
 }
 

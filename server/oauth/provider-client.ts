@@ -87,6 +87,8 @@ export class ProviderClient {
     u.searchParams.set("code_challenge", await s256(p.codeVerifier));
     u.searchParams.set("code_challenge_method", "S256");
     if (ep.protocol === "oidc") u.searchParams.set("nonce", p.nonce);
+    // Apple requires form_post when name or email is asked for: it POSTs the callback (a form).
+    if (cfg.provider === "apple") u.searchParams.set("response_mode", "form_post");
     return u.toString();
   }
 

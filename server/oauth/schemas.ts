@@ -85,6 +85,7 @@ export const callbackQuery = z.object({
   state: z.string().optional(),
   error: z.string().optional(),
   error_description: z.string().optional(),
+  user: z.string().max(4096).optional().describe("Apple's form_post: the person's name, on the first authorization"),
 });
 export const exchangeBody = z.object({ code: z.string().min(1), redirect_url: z.string().min(1) });
 export const linkQuery = z.object({ redirect_url: z.string().optional() });

@@ -136,6 +136,27 @@ describe("sign-in without a redirect URL: the callback answers JSON", () => {
   });
 });
 
+describe("Apple's form_post", () => {
+  test("apple is asked with response_mode=form_post and its callback is a form POST; the POST callback takes the same rules", async () => {
+    const a = await app(["apple"]);
+    const r = await fetch(authorizeUrl(a, "apple"), { redirect: "manual" });
+    const to = new URL(r.headers.get("location")!);
+    expect(to.searchParams.get("response_mode")).toBe("form_post");
+    expect(to.searchParams.get("scope")).toBe("openid email name");
+    const post = (form: Record<string, string>) =>
+      fetch(`${k.url}/auth/oauth/apple/callback`, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded" }, body: new URLSearchParams(form) });
+    const missing = await post({ code: "x" });
+    expect(missing.status).toBe(400);
+    expect(await missing.json()).toEqual({ error: "missing state" });
+    expect((await post({ code: "x", state: "made-up" })).status).toBe(400);
+    // The whole flow, the emulator's auto-posting page included (follow posts it as a browser would).
+    as("apple", { email: email("apple") });
+    const f = await follow(to.toString());
+    expect(f.response?.status).toBe(201);
+    expect(f.response?.url).toBe(`${k.url}/auth/oauth/apple/callback`);
+  });
+});
+
 describe("error rows", () => {
   test("an email that already exists from password sign-up → 409 (sign in, then link), at the callback and at the exchange", async () => {
     const a = await app();

@@ -42,13 +42,20 @@ export interface Followed {
 export async function follow(start: string, stopAt?: string, maxHops = 20): Promise<Followed> {
   const jars = new Map<string, CookieJar>();
   let url = start;
+  let form: URLSearchParams | undefined;
   for (let hop = 0; hop < maxHops; hop++) {
     if (stopAt && url.startsWith(stopAt)) return { location: url };
     const u = new URL(url);
     if (!jars.has(u.host)) jars.set(u.host, new CookieJar());
     const jar = jars.get(u.host)!;
-    const res = await fetch(url, { redirect: "manual", headers: { cookie: jar.header() } });
+    const res = await fetch(url, {
+      method: form ? "POST" : "GET",
+      body: form,
+      redirect: "manual",
+      headers: { cookie: jar.header(), ...(form ? { "content-type": "application/x-www-form-urlencoded" } : {}) },
+    });
     jar.take(res);
+    form = undefined;
     const location = res.headers.get("location");
     if (res.status >= 300 && res.status < 400 && location) {
       await res.arrayBuffer();
@@ -56,6 +63,13 @@ export async function follow(start: string, stopAt?: string, maxHops = 20): Prom
       continue;
     }
     const text = await res.text();
+    // response_mode=form_post (Apple): a page whose script posts a form of hidden fields; post it.
+    const post = res.ok ? autoPostForm(text) : null;
+    if (post) {
+      url = new URL(post.action, url).toString();
+      form = post.fields;
+      continue;
+    }
     let body: any = text;
     try {
       body = JSON.parse(text);
@@ -63,4 +77,21 @@ export async function follow(start: string, stopAt?: string, maxHops = 20): Prom
     return { response: res, body };
   }
   throw new Error(`more than ${maxHops} redirects from ${start}`);
+}
+
+const unescape = (s: string) => s.replace(/&quot;/g, '"').replace(/&#39;|&#x27;/g, "'").replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&amp;/g, "&");
+
+/** The form a form_post page submits by script: its action and hidden fields. */
+function autoPostForm(html: string): { action: string; fields: URLSearchParams } | null {
+  const f = /<form\b[^>]*>/i.exec(html)?.[0];
+  if (!f || !/method=["']?post/i.test(f) || !/\.submit\(\)/.test(html)) return null;
+  const action = /action=["']([^"']+)["']/i.exec(f)?.[1];
+  if (!action) return null;
+  const fields = new URLSearchParams();
+  for (const m of html.matchAll(/<input\b[^>]*>/gi)) {
+    const name = /name=["']([^"']+)["']/i.exec(m[0])?.[1];
+    const value = /value=["']([^"']*)["']/i.exec(m[0])?.[1];
+    if (name) fields.set(unescape(name), unescape(value ?? ""));
+  }
+  return { action: unescape(action), fields };
 }
