@@ -7,7 +7,7 @@ import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { describe, expect, test } from "vitest";
 import { BUN, KILN, ROOT, startKiln, STORE, useKiln } from "../support/kiln";
-import { CookieJar, followRedirects, relyingParty } from "../support/oauth";
+import { followRedirects, relyingParty } from "../support/oauth-relying-party";
 
 // The postgres project runs the production profile, where the emulators are off unless asked for.
 const k = useKiln({ env: { KILN_OAUTH_EMULATORS: "on" } });
