@@ -194,7 +194,7 @@ export class OidcProviders {
       clients: [],
       jwks: { keys: [jwk as never] },
       // Three providers share one host: each its own cookie names, so one's session never shadows another's.
-      cookies: { keys: [randomBytes(32).toString("hex")], names: { session: `_${kind}_session`, interaction: `_${kind}_interaction`, resume: `_${kind}_resume`, state: `_${kind}_state` } },
+      cookies: { keys: [randomBytes(32).toString("hex")], names: { session: `_${kind}_session`, interaction: `_${kind}_interaction`, resume: `_${kind}_resume` } },
       claims: CLAIMS[kind],
       scopes: SCOPES[kind],
       // The code flow's id_token carries the scopes' claims too (Google's, Microsoft's and Apple's do).
