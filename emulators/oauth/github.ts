@@ -110,6 +110,7 @@ export class GithubEmulator {
         error_uri: "https://docs.github.com/apps/managing-oauth-apps/troubleshooting-authorization-request-errors/#access-denied",
       });
     const code = randomBytes(10).toString("hex");
+    for (const [c, p] of this.codes) if (p.expiresAt < Date.now()) this.codes.delete(c);
     this.codes.set(code, {
       clientId: fields.client_id!,
       redirectUri: fields.redirect_uri!,

@@ -127,6 +127,7 @@ export class OidcProviders {
     const mount = new URL(issuer).pathname;
     const registry = this.deps.clients[kind];
     const store = new Map<string, Stored>();
+    let writes = 0;
     const self = this;
 
     // oidc-provider's storage: in memory, and clients from the registry (registered on first use).
@@ -136,6 +137,8 @@ export class OidcProviders {
         return `${this.model}:${id}`;
       }
       async upsert(id: string, payload: Record<string, unknown>, expiresIn?: number) {
+        // Expired entries go when read, and in a sweep now and then: a long-running Kiln keeps no dead codes.
+        if (++writes % 500 === 0) for (const [k, v] of store) if (v.expiresAt !== null && v.expiresAt < Date.now()) store.delete(k);
         store.set(this.key(id), { payload, expiresAt: expiresIn ? Date.now() + expiresIn * 1000 : null });
       }
       async find(id: string) {
@@ -193,7 +196,8 @@ export class OidcProviders {
       adapter: Adapter as never,
       clients: [],
       jwks: { keys: [jwk as never] },
-      cookies: { keys: [randomBytes(32).toString("hex")] },
+      // Three providers share one host: each its own cookie names, so one's session never shadows another's.
+      cookies: { keys: [randomBytes(32).toString("hex")], names: { session: `_${kind}_session`, interaction: `_${kind}_interaction`, resume: `_${kind}_resume` } },
       claims: CLAIMS[kind],
       scopes: SCOPES[kind],
       // The code flow's id_token carries the scopes' claims too (Google's, Microsoft's and Apple's do).

@@ -12,9 +12,10 @@ import { oauthEmulatorRoutes, type OAuthEmulatorRouteDeps } from "./oauth-routes
  */
 export const oauthEmulatorsArea = defineArea({
   name: "oauth-emulators",
-  start: ({ config, address }: Pick<Platform, "config" | "address">): OAuthEmulatorRouteDeps => {
+  start: ({ config, address, log }: Pick<Platform, "config" | "address" | "log">): OAuthEmulatorRouteDeps => {
     if (!config.oauthEmulators) return { oauthEmulators: null };
     const oauthEmulators = createOAuthEmulators({ baseUrl: () => address.publicUrl() });
+    log.info("OAuth providers (google, microsoft, apple, github) at /_emulators/oauth");
     return { oauthEmulators };
   },
   routes: oauthEmulatorRoutes,

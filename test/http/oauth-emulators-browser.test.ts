@@ -8,7 +8,7 @@ import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { useBrowser } from "../support/browser";
 import { useKiln } from "../support/kiln";
-import { relyingParty } from "../support/oauth";
+import { relyingParty } from "../support/oauth-relying-party";
 
 const k = useKiln({ env: { KILN_OAUTH_EMULATORS: "on" } });
 const browser = useBrowser();

@@ -7,7 +7,7 @@ import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { describe, expect, test } from "vitest";
 import { BUN, KILN, ROOT, startKiln, STORE, useKiln } from "../support/kiln";
-import { CookieJar, followRedirects, relyingParty } from "../support/oauth";
+import { followRedirects, relyingParty } from "../support/oauth-relying-party";
 
 // The postgres project runs the production profile, where the emulators are off unless asked for.
 const k = useKiln({ env: { KILN_OAUTH_EMULATORS: "on" } });
@@ -198,6 +198,24 @@ describe.each(["google", "microsoft", "apple"] as const)("%s: OpenID Connect", (
     const { claims } = await rp.finish(done.callback!, s);
     expect(claims).toMatchObject({ email: typed, email_verified: false });
   });
+});
+
+test("apple: response_mode=form_post answers with a form that posts the code to the redirect URI", async () => {
+  const c = client();
+  const rp = await relyingParty(`${k.url}/_emulators/oauth/apple`, c);
+  await emu("/apple/next", json({ email: `form-${uniq()}@example.com`, client_id: c.client_id }));
+  // Apple's own scope list, without openid: the emulator adds it, as Apple always answers with an id_token.
+  const s = await rp.start("name email", { response_mode: "form_post" });
+  const { response } = await followRedirects(s.url, REDIRECT);
+  expect(response?.status).toBe(200);
+  const html = await response!.text();
+  expect(html).toContain(`action="${REDIRECT}"`);
+  const field = (name: string) => new RegExp(`name="${name}" value="([^"]+)"`).exec(html)?.[1];
+  expect(field("state")).toBe(s.state);
+  const callback = new URL(REDIRECT);
+  for (const name of ["code", "state", "iss"]) callback.searchParams.set(name, field(name)!.replace(/&#x2F;|&#47;/g, "/").replace(/&#x3A;|&#58;/g, ":"));
+  const { claims } = await rp.finish(callback, s);
+  expect(claims).toMatchObject({ iss: `${k.url}/_emulators/oauth/apple`, email_verified: true });
 });
 
 describe("github: OAuth app", () => {
