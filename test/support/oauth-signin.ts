@@ -4,7 +4,7 @@
 import { createOAuthEmulators } from "../../emulators/oauth/emulators";
 import type { OAuthEmulators } from "../../emulators/oauth/api";
 import { afterAll } from "vitest";
-import { CookieJar } from "./oauth";
+import { CookieJar } from "./oauth-relying-party";
 
 export interface TestEmulators {
   /** The emulators' base URL: issuers are `${url}/_emulators/oauth/<kind>`. */
