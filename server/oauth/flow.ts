@@ -227,6 +227,9 @@ export class OAuthFlowService {
     const domain = id.email.split("@").pop()!.toLowerCase();
     if (cfg.allowed_email_domains.length && !cfg.allowed_email_domains.includes(domain))
       throw forbidden(`email domain '${domain}' is not allowed for this project`);
+    // The user who started the link may have been deleted since.
+    const [user] = await this.d.store.query(`select 1 from auth_users where id = $1 and project_id = $2`, [userId, projectId]);
+    if (!user) throw notFound("user not found");
     const [owner] = await this.d.store.query(`select user_id from oauth_identities where project_id = $1 and provider = $2 and subject = $3`, [projectId, id.provider, id.subject]);
     if (owner) throw conflict(owner.user_id === userId ? `provider ${id.provider} is already linked to this user` : `this ${id.provider} account is linked to another user`);
     try {

@@ -371,6 +371,15 @@ describe("linking", () => {
     const f = await follow(link.body.authorization_url);
     expect(f.response?.status).toBe(409);
     expect(f.body.error).toBe("this google account is linked to another user");
+    // The user deleted while the link is at the provider: 404, not a half-made link.
+    const gone = await passwordUser(a);
+    const started = await k.api("POST", "/auth/oauth/google/link", { token: gone.token });
+    expect((await k.api("DELETE", `/projects/${a.id}/users/${gone.id}`)).status).toBe(204);
+    as("google", { email: email("orphan") });
+    const orphan = await follow(started.body.authorization_url);
+    expect(orphan.response?.status).toBe(404);
+    expect(orphan.body.error).toBe("user not found");
+
     await k.api("PUT", `/projects/${a.id}/oauth/configs/google`, { body: { enabled: false } });
     const off = await k.api("POST", "/auth/oauth/google/link", { token: u.token });
     expect(off.status).toBe(400);
