@@ -12,7 +12,7 @@ let idToken = "";
 const server = Bun.serve({
   hostname: "127.0.0.1",
   port: 0,
-  fetch(req) {
+  fetch(req): Response {
     const path = new URL(req.url).pathname;
     if (path === "/common/v2.0/.well-known/openid-configuration")
       return Response.json({
@@ -26,7 +26,7 @@ const server = Bun.serve({
     return new Response("no", { status: 404 });
   },
 });
-const base = `http://127.0.0.1:${server.port}`;
+const base: string = `http://127.0.0.1:${server.port}`;
 afterAll(() => server.stop(true));
 
 const cfg = (over: Partial<OAuthConfig> = {}): OAuthConfig => ({
