@@ -5,7 +5,7 @@ import type { KeysService } from "../keys/service";
 import type { Platform } from "../platform";
 import { OAuthConfigsService } from "./configs";
 import { DeviceFlowService } from "./device";
-import { deviceRoutes } from "./device-routes";
+import { deviceRoutes, hostedPageRoutes } from "./device-routes";
 import { oauthEndUserRoutes } from "./end-user-routes";
 import { OAuthFlowService } from "./flow";
 import { OAUTH_MIGRATIONS } from "./migrations";
@@ -15,7 +15,7 @@ import { oauthAdminRoutes } from "./routes";
 type Needs = Pick<Platform, "store" | "clock" | "log" | "config" | "secretKey" | "address"> & { endUsers: EndUsersService; authConfig: AuthConfigService; keys: KeysService };
 
 /** Kiln's own pages a sign-in may return to besides the project's allowed redirect URLs. */
-export const MANAGED_PAGES = ["/auth/device"];
+export const MANAGED_PAGES = ["/auth/device", "/auth/oauth/hosted"];
 
 /** End-user sign-in through OAuth providers: provider configs, the redirect flow, linking, the device flow. */
 export const oauthArea = defineArea({
@@ -48,6 +48,7 @@ export const oauthArea = defineArea({
     oauthAdminRoutes(r);
     oauthEndUserRoutes(r);
     deviceRoutes(r);
+    hostedPageRoutes(r);
   },
   project: {
     cleanup: async (projectId, { oauthConfigs, oauthFlow }) => {

@@ -3,7 +3,8 @@ import type { KeysService } from "../keys/service";
 import { errorSchema } from "../http/common-schemas";
 import { reply, type AreaRouter } from "../http/route";
 import type { OAuthConfigsService } from "./configs";
-import { deviceApprovalPage, deviceCodeEntryPage } from "./device-page";
+import type { OAuthFlowService } from "./flow";
+import { deviceApprovalPage, deviceCodeEntryPage, hostedSignInPage } from "./pages";
 import { DEVICE_GRANT_TYPE, type DeviceFlowService } from "./device";
 import { PROVIDER_IDS, type ProviderId } from "./providers";
 import { authTokenResponseSchema } from "./schemas";
@@ -26,11 +27,19 @@ const deviceTokenBody = z.object({
 });
 const verifyBody = z.object({ user_code: z.string().min(1).max(32), action: z.enum(["approve", "deny"]) });
 const verifySchema = z.object({ user_code: z.string(), status: z.enum(["approved", "denied"]) });
+const hostedQuery = z.object({
+  anon_key: z.string().min(1, "anon_key is required"),
+  redirect_url: z.string().optional().describe("the app's page the sign-ins return to (an allowed redirect URL); omit to come back here"),
+  code: z.string().optional(),
+  client_state: z.string().optional(),
+  error: z.string().optional(),
+});
 const pageQuery = z.object({ user_code: z.string().max(32).optional(), code: z.string().optional(), client_state: z.string().optional(), error: z.string().optional() });
 const grantErrorSchema = { description: "RFC 8628 error: authorization_pending, slow_down, expired_token, access_denied, invalid_grant", schema: z.object({ error: z.string(), error_description: z.string().optional() }) };
 
 export interface DeviceRouteDeps {
   deviceFlow: DeviceFlowService;
+  oauthFlow: OAuthFlowService;
   oauthConfigs: OAuthConfigsService;
   keys: KeysService;
   address: { publicUrl(): string };
@@ -96,6 +105,35 @@ export function deviceRoutes(r: AreaRouter<DeviceRouteDeps>): void {
           clientId: pending.clientId,
           anonKey: anon.key,
           selfUrl: `${deps.address.publicUrl()}/auth/device`,
+          providers: PROVIDER_IDS.filter((p): p is ProviderId => providers.includes(p)),
+          code: query.code,
+          error: query.error,
+        }),
+      );
+    },
+  });
+}
+
+/** Kiln's managed sign-in page (GET /auth/oauth/hosted). */
+export function hostedPageRoutes(r: AreaRouter<DeviceRouteDeps>): void {
+  r.add({
+    method: "GET",
+    path: "/auth/oauth/hosted",
+    tag: "End-user OAuth",
+    summary: "The managed sign-in page: a button per enabled provider, returning to redirect_url, or here (which then says who signed in)",
+    auth: { kind: "none" },
+    query: hostedQuery,
+    responses: { 200: { description: "HTML page", contentType: "text/html" }, 400: errorSchema, 401: errorSchema, 403: errorSchema },
+    handler: async ({ deps, guard, request, ip, query }) => {
+      const asBearer = new Request(request.url, { headers: { authorization: `Bearer ${query.anon_key}` } });
+      const { principal } = await guard.authorize({ kind: "anon" }, asBearer, {}, ip);
+      if (query.redirect_url !== undefined) await deps.oauthFlow.checkRedirect(principal.projectId, query.redirect_url);
+      const providers = (await deps.oauthConfigs.list(principal.projectId)).filter((c) => c.enabled && c.provider !== "device").map((c) => c.provider);
+      return html(
+        hostedSignInPage({
+          anonKey: query.anon_key,
+          selfUrl: `${deps.address.publicUrl()}/auth/oauth/hosted?anon_key=${encodeURIComponent(query.anon_key)}`,
+          redirectUrl: query.redirect_url,
           providers: PROVIDER_IDS.filter((p): p is ProviderId => providers.includes(p)),
           code: query.code,
           error: query.error,

@@ -65,7 +65,8 @@ export class OAuthFlowService {
     return cfg;
   }
 
-  private async checkRedirect(projectId: string, url: string): Promise<void> {
+  /** A redirect URL the project allows (exactly), or one of Kiln's managed pages; else 400. */
+  async checkRedirect(projectId: string, url: string): Promise<void> {
     if (this.d.isManagedPage(url)) return;
     const cfg = await this.d.authConfig.get(projectId);
     if (!cfg.allowed_redirect_urls.includes(url)) throw badRequest("redirect_url is not in the project's allowed_redirect_urls");

@@ -126,6 +126,21 @@ describe("OAuth sign-in through Kiln in Chromium", () => {
     await page.close();
   });
 
+  test("the managed sign-in page without a redirect_url: sign in with GitHub there, and it says who signed in", async () => {
+    const gh = `hosted-${uniq()}@example.com`;
+    await identity(gh, "Hosted Person");
+    const page = await (await browser.get()).page();
+    await page.goto(`${k.url}/auth/oauth/hosted?anon_key=${project.anon}`);
+    await page.click("#signin-github");
+    await page.click(`button[data-email="${gh}"]`);
+    await page.waitForURL((u) => u.pathname === "/auth/oauth/hosted");
+    await page.locator("#who").waitFor({ timeout: 30_000 });
+    await expect(page.locator("#who").textContent()).resolves.toBe(gh);
+    await expect(page.locator("#msg").textContent()).resolves.toContain("(a new account)");
+    expect(page.url()).not.toContain("code=");
+    await page.close();
+  });
+
   test("device flow: the managed device page, signing in with Google there, approving; the device's poll gets the session", async () => {
     const poll = (device_code: string) =>
       k.api("POST", "/auth/device/token", { token: project.anon, body: { grant_type: "urn:ietf:params:oauth:grant-type:device_code", device_code, client_id: "tv" } });

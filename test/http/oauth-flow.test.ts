@@ -513,6 +513,28 @@ describe("the emulators by default", () => {
   });
 });
 
+describe("the managed sign-in page", () => {
+  test("GET /auth/oauth/hosted: a button per enabled provider, returning to an allowed redirect_url or to the page; a redirect_url not allowed 400; a wrong anon key 401", async () => {
+    const a = await app(["google", "github"]);
+    await k.api("PUT", `/projects/${a.id}/oauth/configs/github`, { body: { enabled: false } });
+    const page = await fetch(`${k.url}/auth/oauth/hosted?anon_key=${a.anon}&redirect_url=${encodeURIComponent(APP)}`);
+    expect(page.status).toBe(200);
+    const html = await page.text();
+    expect(html).toContain(`href="/auth/oauth/google/authorize?anon_key=${encodeURIComponent(a.anon)}&amp;redirect_url=${encodeURIComponent(APP)}"`);
+    expect(html).not.toContain("signin-github");
+    const bad = await k.api("GET", `/auth/oauth/hosted?anon_key=${a.anon}&redirect_url=${encodeURIComponent("http://localhost:3000/elsewhere")}`, { token: null });
+    expect(bad.status).toBe(400);
+    expect((await k.api("GET", "/auth/oauth/hosted?anon_key=ak-wrong", { token: null })).status).toBe(401);
+    // Without redirect_url the buttons return to the page itself, a managed page: the flow takes it, and its code exchanges.
+    const self = `${k.url}/auth/oauth/hosted?anon_key=${encodeURIComponent(a.anon)}`;
+    expect(await (await fetch(self)).text()).toContain(`redirect_url=${encodeURIComponent(self)}`);
+    as("google", { email: email("hosted") });
+    const f = await follow(`${k.url}/auth/oauth/google/authorize?anon_key=${a.anon}&redirect_url=${encodeURIComponent(self)}`, `${self}&`);
+    const code = new URL(f.location!).searchParams.get("code")!;
+    expect((await exchange(a, code, self)).status).toBe(201);
+  });
+});
+
 describe("docs/auth.md", () => {
   // The snippet as the docs show it, run against this Kiln (its emulators: the embedded profile).
   test.skipIf(STORE === "postgres")("the vitest snippet that signs a test user in with Google runs as written", async () => {

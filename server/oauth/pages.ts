@@ -94,3 +94,45 @@ for (const action of ["approve", "deny"]) {
 </script>`,
   );
 }
+
+/**
+ * Kiln's managed sign-in page: a button per enabled provider. With the app's `redirect_url` the
+ * buttons start sign-ins that return to the app (with a code, as always); without one they return
+ * here, and the page spends the code and says who signed in (a way to try a project's providers by
+ * hand). Tokens are never shown.
+ */
+export function hostedSignInPage(o: { anonKey: string; selfUrl: string; redirectUrl?: string; providers: ProviderId[]; code?: string; error?: string }): string {
+  const back = o.redirectUrl ?? o.selfUrl;
+  const data = JSON.stringify({ anonKey: o.anonKey, selfUrl: o.selfUrl, code: o.redirectUrl ? null : (o.code ?? null) }).replace(/</g, "\\u003c");
+  const buttons = o.providers
+    .map((p) => {
+      const u = `/auth/oauth/${p}/authorize?anon_key=${encodeURIComponent(o.anonKey)}&redirect_url=${encodeURIComponent(back)}`;
+      return `<a class="button" id="signin-${p}" href="${esc(u)}">Sign in with ${esc(PROVIDERS[p].name)}</a>`;
+    })
+    .join("\n");
+  return page(
+    "Sign in",
+    `${o.error ? `<p role="alert" id="provider-error">The sign-in was not completed (${esc(o.error)}).</p>` : ""}
+<section id="signin"${o.code && !o.redirectUrl ? " hidden" : ""}>${buttons || "<p>This project has no sign-in provider enabled.</p>"}</section>
+<p id="msg" role="status"></p>
+<script>
+const { anonKey, selfUrl, code } = ${data};
+if (code) {
+  history.replaceState(null, "", selfUrl);
+  fetch("/auth/oauth/exchange", { method: "POST", headers: { "Content-Type": "application/json", Authorization: "Bearer " + anonKey }, body: JSON.stringify({ code, redirect_url: selfUrl }) })
+    .then(async (res) => {
+      const body = await res.json().catch(() => ({}));
+      if (!res.ok) {
+        document.getElementById("signin").hidden = false;
+        return (document.getElementById("msg").textContent = body.error || "The sign-in failed.");
+      }
+      const who = document.createElement("b");
+      who.id = "who";
+      who.textContent = body.user.email;
+      const msg = document.getElementById("msg");
+      msg.append("Signed in as ", who, res.status === 201 ? " (a new account)." : ".");
+    });
+}
+</script>`,
+  );
+}
