@@ -6,6 +6,7 @@ import { databasesArea } from "./databases/area";
 import { deploymentsArea } from "./deployments/area";
 import { durableArea } from "./durable/area";
 import { mailArea } from "./emulators/area";
+import { oauthEmulatorsArea } from "./emulators/oauth-area";
 import { endUsersArea } from "./end-users/area";
 import { functionsArea } from "./functions/area";
 import { healthArea } from "./health/area";
@@ -13,6 +14,7 @@ import { keysArea } from "./keys/area";
 import { logsArea } from "./logs/area";
 import { mcpArea } from "./mcp/area";
 import { metricsArea } from "./metrics/area";
+import { oauthArea } from "./oauth/area";
 import { locksArea } from "./locks/area";
 import type { Platform } from "./platform";
 import { projectsArea } from "./projects/area";
@@ -37,7 +39,9 @@ export const AREAS = [
   keysArea,
   variablesArea,
   mailArea,
+  oauthEmulatorsArea,
   endUsersArea,
+  oauthArea,
   databasesArea,
   logsArea,
   metricsArea,

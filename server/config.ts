@@ -38,6 +38,8 @@ export interface Config {
   mailCatcher: "open" | "token" | "off";
   /** SMTP port of the local mail catcher (0: a free one). */
   smtpPort: number;
+  /** Serve the local OAuth providers at /_emulators/oauth (KILN_OAUTH_EMULATORS=on|off; default on, off in the production profile). */
+  oauthEmulators: boolean;
   /** Base address for links in emails; default: the listening address. */
   publicUrl?: string;
   /** Production profile for managed databases: a PostgreSQL server that holds them. */
@@ -235,6 +237,7 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     mailFrom: env.KILN_MAIL_FROM || "Kiln <no-reply@kiln.localhost>",
     mailCatcher: mailCatcherOf(opts, env),
     smtpPort: Number(opts.smtpPort ?? env.KILN_SMTP_PORT ?? 0),
+    oauthEmulators: oauthEmulatorsOf(opts, env),
     publicUrl: (opts.publicUrl ?? env.KILN_PUBLIC_URL)?.replace(/\/+$/, "") || undefined,
   };
 }
@@ -252,6 +255,17 @@ function mailCatcherOf(opts: StartOptions, env: Record<string, string | undefine
   if (mode === "off" && !env.KILN_SMTP_URL)
     throw new Error("--mail-catcher off needs KILN_SMTP_URL: Kiln mails sign-up confirmations, email changes and password resets, and without the catcher they must go to a mail server");
   return mode;
+}
+
+/**
+ * KILN_OAUTH_EMULATORS: the local OAuth providers let anyone sign in as anyone, so a Kiln in the
+ * production profile (a shared server) serves them only when told to.
+ */
+function oauthEmulatorsOf(opts: StartOptions, env: Record<string, string | undefined>): boolean {
+  const production = Boolean(opts.databaseUrl || env.KILN_DATABASE_URL || opts.postgresUrl || env.KILN_POSTGRES_URL);
+  const given = (env.KILN_OAUTH_EMULATORS || "").toLowerCase();
+  if (given && !["on", "off", "1", "0", "true", "false"].includes(given)) throw new Error(`KILN_OAUTH_EMULATORS must be on or off, got "${env.KILN_OAUTH_EMULATORS}"`);
+  return given ? ["on", "1", "true"].includes(given) : !production;
 }
 
 /** `--s3-endpoint` (KILN_S3_ENDPOINT) with its bucket and credentials from the environment. */

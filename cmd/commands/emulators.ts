@@ -16,4 +16,21 @@ export function emulatorsCommand(program: Command): void {
       if (cmd.optsWithGlobals().json) console.log(JSON.stringify({ smtp: running.smtp, messages: `${running.url}/_emulators/mail` }));
       else console.log(`Mail catcher: SMTP on ${running.smtp}, messages at ${running.url}/_emulators/mail`);
     });
+  emulators
+    .command("oauth")
+    .description("run the local OAuth providers alone: google, microsoft and apple (OpenID Connect) and github")
+    .option("--port <n>", "HTTP port", "8026")
+    .option("--host <host>", "address to listen on", "127.0.0.1")
+    .action(async (o: { port: string; host: string }, cmd: Command) => {
+      const { serveOAuthEmulators } = await import("../../server/emulators/standalone-oauth");
+      const running = await serveOAuthEmulators({ host: o.host, port: Number(o.port) });
+      stopOnSignals(() => running.stop());
+      if (cmd.optsWithGlobals().json) {
+        console.log(JSON.stringify({ url: running.url, identities: `${running.url}/_emulators/oauth/identities`, providers: running.endpoints }));
+        return;
+      }
+      console.log(`OAuth emulators on ${running.url}/_emulators/oauth (identities API: ${running.url}/_emulators/oauth/identities)`);
+      for (const e of running.endpoints)
+        console.log(e.kind === "github" ? `  github     authorize ${e.authorization}  token ${e.token}  api ${e.base}` : `  ${e.kind.padEnd(10)} issuer ${e.issuer}`);
+    });
 }

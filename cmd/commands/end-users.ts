@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import { emptyLine, output, printObject, printTable } from "../output";
+import { oauthCommand } from "./oauth";
 import { act, csv, qs, requireProject, PROJECT_HELP } from "./shared";
 
 export function usersCommand(program: Command): void {
@@ -41,6 +42,7 @@ export function usersCommand(program: Command): void {
 
 export function authCommand(program: Command): void {
   const auth = program.command("auth").description("end-user authentication settings");
+  oauthCommand(auth);
   const config = auth.command("config").description("a project's auth settings");
   const path = (o: { project?: string }) => `/auth/config?project_id=${encodeURIComponent(requireProject(o))}`;
   config

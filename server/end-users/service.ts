@@ -147,6 +147,23 @@ export class EndUsersService {
     return this.startSession(projectId, row, cfg);
   }
 
+  // ---- other sign-in methods (OAuth, the device flow) ------------------------------------------
+
+  /** A user who signs in another way (no password), confirmed when the provider verified the email. 409 if the email is taken. */
+  async createExternalUser(projectId: string, input: { email: string; data: Record<string, unknown>; confirmed: boolean }): Promise<UserView> {
+    return userView(await this.insertUser(projectId, input));
+  }
+
+  /**
+   * A new session for a user another method has authenticated: the same token response, session and
+   * refresh rules as password sign-in. `created` users answer 201 where the route says so.
+   */
+  async startSessionFor(projectId: string, userId: string): Promise<TokenResponse> {
+    const row = await this.userRow(projectId, userId);
+    if (row.status !== "active") throw badRequest("this user cannot sign in");
+    return this.startSession(projectId, row, await this.d.config.get(projectId));
+  }
+
   // ---- sessions ------------------------------------------------------------------------------
 
   private async startSession(projectId: string, user: Row, cfg: AuthConfig): Promise<TokenResponse> {

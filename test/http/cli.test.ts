@@ -343,6 +343,7 @@ describe("kiln CLI: one grammar", () => {
     mail: ["mail", "--url", "http://127.0.0.1:9"],
     start: ["start", "--port", "notaport"],
     "emulators mail": ["emulators", "mail", "--port", "99999"],
+    "emulators oauth": ["emulators", "oauth", "--port", "99999"],
     doctor: ["doctor", "--docker-host", "unix:///nonexistent/kiln-test.sock"],
     "functions base-image": ["functions", "base-image", "--no-such-option"],
     "internal prepare-template": ["internal", "prepare-template", "--no-such-option"],

@@ -49,7 +49,8 @@ async function secretColumns(q: Query) {
   const variables = (await q(`select name, value from variables`)).map((r) => r.value as string);
   const passwords = [...(await q(`select client_password from databases`)), ...(await q(`select client_password from database_branches`))].map((r) => r.client_password as string);
   const jwks = (await q(`select jsonb_typeof(private_jwk) as type, private_jwk #>> '{}' as value from auth_signing_keys`)) as { type: string; value: string }[];
-  return { variables, passwords, jwks, all: [...variables, ...passwords, ...jwks.map((j) => j.value)] };
+  const oauth = (await q(`select client_secret from oauth_configs where client_secret is not null`)).map((r) => r.client_secret as string);
+  return { variables, passwords, jwks, oauth, all: [...variables, ...passwords, ...jwks.map((j) => j.value), ...oauth] };
 }
 
 const keyIdOf = (v: string) => /^kiln:v1:([0-9a-f]+):/.exec(v)?.[1] ?? null;
@@ -77,6 +78,8 @@ describe("secrets at rest", () => {
   let branchUrl: string;
   let accessToken: string;
   const user = { email: `u-${randomBytes(4).toString("hex")}@example.com`, password: "correct horse" };
+  const oauthSecret = `GOCSPX-${randomBytes(16).toString("hex")}`;
+  const masked = `${oauthSecret.slice(0, 4)}…${oauthSecret.slice(-4)}`;
 
   async function expectApiUnchanged(k: TestKiln) {
     const v = await k.api("GET", `/projects/${project.id}/variables/SECRET_VALUE`);
@@ -97,6 +100,8 @@ describe("secrets at rest", () => {
     expect(signin.status).toBe(200);
     const jwks = createRemoteJWKSet(new URL(`${k.url}/auth/jwks.json?project_id=${project.id}`));
     await jwtVerify(signin.body.access_token, jwks, { audience: "authenticated" });
+    // An OAuth client secret is read back (masked) from what the key decrypts.
+    expect((await k.api("GET", `/projects/${project.id}/oauth/configs/google`)).body.client_secret).toBe(masked);
   }
 
   test("variable values, database and branch passwords and signing keys are stored encrypted; the API returns what it did; a restart with the same key reads them", async () => {
@@ -119,6 +124,10 @@ describe("secrets at rest", () => {
       const signup = await k.api("POST", "/auth/signup", { token: anon, body: user });
       expect(signup.status).toBe(201);
       accessToken = signup.body.access_token;
+      const oauth = await k.api("POST", `/projects/${project.id}/oauth/configs`, {
+        body: { provider: "google", client_id: "web", client_secret: oauthSecret, redirect_url: `${k.url}/auth/oauth/google/callback` },
+      });
+      expect(oauth.status).toBe(201);
     } finally {
       expect(await k.stop()).toBe(0);
     }
@@ -127,11 +136,12 @@ describe("secrets at rest", () => {
     expect(stored.variables).toHaveLength(1);
     expect(stored.passwords).toHaveLength(2);
     expect(stored.jwks.length).toBeGreaterThanOrEqual(1);
+    expect(stored.oauth).toHaveLength(1);
     for (const j of stored.jwks) expect(j.type).toBe("string");
     for (const s of stored.all) expect(s).toMatch(/^kiln:v1:[0-9a-f]{12}:[A-Za-z0-9_-]+$/);
     expect(new Set(stored.all.map(keyIdOf)).size).toBe(1);
     // Nowhere in the store: the value, the passwords, a private key's "d".
-    for (const secret of [value, passwordOf(dbUrl), passwordOf(branchUrl)]) expect(everything).not.toContain(secret);
+    for (const secret of [value, passwordOf(dbUrl), passwordOf(branchUrl), oauthSecret]) expect(everything).not.toContain(secret);
     expect(everything).not.toMatch(/"d": ?"/);
 
     const again = await restart(base, { KILN_SECRET_KEY: KEY_A });
@@ -190,6 +200,7 @@ describe("secrets at rest", () => {
       await q(`update variables set value = $1`, [plainValue]);
       await q(`update databases set client_password = $1`, [password]);
       await q(`update database_branches set client_password = $1`, [passwordOf(branchUrl)]);
+      await q(`update oauth_configs set client_secret = $1`, [oauthSecret]);
       kid = (await q(`select kid from auth_signing_keys where project_id = $1 and rotated_at is null`, [project.id]))[0]!.kid;
       await q(`update auth_signing_keys set private_jwk = $2::text::jsonb, public_jwk = $3::text::jsonb where kid = $1`, [
         kid,
@@ -207,12 +218,13 @@ describe("secrets at rest", () => {
       expect(signin.status).toBe(200);
       const { protectedHeader } = await jwtVerify(signin.body.access_token, await importJWK(pub, "ES256"), { audience: "authenticated" });
       expect(protectedHeader.kid).toBe(kid);
+      expect((await k.api("GET", `/projects/${project.id}/oauth/configs/google`)).body.client_secret).toBe(masked);
     } finally {
       expect(await k.stop()).toBe(0);
     }
     const { stored, everything } = await withStore(base, async (q) => ({ stored: await secretColumns(q), everything: await dump(q) }));
     for (const s of stored.all) expect(s).toMatch(/^kiln:v1:[0-9a-f]{12}:/);
-    for (const secret of [plainValue, password, passwordOf(branchUrl)]) expect(everything).not.toContain(secret);
+    for (const secret of [plainValue, password, passwordOf(branchUrl), oauthSecret]) expect(everything).not.toContain(secret);
     expect(everything).not.toMatch(/"d": ?"/);
     // Once encrypted, a second start has nothing left to encrypt and reads the same.
     const again = await restart(base, { KILN_SECRET_KEY: KEY_B });
