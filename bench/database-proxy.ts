@@ -10,7 +10,7 @@
 // Run: npm run bench:database-proxy   (PGBENCH_SECONDS=5, ROUNDS=3 by default; needs pgbench,
 // PostgreSQL 15's server binaries and pgbouncer: apt-get install postgresql-15 pgbouncer)
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { chownSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chownSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -40,6 +40,12 @@ function freePort(): Promise<number> {
       srv.close(() => resolve(port));
     });
   });
+}
+
+/** CPU seconds (user + system) a process has used so far. */
+function cpuSeconds(pid: number): number {
+  const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+  return (Number(f[11]) + Number(f[12])) / 100; // utime, stime in clock ticks (USER_HZ 100)
 }
 
 function pgbench(url: URL, args: string[]): number {
@@ -82,7 +88,7 @@ async function startPgBouncer(server: URL, database: string, user: string, passw
     for (const f of [dir, join(dir, "userlist.txt"), join(dir, "pgbouncer.ini")]) chownSync(f, uid, gid);
   }
   const bin = Bun.which("pgbouncer") ?? "/usr/sbin/pgbouncer";
-  const proc = spawn(bin, [...(root ? ["-u", "postgres"] : []), join(dir, "pgbouncer.ini")], { stdio: ["ignore", "ignore", "inherit"] });
+  const proc = spawn(bin, [...(root ? ["-u", "postgres"] : []), join(dir, "pgbouncer.ini")], { stdio: "ignore" });
   for (let i = 0; i < 100; i++) {
     const ok = await new Promise<boolean>((r) => {
       const s = Bun.connect({ hostname: "127.0.0.1", port, socket: { open: (s) => (s.end(), r(true)), data() {}, error: () => r(false), connectError: () => r(false) } }).catch(() => r(false));
@@ -141,15 +147,33 @@ try {
   if (init.status !== 0) throw new Error(`pgbench -i: ${init.stderr}`);
 
   const base = ["-c", String(CLIENTS), "-j", "2", "-M", "prepared", "-T", String(SECONDS)];
-  const workloads = { tpcb: base, select: ["-S", ...base] } as const;
+  // WORKLOADS=select (or tpcb) runs only that one; an idle interval first gives Kiln's own idle CPU.
+  const workloads = Object.fromEntries(Object.entries({ tpcb: base, select: ["-S", ...base] }).filter(([w]) => !process.env.WORKLOADS || process.env.WORKLOADS.split(",").includes(w)));
+  const idle0 = cpuSeconds(proc.pid!);
+  await Bun.sleep(3000);
+  const idleCpu = (cpuSeconds(proc.pid!) - idle0) / 3;
   const all = { direct, pgbouncer: viaBouncer, kiln } as const;
   // PATHS=kiln (comma-separated) runs only those, e.g. to profile Kiln alone.
   const only = process.env.PATHS?.split(",");
   const paths = Object.fromEntries(Object.entries(all).filter(([p]) => !only || only.includes(p)));
   const tps: Record<string, number[]> = {};
+  // The proxy's CPU time per transaction (its own process), the cost a busy machine feels.
+  const proxyPid: Record<string, number | undefined> = { pgbouncer: bouncer.proc.pid, kiln: proc.pid };
+  const cpu: Record<string, { s: number; tx: number }> = {};
   for (let round = 0; round < ROUNDS; round++)
     for (const [w, args] of Object.entries(workloads))
-      for (const [p, target] of Object.entries(paths)) (tps[`${p} ${w}`] ??= []).push(pgbench(target, args));
+      for (const [p, target] of Object.entries(paths)) {
+        const pid = proxyPid[p];
+        const before = pid ? cpuSeconds(pid) : 0;
+        const t = pgbench(target, args);
+        (tps[`${p} ${w}`] ??= []).push(t);
+        if (pid) {
+          const c = (cpu[`${p} ${w}`] ??= { s: 0, tx: 0 });
+          c.s += cpuSeconds(pid) - before;
+          c.tx += t * SECONDS;
+        }
+      }
+  const usPerTx = (key: string) => (cpu[key] ? ((1e6 * cpu[key]!.s) / cpu[key]!.tx).toFixed(0) : "-");
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
   // TPC-B's invariant: every transaction moved the same delta through a branch, a teller and an account
@@ -162,11 +186,12 @@ try {
 
   const load = (await Bun.file("/proc/loadavg").text()).split(" ").slice(0, 3).join(" ");
   console.log(`production wire proxy, ${new Date().toISOString().slice(0, 10)}: pgbench -c ${CLIENTS} -j 2 -M prepared, scale 1, ${SECONDS} s runs, ${ROUNDS} rounds (median), load average after ${load}`);
+  console.log(`Kiln idle before the runs: ${(100 * idleCpu).toFixed(1)}% of a core`);
   for (const w of Object.keys(workloads)) {
     const [d, b, k] = (["direct", "pgbouncer", "kiln"] as const).map((p) => (tps[`${p} ${w}`] ? median(tps[`${p} ${w}`]!) : NaN));
     const name = w === "tpcb" ? "TPC-B      " : "select-only";
     console.log(
-      `${name}: direct ${d!.toFixed(0)} tps, PgBouncer (session) ${b!.toFixed(0)} (${((100 * b!) / d!).toFixed(0)}% of direct), Kiln ${k!.toFixed(0)} (${((100 * k!) / d!).toFixed(0)}% of direct, ${((100 * k!) / b!).toFixed(0)}% of PgBouncer; target >= 90%)   runs: ${Object.keys(paths).map((p) => tps[`${p} ${w}`]!.map((x) => x.toFixed(0)).join("/")).join(" | ")}`,
+      `${name}: direct ${d!.toFixed(0)} tps, PgBouncer (session) ${b!.toFixed(0)} (${((100 * b!) / d!).toFixed(0)}% of direct), Kiln ${k!.toFixed(0)} (${((100 * k!) / d!).toFixed(0)}% of direct, ${((100 * k!) / b!).toFixed(0)}% of PgBouncer; target >= 90%); proxy CPU per transaction: PgBouncer ${usPerTx(`pgbouncer ${w}`)} µs, Kiln ${usPerTx(`kiln ${w}`)} µs; runs: ${Object.keys(paths).map((p) => tps[`${p} ${w}`]!.map((x) => x.toFixed(0)).join("/")).join(" | ")}`,
     );
   }
   console.log(`TPC-B balances after every run: ${balanced ? "consistent" : "INCONSISTENT"} (sums: branches ${sums!.b}, tellers ${sums!.t}, accounts ${sums!.a})`);
