@@ -1,7 +1,7 @@
 import type { ControlStore } from "../store/store";
 import { parseAccessMode, type AccessMode } from "../backends/databases/engine";
 import type { WireBackend, WireClient, WireControl, WireRouter } from "../backends/databases/wire/listener";
-import { eachMessage, readCString, readInt32 } from "../backends/databases/wire/protocol";
+import { ProtocolViolation, readCString, readInt32 } from "../backends/databases/wire/protocol";
 import type { BranchesService } from "./branches";
 import type { DatabasesService } from "./service";
 import { roleName } from "./service";
@@ -67,6 +67,25 @@ function refused(message: string): Error {
 }
 
 /**
+ * A statement or portal name (the C string at `at` ending at `end`): drivers' names are short ASCII
+ * (`""`, `P0_1`, `s42`), read without a decoder; anything else is decoded as UTF-8.
+ */
+function nameAt(b: Uint8Array, at: number, end: number): string {
+  if (end < 0) throw new ProtocolViolation("unterminated string in message");
+  if (end === at) return "";
+  if (end - at <= 16) {
+    let s = "";
+    for (let i = at; i < end; i++) {
+      const c = b[i]!;
+      if (c >= 0x80) return readCString(b, at).value;
+      s += String.fromCharCode(c);
+    }
+    return s;
+  }
+  return readCString(b, at).value;
+}
+
+/**
  * Wraps a client's backend to feed top queries and usage: statement text from Query and Parse
  * messages, time until the result, rows from DataRow messages, bytes each way.
  */
@@ -99,9 +118,9 @@ function tracked(inner: WireBackend, databaseId: string, role: string, databases
       const name = readCString(message, at + 5);
       statements.set(name.value, readCString(message, name.next).value);
     } else if (type === 0x42 /* B */) {
-      const portal = readCString(message, at + 5);
-      portals.set(portal.value, statements.get(readCString(message, portal.next).value) ?? "");
-    } else if (type === 0x45 /* E */) pending = { text: portals.get(readCString(message, at + 5).value) ?? "", start: performance.now(), rows: 0 };
+      const portalEnd = message.indexOf(0, at + 5);
+      portals.set(nameAt(message, at + 5, portalEnd), statements.get(nameAt(message, portalEnd + 1, message.indexOf(0, portalEnd + 1))) ?? "");
+    } else if (type === 0x45 /* E */) pending = { text: portals.get(nameAt(message, at + 5, message.indexOf(0, at + 5))) ?? "", start: performance.now(), rows: 0 };
     return type === 0x51 || type === 0x42 || type === 0x64 /* d */ ? end - at : 0;
   };
   const relay = (send: (data: Uint8Array) => void) => (data: Uint8Array) => {
@@ -109,12 +128,14 @@ function tracked(inner: WireBackend, databaseId: string, role: string, databases
     if (transfer > 1 << 20) flushUsage();
     // Count DataRow messages; CommandComplete or ErrorResponse ends the statement. A proxied chunk
     // may split a message: this is accounting, so a partial tail is simply not counted.
-    if (pending)
-      eachMessage(data, (t) => {
-        if (!pending) return;
-        if (t === 0x44) pending.rows++;
-        else if (t === 0x43 || t === 0x45) finish();
-      });
+    for (let at = 0; pending && at + 5 <= data.length; ) {
+      const len = readInt32(data, at + 1);
+      if (len < 4) break; // not a message boundary
+      const t = data[at];
+      if (t === 0x44) pending.rows++;
+      else if (t === 0x43 || t === 0x45) finish();
+      at += 1 + len;
+    }
     send(data);
   };
   let relayed: { send: (data: Uint8Array) => void; relay: (data: Uint8Array) => void } | null = null;
