@@ -1,7 +1,7 @@
 import type { ControlStore } from "../store/store";
 import { parseAccessMode, type AccessMode } from "../backends/databases/engine";
 import type { WireBackend, WireClient, WireControl, WireRouter } from "../backends/databases/wire/listener";
-import { eachMessage, readCString } from "../backends/databases/wire/protocol";
+import { ProtocolViolation, readCString, readInt32 } from "../backends/databases/wire/protocol";
 import type { BranchesService } from "./branches";
 import type { DatabasesService } from "./service";
 import { roleName } from "./service";
@@ -67,6 +67,25 @@ function refused(message: string): Error {
 }
 
 /**
+ * A statement or portal name (the C string at `at` ending at `end`): drivers' names are short ASCII
+ * (`""`, `P0_1`, `s42`), read without a decoder; anything else is decoded as UTF-8.
+ */
+function nameAt(b: Uint8Array, at: number, end: number): string {
+  if (end < 0) throw new ProtocolViolation("unterminated string in message");
+  if (end === at) return "";
+  if (end - at <= 16) {
+    let s = "";
+    for (let i = at; i < end; i++) {
+      const c = b[i]!;
+      if (c >= 0x80) return readCString(b, at).value;
+      s += String.fromCharCode(c);
+    }
+    return s;
+  }
+  return readCString(b, at).value;
+}
+
+/**
  * Wraps a client's backend to feed top queries and usage: statement text from Query and Parse
  * messages, time until the result, rows from DataRow messages, bytes each way.
  */
@@ -75,44 +94,75 @@ function tracked(inner: WireBackend, databaseId: string, role: string, databases
   const portals = new Map<string, string>(); // portal -> text
   let pending: { text: string; start: number; rows: number } | null = null;
   const opened = performance.now();
+  // Bytes each way add up here and reach the usage figures with each statement's time (and every
+  // megabyte, for a long COPY): one record per statement, not one per chunk.
+  let written = 0;
+  let transfer = 0;
+  const flushUsage = (computeMs = 0) => {
+    databases.activity.recordUsage(databaseId, { written, transfer, computeMs });
+    written = transfer = 0;
+  };
   const finish = () => {
     if (!pending) return;
     const ms = performance.now() - pending.start;
     databases.activity.recordQuery(databaseId, pending.text, role, ms, pending.rows);
-    databases.activity.recordUsage(databaseId, { computeMs: ms });
     pending = null;
+    flushUsage(ms);
   };
+  /** Notes what one frontend message starts (statement text for Query and Parse, the portal's for Execute); its bytes written, if a write. */
+  const track = (message: Uint8Array, at: number, end: number): number => {
+    const type = message[at]!;
+    // Payloads start after the type byte and length; names and SQL are C strings.
+    if (type === 0x51 /* Q */) pending = { text: readCString(message, at + 5).value, start: performance.now(), rows: 0 };
+    else if (type === 0x50 /* P */) {
+      const name = readCString(message, at + 5);
+      statements.set(name.value, readCString(message, name.next).value);
+    } else if (type === 0x42 /* B */) {
+      const portalEnd = message.indexOf(0, at + 5);
+      portals.set(nameAt(message, at + 5, portalEnd), statements.get(nameAt(message, portalEnd + 1, message.indexOf(0, portalEnd + 1))) ?? "");
+    } else if (type === 0x45 /* E */) pending = { text: portals.get(nameAt(message, at + 5, message.indexOf(0, at + 5))) ?? "", start: performance.now(), rows: 0 };
+    return type === 0x51 || type === 0x42 || type === 0x64 /* d */ ? end - at : 0;
+  };
+  const relay = (send: (data: Uint8Array) => void) => (data: Uint8Array) => {
+    transfer += data.byteLength;
+    if (transfer > 1 << 20) flushUsage();
+    // Count DataRow messages; CommandComplete or ErrorResponse ends the statement. A proxied chunk
+    // may split a message: this is accounting, so a partial tail is simply not counted.
+    for (let at = 0; pending && at + 5 <= data.length; ) {
+      const len = readInt32(data, at + 1);
+      if (len < 4) break; // not a message boundary
+      const t = data[at];
+      if (t === 0x44) pending.rows++;
+      else if (t === 0x43 || t === 0x45) finish();
+      at += 1 + len;
+    }
+    send(data);
+  };
+  let relayed: { send: (data: Uint8Array) => void; relay: (data: Uint8Array) => void } | null = null;
+  const relayFor = (send: (data: Uint8Array) => void) => (relayed?.send === send ? relayed.relay : (relayed = { send, relay: relay(send) }).relay);
   return {
     parameters: () => inner.parameters(),
     cancel: () => inner.cancel?.(),
     async handle(message, send) {
-      const type = String.fromCharCode(message[0]!);
-      // Payloads start after the type byte and length; names and SQL are C strings.
-      if (type === "Q") pending = { text: readCString(message, 5).value, start: performance.now(), rows: 0 };
-      else if (type === "P") {
-        const name = readCString(message, 5);
-        statements.set(name.value, readCString(message, name.next).value);
-      } else if (type === "B") {
-        const portal = readCString(message, 5);
-        portals.set(portal.value, statements.get(readCString(message, portal.next).value) ?? "");
-      } else if (type === "E") pending = { text: portals.get(readCString(message, 5).value) ?? "", start: performance.now(), rows: 0 };
-      const isWrite = type === "Q" || type === "B" || type === "d";
-      databases.activity.recordUsage(databaseId, { written: isWrite ? message.byteLength : 0 });
-      await inner.handle(message, (data) => {
-        databases.activity.recordUsage(databaseId, { transfer: data.byteLength });
-        // Count DataRow messages; CommandComplete or ErrorResponse ends the statement. A proxied chunk
-        // may split a message: this is accounting, so a partial tail is simply not counted.
-        if (pending)
-          eachMessage(data, (t) => {
-            if (!pending) return;
-            if (t === 0x44) pending.rows++;
-            else if (t === 0x43 || t === 0x45) finish();
-          });
-        send(data);
-      });
+      written += track(message, 0, message.length);
+      await inner.handle(message, relayFor(send));
     },
+    // A run of messages passed through whole: each is looked at for the statistics, then all go in one write.
+    // (A simple Query to answer here rather than on the server would be split out of the run at its `track`.)
+    handleRun: inner.handleRun
+      ? (run, send) => {
+          for (let at = 0; at < run.length; ) {
+            const end = at + 1 + readInt32(run, at + 1);
+            written += track(run, at, end);
+            at = end;
+          }
+          if (written > 1 << 20) flushUsage();
+          return inner.handleRun!(run, relayFor(send));
+        }
+      : undefined,
     async close() {
       finish();
+      flushUsage();
       databases.activity.recordUsage(databaseId, { activeMs: performance.now() - opened });
       await inner.close();
     },
