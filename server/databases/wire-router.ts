@@ -1,10 +1,12 @@
 import type { ControlStore } from "../store/store";
 import { parseAccessMode, type AccessMode } from "../backends/databases/engine";
 import type { WireBackend, WireClient, WireControl, WireRouter } from "../backends/databases/wire/listener";
-import { eachMessage, readCString } from "../backends/databases/wire/protocol";
+import { readCString, readInt32, readyForQuery } from "../backends/databases/wire/protocol";
+import { databaseStatementOf } from "../backends/databases/wire/database-statements";
 import type { BranchesService } from "./branches";
 import type { DatabasesService } from "./service";
-import { roleName } from "./service";
+import { normalizeDatabaseName, roleName } from "./service";
+import { WireDatabaseCommands, WireSessions, type WireStatementContext } from "./wire-database-commands";
 
 /**
  * Who may connect to which database over the wire, and as whom: the role `service_client_<id>`
@@ -13,23 +15,37 @@ import { roleName } from "./service";
  * its parent's (or the branch id).
  */
 export class DatabaseWireRouter implements WireRouter {
+  private readonly sessions = new WireSessions();
+  /** CREATE DATABASE / DROP DATABASE sent over the wire: answered by Kiln (wire-database-commands.ts). */
+  private readonly commands: WireDatabaseCommands;
+
   constructor(
     private readonly databases: DatabasesService,
     private readonly branches: BranchesService,
     private readonly store: ControlStore,
-  ) {}
+  ) {
+    this.commands = new WireDatabaseCommands(databases, store, this.sessions);
+  }
 
+  /**
+   * A database's or branch's own credentials reach it by its name (or id), and the databases they made
+   * with CREATE DATABASE over the wire by theirs (the name as sent, or as the API normalized it).
+   */
   async credentials(user: string, database: string) {
     const m = /^service_client_([a-z0-9]{20})$/.exec(user);
     if (!m) return null;
     const d = await this.databases.byId(m[1]!);
     if (d) {
-      if (d.status !== "active" || (database !== d.name && database !== d.id)) return null;
-      return { target: d.id, password: d.client_password };
+      if (d.status !== "active") return null;
+      if (database === d.name || database === d.id) return { target: d.id, password: d.client_password };
+      const made = await this.databases.wireCreated(d.project_id, d.id, normalizeDatabaseName(database));
+      return made?.status === "active" ? { target: made.id, password: d.client_password } : null;
     }
     const b = await this.target(m[1]!);
-    if (!b || (database !== b.databaseName && database !== b.id)) return null;
-    return { target: b.id, password: b.password };
+    if (!b) return null;
+    if (database === b.databaseName || database === b.id) return { target: b.id, password: b.password };
+    const made = await this.databases.wireCreated(b.projectId, b.id, normalizeDatabaseName(database));
+    return made?.status === "active" ? { target: made.id, password: b.password } : null;
   }
 
   /** An active database or branch by id: what a connection opens. */
@@ -57,7 +73,11 @@ export class DatabaseWireRouter implements WireRouter {
       mode = { kind: "user", userId: parsed.userId, email: u.email };
     }
     const backend = await this.databases.engine.openWire(d.id, mode, client, control);
-    return tracked(backend, d.id, mode.kind === "admin" ? roleName(d.id) : "authenticated", this.databases);
+    const origin = /^service_client_([a-z0-9]{20})$/.exec(client.user)![1]!;
+    const context: WireStatementContext = { originId: origin, projectId: d.projectId, sessionTarget: d.id, mode };
+    const leave = this.sessions.add(d.id, { end: (message) => control.terminate(message) });
+    const wrapped = tracked(backend, d.id, mode.kind === "admin" ? roleName(d.id) : "authenticated", this.databases, this.commands, context);
+    return { ...wrapped, close: () => (leave(), wrapped.close()) };
   }
 }
 
@@ -70,7 +90,14 @@ function refused(message: string): Error {
  * Wraps a client's backend to feed top queries and usage: statement text from Query and Parse
  * messages, time until the result, rows from DataRow messages, bytes each way.
  */
-function tracked(inner: WireBackend, databaseId: string, role: string, databases: DatabasesService): WireBackend {
+function tracked(
+  inner: WireBackend,
+  databaseId: string,
+  role: string,
+  databases: DatabasesService,
+  commands: WireDatabaseCommands,
+  context: WireStatementContext,
+): WireBackend {
   const statements = new Map<string, string>(); // prepared statement name -> text
   const portals = new Map<string, string>(); // portal -> text
   let pending: { text: string; start: number; rows: number } | null = null;
@@ -82,34 +109,44 @@ function tracked(inner: WireBackend, databaseId: string, role: string, databases
     databases.activity.recordUsage(databaseId, { computeMs: ms });
     pending = null;
   };
+  // Count DataRow messages; CommandComplete or ErrorResponse ends the statement.
+  const answers = new AnswerTracker((t) => {
+    if (!pending) return;
+    if (t === 0x44) pending.rows++;
+    else if (t === 0x43 || t === 0x45) finish();
+  });
+  const forward = (data: Uint8Array, send: (data: Uint8Array) => void) => {
+    databases.activity.recordUsage(databaseId, { transfer: data.byteLength });
+    answers.received(data);
+    send(data);
+  };
   return {
     parameters: () => inner.parameters(),
     cancel: () => inner.cancel?.(),
     async handle(message, send) {
-      const type = String.fromCharCode(message[0]!);
+      // CREATE/DROP DATABASE outside a transaction block: Kiln's to answer, once what the client sent
+      // before is answered (a pipelining client's answers stay in order). Inside a transaction block the
+      // engine answers PostgreSQL's 25001 itself (and aborts the transaction, as the client expects).
+      const db = databaseStatementOf(message);
+      if (db && (await answers.quiet()) === 0x49) {
+        send(await commands.run(db, context));
+        send(readyForQuery("I"));
+        return;
+      }
+      const type = message[0]!;
       // Payloads start after the type byte and length; names and SQL are C strings.
-      if (type === "Q") pending = { text: readCString(message, 5).value, start: performance.now(), rows: 0 };
-      else if (type === "P") {
-        const name = readCString(message, 5);
+      if (type === 0x51) pending = { text: readCString(message, 5).value, start: performance.now(), rows: 0 }; // Q
+      else if (type === 0x50) {
+        const name = readCString(message, 5); // P
         statements.set(name.value, readCString(message, name.next).value);
-      } else if (type === "B") {
-        const portal = readCString(message, 5);
+      } else if (type === 0x42) {
+        const portal = readCString(message, 5); // B
         portals.set(portal.value, statements.get(readCString(message, portal.next).value) ?? "");
-      } else if (type === "E") pending = { text: portals.get(readCString(message, 5).value) ?? "", start: performance.now(), rows: 0 };
-      const isWrite = type === "Q" || type === "B" || type === "d";
+      } else if (type === 0x45) pending = { text: portals.get(readCString(message, 5).value) ?? "", start: performance.now(), rows: 0 }; // E
+      const isWrite = type === 0x51 || type === 0x42 || type === 0x64;
       databases.activity.recordUsage(databaseId, { written: isWrite ? message.byteLength : 0 });
-      await inner.handle(message, (data) => {
-        databases.activity.recordUsage(databaseId, { transfer: data.byteLength });
-        // Count DataRow messages; CommandComplete or ErrorResponse ends the statement. A proxied chunk
-        // may split a message: this is accounting, so a partial tail is simply not counted.
-        if (pending)
-          eachMessage(data, (t) => {
-            if (!pending) return;
-            if (t === 0x44) pending.rows++;
-            else if (t === 0x43 || t === 0x45) finish();
-          });
-        send(data);
-      });
+      answers.sent(type);
+      await inner.handle(message, (data) => forward(data, send));
     },
     async close() {
       finish();
@@ -117,4 +154,72 @@ function tracked(inner: WireBackend, databaseId: string, role: string, databases
       await inner.close();
     },
   };
+}
+
+/**
+ * Follows the backend's answers message by message, across chunk boundaries (a proxied chunk is
+ * whatever TCP delivered): each message's type for the accounting, the transaction status of the last
+ * ReadyForQuery, and whether every Query, Sync and FunctionCall sent has had its ReadyForQuery.
+ */
+class AnswerTracker {
+  /** The last ReadyForQuery's status byte ('I' before any). */
+  status = 0x49;
+  private awaiting = 0;
+  private readonly head = new Uint8Array(5);
+  private headLen = 0;
+  private type = 0;
+  private left = 0; // bytes of the current message's body still to come
+  private waiters: (() => void)[] = [];
+
+  constructor(private readonly onMessage: (type: number) => void) {}
+
+  sent(type: number): void {
+    if (type === 0x51 || type === 0x53 || type === 0x46) this.awaiting++; // Q, S, F
+  }
+
+  received(data: Uint8Array): void {
+    let i = 0;
+    const n = data.length;
+    while (i < n) {
+      if (this.left > 0) {
+        if (this.type === 0x5a) this.status = data[i]!;
+        const k = Math.min(this.left, n - i);
+        i += k;
+        this.left -= k;
+        if (this.left === 0 && this.type === 0x5a) this.answered();
+        continue;
+      }
+      this.head[this.headLen++] = data[i++]!;
+      if (this.headLen < 5) continue;
+      this.headLen = 0;
+      this.type = this.head[0]!;
+      this.left = readInt32(this.head, 1) - 4;
+      this.onMessage(this.type);
+      if (this.left <= 0 && this.type === 0x5a) this.answered();
+    }
+  }
+
+  private answered(): void {
+    if (this.awaiting > 0) this.awaiting--;
+    if (this.awaiting === 0) for (const w of this.waiters.splice(0)) w();
+  }
+
+  /**
+   * The transaction status once everything sent has been answered. At most 2 s: a Query the backend
+   * drops unanswered (sent inside a failed extended-protocol batch, or during COPY) must not hold the
+   * client for ever; the count starts again from there.
+   */
+  async quiet(): Promise<number> {
+    if (this.awaiting > 0) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([
+        new Promise<void>((r) => this.waiters.push(r)),
+        new Promise<void>((r) => (timer = setTimeout(r, 2000))),
+      ]);
+      clearTimeout(timer);
+      this.awaiting = 0;
+      this.waiters = [];
+    }
+    return this.status;
+  }
 }
