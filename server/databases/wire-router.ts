@@ -2,7 +2,7 @@ import type { ControlStore } from "../store/store";
 import { parseAccessMode, type AccessMode } from "../backends/databases/engine";
 import type { WireBackend, WireClient, WireControl, WireRouter } from "../backends/databases/wire/listener";
 import { readCString, readInt32, readyForQuery } from "../backends/databases/wire/protocol";
-import { databaseStatementOf } from "../backends/databases/wire/database-statements";
+import { databaseStatementOf, type DatabaseStatement } from "../backends/databases/wire/database-statements";
 import type { BranchesService } from "./branches";
 import type { DatabasesService } from "./service";
 import { normalizeDatabaseName, roleName } from "./service";
@@ -88,7 +88,8 @@ function refused(message: string): Error {
 
 /**
  * Wraps a client's backend to feed top queries and usage: statement text from Query and Parse
- * messages, time until the result, rows from DataRow messages, bytes each way.
+ * messages, time until the result, rows from DataRow messages, bytes each way. It also answers
+ * CREATE DATABASE / DROP DATABASE itself (wire-database-commands.ts), on both engines.
  */
 function tracked(
   inner: WireBackend,
@@ -102,54 +103,103 @@ function tracked(
   const portals = new Map<string, string>(); // portal -> text
   let pending: { text: string; start: number; rows: number } | null = null;
   const opened = performance.now();
+  // Bytes each way add up here and reach the usage figures with each statement's time (and every
+  // megabyte, for a long COPY): one record per statement, not one per chunk.
+  let written = 0;
+  let transfer = 0;
+  const flushUsage = (computeMs = 0) => {
+    databases.activity.recordUsage(databaseId, { written, transfer, computeMs });
+    written = transfer = 0;
+  };
   const finish = () => {
     if (!pending) return;
     const ms = performance.now() - pending.start;
     databases.activity.recordQuery(databaseId, pending.text, role, ms, pending.rows);
-    databases.activity.recordUsage(databaseId, { computeMs: ms });
     pending = null;
+    flushUsage(ms);
   };
-  // Count DataRow messages; CommandComplete or ErrorResponse ends the statement.
+  // Each backend message, across chunk boundaries: DataRow counted, CommandComplete or ErrorResponse
+  // ends the statement; ReadyForQuery tells the client's transaction status.
   const answers = new AnswerTracker((t) => {
     if (!pending) return;
     if (t === 0x44) pending.rows++;
     else if (t === 0x43 || t === 0x45) finish();
   });
-  const forward = (data: Uint8Array, send: (data: Uint8Array) => void) => {
-    databases.activity.recordUsage(databaseId, { transfer: data.byteLength });
+  /** Notes what one frontend message starts (statement text for Query and Parse, the portal's for Execute); its bytes written, if a write. */
+  const track = (message: Uint8Array, at: number, end: number): number => {
+    const type = message[at]!;
+    answers.sent(type);
+    // Payloads start after the type byte and length; names and SQL are C strings.
+    if (type === 0x51 /* Q */) pending = { text: readCString(message, at + 5).value, start: performance.now(), rows: 0 };
+    else if (type === 0x50 /* P */) {
+      const name = readCString(message, at + 5);
+      statements.set(name.value, readCString(message, name.next).value);
+    } else if (type === 0x42 /* B */) {
+      const portal = readCString(message, at + 5);
+      portals.set(portal.value, statements.get(readCString(message, portal.next).value) ?? "");
+    } else if (type === 0x45 /* E */) pending = { text: portals.get(readCString(message, at + 5).value) ?? "", start: performance.now(), rows: 0 };
+    return type === 0x51 || type === 0x42 || type === 0x64 /* d */ ? end - at : 0;
+  };
+  const relay = (send: (data: Uint8Array) => void) => (data: Uint8Array) => {
+    transfer += data.byteLength;
+    if (transfer > 1 << 20) flushUsage();
     answers.received(data);
     send(data);
+  };
+  let relayed: { send: (data: Uint8Array) => void; relay: (data: Uint8Array) => void } | null = null;
+  const relayFor = (send: (data: Uint8Array) => void) => (relayed?.send === send ? relayed.relay : (relayed = { send, relay: relay(send) }).relay);
+
+  /**
+   * CREATE/DROP DATABASE outside a transaction block: Kiln's to answer, once what the client sent
+   * before is answered (a pipelining client's answers stay in order). Inside a transaction block the
+   * engine answers PostgreSQL's 25001 itself (and aborts the transaction, as the client expects).
+   * False when the engine is to have the message after all.
+   */
+  const answered = async (statement: DatabaseStatement, send: (data: Uint8Array) => void): Promise<boolean> => {
+    if ((await answers.quiet()) !== 0x49) return false;
+    send(await commands.run(statement, context));
+    send(readyForQuery("I"));
+    return true;
+  };
+  const passRun = (run: Uint8Array, send: (data: Uint8Array) => void): void | Promise<void> => {
+    for (let at = 0; at < run.length; ) {
+      const end = at + 1 + readInt32(run, at + 1);
+      written += track(run, at, end);
+      at = end;
+    }
+    if (written > 1 << 20) flushUsage();
+    return inner.handleRun!(run, relayFor(send));
   };
   return {
     parameters: () => inner.parameters(),
     cancel: () => inner.cancel?.(),
     async handle(message, send) {
-      // CREATE/DROP DATABASE outside a transaction block: Kiln's to answer, once what the client sent
-      // before is answered (a pipelining client's answers stay in order). Inside a transaction block the
-      // engine answers PostgreSQL's 25001 itself (and aborts the transaction, as the client expects).
-      const db = databaseStatementOf(message);
-      if (db && (await answers.quiet()) === 0x49) {
-        send(await commands.run(db, context));
-        send(readyForQuery("I"));
-        return;
-      }
-      const type = message[0]!;
-      // Payloads start after the type byte and length; names and SQL are C strings.
-      if (type === 0x51) pending = { text: readCString(message, 5).value, start: performance.now(), rows: 0 }; // Q
-      else if (type === 0x50) {
-        const name = readCString(message, 5); // P
-        statements.set(name.value, readCString(message, name.next).value);
-      } else if (type === 0x42) {
-        const portal = readCString(message, 5); // B
-        portals.set(portal.value, statements.get(readCString(message, portal.next).value) ?? "");
-      } else if (type === 0x45) pending = { text: portals.get(readCString(message, 5).value) ?? "", start: performance.now(), rows: 0 }; // E
-      const isWrite = type === 0x51 || type === 0x42 || type === 0x64;
-      databases.activity.recordUsage(databaseId, { written: isWrite ? message.byteLength : 0 });
-      answers.sent(type);
-      await inner.handle(message, (data) => forward(data, send));
+      const statement = databaseStatementOf(message);
+      if (statement && (await answered(statement, send))) return;
+      written += track(message, 0, message.length);
+      await inner.handle(message, relayFor(send));
     },
+    // A run of messages passed through whole: each is looked at for the statistics, then all go in one
+    // write; a CREATE/DROP DATABASE Query splits the run (what came before, it, what came after).
+    handleRun: inner.handleRun
+      ? (run, send) => {
+          for (let at = 0; at < run.length; ) {
+            const end = at + 1 + readInt32(run, at + 1);
+            const statement = run[at] === 0x51 ? databaseStatementOf(run.subarray(at, end)) : null;
+            if (statement)
+              return (async () => {
+                if (at > 0) await passRun(run.subarray(0, at), send);
+                if (!(await answered(statement, send))) await passRun(run.subarray(at, end), send);
+                if (end < run.length) await passRun(run.subarray(end), send);
+              })();
+            at = end;
+          }
+          return passRun(run, send);
+        }
+      : undefined,
     async close() {
       finish();
+      flushUsage();
       databases.activity.recordUsage(databaseId, { activeMs: performance.now() - opened });
       await inner.close();
     },

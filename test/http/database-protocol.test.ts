@@ -11,7 +11,7 @@ import pg from "pg";
 import { from as copyFrom, to as copyTo } from "pg-copy-streams";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { createProject, eventually, STORE, useKiln, type TestKiln } from "../support/kiln";
+import { createProject, eventually, useKiln, type TestKiln } from "../support/kiln";
 
 const k = useKiln();
 const closers: (() => Promise<unknown>)[] = [];
@@ -101,11 +101,9 @@ describe("LISTEN/NOTIFY between connections", () => {
     await received(a, 6);
     expect(a.notes.map((n) => n.payload)).toEqual(["one", "two", "three", "four", "five", "six"]);
     expect(a.notes.every((n) => n.channel === "chan1")).toBe(true);
-    // The sender's process id, as its BackendKeyData announced it. (Production engine: the proxy announces
-    // a key of its own while the server's notifications carry the server's pid, so only consistency holds there.)
+    // The sender's process id, as its BackendKeyData announced it (the production proxy rewrites the server's).
     const pids = a.notes.map((n) => n.processId);
-    expect(pids.map((p) => (p === pids[0] ? "b" : "c"))).toEqual(["b", "b", "b", "b", "c", "b"]);
-    if (STORE === "embedded") expect(pids).toEqual([b.pid, b.pid, b.pid, b.pid, c.pid, b.pid]);
+    expect(pids).toEqual([b.pid, b.pid, b.pid, b.pid, c.pid, b.pid]);
     await a.query("SELECT 1");
     await b.query("SELECT 1");
     await c.query("SELECT 1");
@@ -258,7 +256,7 @@ print(json.dumps({"got": got, "own": own, "sender": sender.info.backend_pid}))
       ["psy", "c"],
     ]);
     expect(new Set(out.got.map(([, , pid]) => pid)).size).toBe(1);
-    if (STORE === "embedded") expect(out.got[0]![2]).toBe(out.sender);
+    expect(out.got[0]![2]).toBe(out.sender);
     expect(out.own).toEqual([]);
   });
 });

@@ -19,7 +19,7 @@ import {
   type ServerPointInTime,
 } from "./engine";
 import { ServerPitr } from "./pitr";
-import { openProxy } from "./pg-proxy";
+import { NotificationPids, openProxy } from "./pg-proxy";
 import type { WireBackend, WireClient, WireControl } from "./wire/listener";
 import { backgroundPriority } from "./background-priority";
 import { libpqTlsEnv, postgresJsSsl, serverTlsOf, type ServerTls } from "./server-tls";
@@ -48,6 +48,8 @@ export class PostgresEngine implements DatabaseEngine {
   readonly kind = "postgres" as const;
   private readonly admin: postgres.Sql;
   private readonly pools = new Map<string, postgres.Sql>();
+  /** Server process id of each wire session -> the process id Kiln announced to its client (for NotificationResponses). */
+  private readonly announcedPids = new Map<number, number>();
   private readonly url: URL;
   private version: number | null = null;
 
@@ -268,13 +270,29 @@ export class PostgresEngine implements DatabaseEngine {
       sessionInitSql(mode),
     );
     let send: ((d: Uint8Array) => void) | null = null;
-    conn.onData((d) => send?.(d));
-    conn.onClose(() => control.terminate("the database connection was closed"));
+    // Notifications name their sender by the key Kiln announced to it, as the embedded engine does.
+    const serverPid = conn.serverPid;
+    if (serverPid !== null && client.processId !== undefined) this.announcedPids.set(serverPid, client.processId);
+    const notes = new NotificationPids((pid) => this.announcedPids.get(pid));
+    conn.onData((d) => {
+      const out = notes.pass(d);
+      if (out) send?.(out);
+    });
+    conn.onClose(() => {
+      if (serverPid !== null && this.announcedPids.get(serverPid) === client.processId) this.announcedPids.delete(serverPid);
+      control.terminate("the database connection was closed");
+    });
     return {
       parameters: async () => ({ ...conn.parameters, application_name: client.applicationName }),
       handle: async (msg, s) => {
         send = s;
         conn.write(msg);
+      },
+      // Bytes through as they came (the session's role and mode were set at its start; nothing the
+      // client sends can leave them but RESET ROLE, which gives back the tenant role it holds anyway).
+      handleRun: (run, s) => {
+        send = s;
+        if (!conn.write(run)) return conn.drained();
       },
       close: async () => conn.end(),
       cancel: () => conn.cancel(),

@@ -62,6 +62,13 @@ export interface WireBackend {
   close(): Promise<void>;
   /** A CancelRequest with this client's key: cancel what it runs now, if anything (never throws). */
   cancel?(): void;
+  /**
+   * For a backend that passes bytes through (the production proxy): a run of complete frontend
+   * messages, contiguous as the client sent them (Terminate never among them), instead of one
+   * `handle` per message, so what arrived together leaves in one write. A promise holds the next
+   * run back (backpressure); the same memory rules as `handle`.
+   */
+  handleRun?(run: Uint8Array, send: (data: Uint8Array) => void): void | Promise<void>;
 }
 
 export interface WireRouter {
@@ -474,12 +481,79 @@ class Connection {
   private async serve(): Promise<void> {
     const backend = this.backend!;
     const send = (data: Uint8Array) => this.send(data);
+    if (backend.handleRun) return this.serveRuns(backend, send);
     for (;;) {
       const message = await this.next(true);
       if (!message || message[0] === F.terminate) return;
       await backend.handle(message, send);
       if (this.socket.needsDrain && !this.ended) await this.socket.drained();
     }
+  }
+
+  /**
+   * Runs of messages for a pass-through backend, handed over from the socket's own data callback (no
+   * promise or microtask per message): every complete message at hand that lies right after the
+   * previous one in memory (a chunk's messages do; one joined across chunks starts a new run). Only
+   * the headers are read here, so a client's Bind/Execute/Sync reach the server in one write.
+   * Resolves at Terminate or when the client is gone.
+   */
+  private serveRuns(backend: WireBackend, send: (data: Uint8Array) => void): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.runs = { backend, send, resolve, reject };
+      this.pump();
+    });
+  }
+
+  private runs: { backend: WireBackend; send: (data: Uint8Array) => void; resolve: () => void; reject: (e: unknown) => void } | null = null;
+  /** A run is with the backend (or waits for the client to drain): the next one waits. */
+  private pumping = false;
+
+  private pump(): void {
+    const r = this.runs;
+    if (!r || this.pumping) return;
+    this.pumping = true;
+    try {
+      for (;;) {
+        if (this.ended) return this.stopRuns();
+        let run = this.take(true);
+        if (!run) break;
+        if (run[0] === F.terminate) return this.stopRuns();
+        for (;;) {
+          const m = this.take(true);
+          if (!m) break;
+          if (m[0] === F.terminate || m.buffer !== run.buffer || m.byteOffset !== run.byteOffset + run.length) {
+            this.pos -= m.length; // unread again: the next run starts with it (take leaves it at the end of `buf`)
+            break;
+          }
+          run = new Uint8Array(run.buffer, run.byteOffset, run.length + m.length);
+        }
+        const held = r.backend.handleRun!(run, r.send);
+        const drain = this.socket.needsDrain;
+        if (held || drain)
+          // Backpressure: the next run once the server's leg and the client's have room.
+          return void Promise.resolve(held)
+            .then(() => (drain ? this.socket.drained() : undefined))
+            .then(
+              () => {
+                this.pumping = false;
+                this.pump();
+              },
+              (e) => this.stopRuns(e),
+            );
+      }
+    } catch (e) {
+      return this.stopRuns(e);
+    }
+    this.pumping = false;
+    if (this.socket.isPaused()) this.socket.resume();
+  }
+
+  private stopRuns(error?: unknown): void {
+    const r = this.runs;
+    this.runs = null;
+    this.pumping = false;
+    if (error === undefined) r?.resolve();
+    else r?.reject(error);
   }
 
   /** The next complete message (typed after startup), or null once the client is gone. */
@@ -526,7 +600,8 @@ class Connection {
       this.pendingBytes += chunk.length;
     }
     if (this.buf.length - this.pos + this.pendingBytes > READ_HIGH_WATER) this.socket.pause();
-    if (this.buf.length - this.pos + this.pendingBytes >= this.need) this.poke();
+    if (this.runs) this.pump();
+    else if (this.buf.length - this.pos + this.pendingBytes >= this.need) this.poke();
   }
 
   private poke(): void {
@@ -538,6 +613,7 @@ class Connection {
   private end(): void {
     this.ended = true;
     this.poke();
+    if (this.runs && !this.pumping) this.stopRuns();
   }
 
   private send(data: Uint8Array): void {
