@@ -42,8 +42,11 @@ const HOUR_MS = 3_600_000;
 export class DatabaseActivity {
   private queries = new Map<string, QueryAgg>();
   private usage = new Map<string, UsageAgg>();
-  private known = new Map<string, { query: string; queryId: string }>();
+  /** Per text: its normalized form and id, and the last aggregation key made for it (the wire proxy repeats one per statement). */
+  private known = new Map<string, { query: string; queryId: string; key?: { databaseId: string; role: string; key: string } }>();
   private hour = { number: -1, iso: "" };
+  /** The last usage key (database and hour): one string, not one per call. */
+  private usageKey = { databaseId: "", hour: -1, key: "" };
   private readonly loop: FlushLoop;
 
   constructor(
@@ -68,7 +71,8 @@ export class DatabaseActivity {
     }
     const { query, queryId } = known;
     if (!query) return;
-    const key = `${databaseId}|${queryId}|${role}`;
+    if (known.key?.databaseId !== databaseId || known.key.role !== role) known.key = { databaseId, role, key: `${databaseId}|${queryId}|${role}` };
+    const key = known.key.key;
     const q = this.queries.get(key);
     if (!q) this.queries.set(key, { databaseId, queryId, query, role, calls: 1, totalMs: ms, minMs: ms, maxMs: ms, rows });
     else {
@@ -83,7 +87,8 @@ export class DatabaseActivity {
   recordUsage(databaseId: string, u: Partial<UsageAgg>): void {
     const hour = Math.floor(this.now().getTime() / HOUR_MS);
     if (hour !== this.hour.number) this.hour = { number: hour, iso: new Date(hour * HOUR_MS).toISOString() };
-    const key = `${databaseId}|${this.hour.iso}`;
+    if (this.usageKey.databaseId !== databaseId || this.usageKey.hour !== hour) this.usageKey = { databaseId, hour, key: `${databaseId}|${this.hour.iso}` };
+    const key = this.usageKey.key;
     const cur = this.usage.get(key) ?? { written: 0, transfer: 0, computeMs: 0, activeMs: 0 };
     cur.written += u.written ?? 0;
     cur.transfer += u.transfer ?? 0;

@@ -1,7 +1,7 @@
 import type { ControlStore } from "../store/store";
 import { parseAccessMode, type AccessMode } from "../backends/databases/engine";
 import type { WireBackend, WireClient, WireControl, WireRouter } from "../backends/databases/wire/listener";
-import { readCString, readInt32, readyForQuery } from "../backends/databases/wire/protocol";
+import { ProtocolViolation, readCString, readInt32, readyForQuery } from "../backends/databases/wire/protocol";
 import { databaseStatementOf, type DatabaseStatement } from "../backends/databases/wire/database-statements";
 import type { BranchesService } from "./branches";
 import type { DatabasesService } from "./service";
@@ -87,6 +87,25 @@ function refused(message: string): Error {
 }
 
 /**
+ * A statement or portal name (the C string at `at` ending at `end`): drivers' names are short ASCII
+ * (`""`, `P0_1`, `s42`), read without a decoder; anything else is decoded as UTF-8.
+ */
+function nameAt(b: Uint8Array, at: number, end: number): string {
+  if (end < 0) throw new ProtocolViolation("unterminated string in message");
+  if (end === at) return "";
+  if (end - at <= 16) {
+    let s = "";
+    for (let i = at; i < end; i++) {
+      const c = b[i]!;
+      if (c >= 0x80) return readCString(b, at).value;
+      s += String.fromCharCode(c);
+    }
+    return s;
+  }
+  return readCString(b, at).value;
+}
+
+/**
  * Wraps a client's backend to feed top queries and usage: statement text from Query and Parse
  * messages, time until the result, rows from DataRow messages, bytes each way. It also answers
  * CREATE DATABASE / DROP DATABASE itself (wire-database-commands.ts), on both engines.
@@ -101,7 +120,8 @@ function tracked(
 ): WireBackend {
   const statements = new Map<string, string>(); // prepared statement name -> text
   const portals = new Map<string, string>(); // portal -> text
-  let pending: { text: string; start: number; rows: number } | null = null;
+  // The statement being answered: its text, start and DataRow count (the tracker counts them).
+  const answers = new AnswerTracker(() => finish());
   const opened = performance.now();
   // Bytes each way add up here and reach the usage figures with each statement's time (and every
   // megabyte, for a long COPY): one record per statement, not one per chunk.
@@ -112,32 +132,26 @@ function tracked(
     written = transfer = 0;
   };
   const finish = () => {
+    const pending = answers.pending;
     if (!pending) return;
     const ms = performance.now() - pending.start;
     databases.activity.recordQuery(databaseId, pending.text, role, ms, pending.rows);
-    pending = null;
+    answers.pending = null;
     flushUsage(ms);
   };
-  // Each backend message, across chunk boundaries: DataRow counted, CommandComplete or ErrorResponse
-  // ends the statement; ReadyForQuery tells the client's transaction status.
-  const answers = new AnswerTracker((t) => {
-    if (!pending) return;
-    if (t === 0x44) pending.rows++;
-    else if (t === 0x43 || t === 0x45) finish();
-  });
   /** Notes what one frontend message starts (statement text for Query and Parse, the portal's for Execute); its bytes written, if a write. */
   const track = (message: Uint8Array, at: number, end: number): number => {
     const type = message[at]!;
     answers.sent(type);
     // Payloads start after the type byte and length; names and SQL are C strings.
-    if (type === 0x51 /* Q */) pending = { text: readCString(message, at + 5).value, start: performance.now(), rows: 0 };
+    if (type === 0x51 /* Q */) answers.pending = { text: readCString(message, at + 5).value, start: performance.now(), rows: 0 };
     else if (type === 0x50 /* P */) {
       const name = readCString(message, at + 5);
       statements.set(name.value, readCString(message, name.next).value);
     } else if (type === 0x42 /* B */) {
-      const portal = readCString(message, at + 5);
-      portals.set(portal.value, statements.get(readCString(message, portal.next).value) ?? "");
-    } else if (type === 0x45 /* E */) pending = { text: portals.get(readCString(message, at + 5).value) ?? "", start: performance.now(), rows: 0 };
+      const portalEnd = message.indexOf(0, at + 5);
+      portals.set(nameAt(message, at + 5, portalEnd), statements.get(nameAt(message, portalEnd + 1, message.indexOf(0, portalEnd + 1))) ?? "");
+    } else if (type === 0x45 /* E */) answers.pending = { text: portals.get(nameAt(message, at + 5, message.indexOf(0, at + 5))) ?? "", start: performance.now(), rows: 0 };
     return type === 0x51 || type === 0x42 || type === 0x64 /* d */ ? end - at : 0;
   };
   const relay = (send: (data: Uint8Array) => void) => (data: Uint8Array) => {
@@ -214,6 +228,8 @@ function tracked(
 class AnswerTracker {
   /** The last ReadyForQuery's status byte ('I' before any). */
   status = 0x49;
+  /** The statement being answered (set by the caller): DataRows add to its rows; CommandComplete or ErrorResponse calls `ended`. */
+  pending: { text: string; start: number; rows: number } | null = null;
   private awaiting = 0;
   private readonly head = new Uint8Array(5);
   private headLen = 0;
@@ -221,7 +237,7 @@ class AnswerTracker {
   private left = 0; // bytes of the current message's body still to come
   private waiters: (() => void)[] = [];
 
-  constructor(private readonly onMessage: (type: number) => void) {}
+  constructor(private readonly ended: () => void) {}
 
   sent(type: number): void {
     if (type === 0x51 || type === 0x53 || type === 0x46) this.awaiting++; // Q, S, F
@@ -244,7 +260,10 @@ class AnswerTracker {
       this.headLen = 0;
       this.type = this.head[0]!;
       this.left = readInt32(this.head, 1) - 4;
-      this.onMessage(this.type);
+      if (this.pending) {
+        if (this.type === 0x44) this.pending.rows++;
+        else if (this.type === 0x43 || this.type === 0x45) this.ended();
+      }
       if (this.left <= 0 && this.type === 0x5a) this.answered();
     }
   }

@@ -198,8 +198,8 @@ function bunLeg(host: string, port: number): Promise<Leg> {
           s.setNoDelay(true); // a statement's messages go out when written, not after the previous answer's ACK
           resolve(leg);
         },
-        // Bun reuses nothing it hands out, but node:net's callers expect Buffers.
-        data: (_s, chunk) => leg.reader(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)),
+        // A fresh Buffer each time (Bun reuses nothing it hands out).
+        data: (_s, chunk) => leg.reader(chunk),
         drain: (s) => {
           while (queue.length) {
             const head = queue[0]!;

@@ -515,18 +515,21 @@ class Connection {
     try {
       for (;;) {
         if (this.ended) return this.stopRuns();
-        let run = this.take(true);
-        if (!run) break;
-        if (run[0] === F.terminate) return this.stopRuns();
-        for (;;) {
-          const m = this.take(true);
-          if (!m) break;
-          if (m[0] === F.terminate || m.buffer !== run.buffer || m.byteOffset !== run.byteOffset + run.length) {
-            this.pos -= m.length; // unread again: the next run starts with it (take leaves it at the end of `buf`)
-            break;
-          }
-          run = new Uint8Array(run.buffer, run.byteOffset, run.length + m.length);
+        const first = this.take(true); // joins chunks if it must
+        if (!first) break;
+        if (first[0] === F.terminate) return this.stopRuns();
+        // The complete messages right behind it in the same buffer, headers read in place (a bad
+        // length or a Terminate ends the run; the next take reports or handles it).
+        const buf = this.buf;
+        const start = this.pos - first.length;
+        let at = this.pos;
+        while (at + 5 <= buf.length && buf[at] !== F.terminate) {
+          const len = readInt32(buf, at + 1);
+          if (len < 4 || len > MAX_MESSAGE || at + 1 + len > buf.length) break;
+          at += 1 + len;
         }
+        this.pos = at;
+        const run = at === start + first.length ? first : buf.subarray(start, at);
         const held = r.backend.handleRun!(run, r.send);
         const drain = this.socket.needsDrain;
         if (held || drain)
