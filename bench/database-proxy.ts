@@ -152,13 +152,22 @@ try {
   const idle0 = cpuSeconds(proc.pid!);
   await Bun.sleep(3000);
   const idleCpu = (cpuSeconds(proc.pid!) - idle0) / 3;
-  const all = { direct, pgbouncer: viaBouncer, kiln } as const;
+  // PATHS=...,relay adds a bare Bun TCP relay (bench/tcp-relay.ts): the floor for a proxy on this runtime.
+  let relay: ChildProcess | null = null;
+  const viaRelay = new URL(direct);
+  if (process.env.PATHS?.split(",").includes("relay")) {
+    const port = await freePort();
+    relay = spawn(process.execPath, [join(import.meta.dirname, "tcp-relay.ts"), String(port), direct.port], { stdio: ["ignore", "pipe", "inherit"] });
+    await new Promise((r) => relay!.stdout!.once("data", r));
+    viaRelay.port = String(port);
+  }
+  const all = { direct, pgbouncer: viaBouncer, kiln, relay: viaRelay } as const;
   // PATHS=kiln (comma-separated) runs only those, e.g. to profile Kiln alone.
-  const only = process.env.PATHS?.split(",");
-  const paths = Object.fromEntries(Object.entries(all).filter(([p]) => !only || only.includes(p)));
+  const only = process.env.PATHS?.split(",") ?? ["direct", "pgbouncer", "kiln"];
+  const paths = Object.fromEntries(Object.entries(all).filter(([p]) => only.includes(p)));
   const tps: Record<string, number[]> = {};
   // The proxy's CPU time per transaction (its own process), the cost a busy machine feels.
-  const proxyPid: Record<string, number | undefined> = { pgbouncer: bouncer.proc.pid, kiln: proc.pid };
+  const proxyPid: Record<string, number | undefined> = { pgbouncer: bouncer.proc.pid, kiln: proc.pid, relay: relay?.pid };
   const cpu: Record<string, { s: number; tx: number }> = {};
   for (let round = 0; round < ROUNDS; round++)
     for (const [w, args] of Object.entries(workloads))
@@ -174,6 +183,8 @@ try {
         }
       }
   const usPerTx = (key: string) => (cpu[key] ? ((1e6 * cpu[key]!.s) / cpu[key]!.tx).toFixed(0) : "-");
+  // Kiln's share of its own background work (timers, flushes: its idle CPU) during the runs, taken out.
+  const kilnBeyondIdle = (key: string) => (cpu[key] ? ((1e6 * (cpu[key]!.s - idleCpu * SECONDS * ROUNDS)) / cpu[key]!.tx).toFixed(0) : "-");
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
   // TPC-B's invariant: every transaction moved the same delta through a branch, a teller and an account
@@ -191,11 +202,12 @@ try {
     const [d, b, k] = (["direct", "pgbouncer", "kiln"] as const).map((p) => (tps[`${p} ${w}`] ? median(tps[`${p} ${w}`]!) : NaN));
     const name = w === "tpcb" ? "TPC-B      " : "select-only";
     console.log(
-      `${name}: direct ${d!.toFixed(0)} tps, PgBouncer (session) ${b!.toFixed(0)} (${((100 * b!) / d!).toFixed(0)}% of direct), Kiln ${k!.toFixed(0)} (${((100 * k!) / d!).toFixed(0)}% of direct, ${((100 * k!) / b!).toFixed(0)}% of PgBouncer; target >= 90%); proxy CPU per transaction: PgBouncer ${usPerTx(`pgbouncer ${w}`)} µs, Kiln ${usPerTx(`kiln ${w}`)} µs; runs: ${Object.keys(paths).map((p) => tps[`${p} ${w}`]!.map((x) => x.toFixed(0)).join("/")).join(" | ")}`,
+      `${name}: direct ${d!.toFixed(0)} tps, PgBouncer (session) ${b!.toFixed(0)} (${((100 * b!) / d!).toFixed(0)}% of direct), Kiln ${k!.toFixed(0)} (${((100 * k!) / d!).toFixed(0)}% of direct, ${((100 * k!) / b!).toFixed(0)}% of PgBouncer; target >= 90%); proxy CPU per transaction: PgBouncer ${usPerTx(`pgbouncer ${w}`)} µs, Kiln ${usPerTx(`kiln ${w}`)} µs (${kilnBeyondIdle(`kiln ${w}`)} beyond its idle)${relay ? `, bare Bun relay ${usPerTx(`relay ${w}`)} µs (${median(tps[`relay ${w}`]!).toFixed(0)} tps)` : ""}; runs: ${Object.keys(paths).map((p) => tps[`${p} ${w}`]!.map((x) => x.toFixed(0)).join("/")).join(" | ")}`,
     );
   }
   console.log(`TPC-B balances after every run: ${balanced ? "consistent" : "INCONSISTENT"} (sums: branches ${sums!.b}, tellers ${sums!.t}, accounts ${sums!.a})`);
   if (!balanced) process.exitCode = 1;
+  relay?.kill("SIGTERM");
 } finally {
   if (bouncer) {
     bouncer.proc.kill("SIGTERM");
