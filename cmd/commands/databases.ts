@@ -105,6 +105,9 @@ export function databasesCommand(program: Command): void {
         if (o.asUser) url.searchParams.set("application_name", `service_user_access:${o.asUser}`);
         const dd = process.argv.indexOf("--");
         const extra = dd >= 0 ? process.argv.slice(dd + 1) : [];
+        // What a user would otherwise find out by measuring: how many statements run at once.
+        const v = await c.request("GET", "/databases/versions").catch(() => null);
+        if (v?.engine?.kind) console.error(concurrencyBanner(name, v.engine.kind, v.runs));
         const res = spawnSync("psql", [url.toString(), ...extra], { stdio: "inherit" });
         if (res.error) throw new Error(`could not run psql (${res.error.message}); install the PostgreSQL client`);
         process.exitCode = res.status ?? 1;
@@ -438,4 +441,11 @@ function isCustomDump(file: string): boolean {
   } finally {
     closeSync(fd);
   }
+}
+
+/** The line `kiln db psql` prints first (stderr): what runs the database, and how many statements at once. */
+export function concurrencyBanner(name: string, engine: string, runs: number | null): string {
+  return engine === "embedded"
+    ? `kiln: ${name} runs on the embedded engine (PGlite, PostgreSQL ${runs ?? "?"}): one statement at a time per database; other connections wait their turn, and a transaction holds the database until it ends. For a server with real concurrency, start Kiln with --postgres-url.`
+    : `kiln: ${name} runs on PostgreSQL ${runs ?? "?"} (--postgres-url): each connection has its own server session; statements run concurrently.`;
 }

@@ -128,4 +128,16 @@ export const DATABASES_MIGRATIONS: Migration[] = [
       create index database_backups_pre_restore on database_backups (database_id) where restore_id is not null and status = 'ready';
     `,
   },
+  {
+    // A database made by CREATE DATABASE over the wire: whose credentials (a database's or branch's id)
+    // made it. Those credentials reach it (only the database name changes) and may DROP it.
+    // copy_of_id: provisioned as a copy of that database (CREATE DATABASE ... TEMPLATE), so a start
+    // that resumes its provisioning copies it again rather than leave it empty.
+    id: "databases/005-wire-created",
+    sql: `
+      alter table databases add column wire_origin_id text;
+      alter table databases add column copy_of_id text;
+      create index databases_wire_origin on databases (wire_origin_id) where wire_origin_id is not null;
+    `,
+  },
 ];

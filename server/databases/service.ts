@@ -41,6 +41,8 @@ export interface DatabaseRecord {
   status: "provisioning" | "active" | "restoring" | "failed" | "deleting" | "deleted";
   client_password: string;
   storage_bytes: number | null;
+  /** Made by CREATE DATABASE over the wire with the credentials of this database or branch (null: by the API). */
+  wire_origin_id: string | null;
   created_at: string;
   updated_at: string;
 }
@@ -56,6 +58,7 @@ function toRecord(r: Row, key: SecretKey): DatabaseRecord {
     status: r.status,
     client_password: key.decrypt(r.client_password),
     storage_bytes: r.storage_bytes === null || r.storage_bytes === undefined ? null : Number(r.storage_bytes),
+    wire_origin_id: r.wire_origin_id ?? null,
     created_at: new Date(r.created_at).toISOString(),
     updated_at: new Date(r.updated_at).toISOString(),
   };
@@ -82,6 +85,8 @@ export interface WireAddress {
 /** Managed databases: records in the control store, data in the engine. */
 export class DatabasesService {
   private readonly provisioning = new Set<Promise<void>>();
+  /** Provisioning jobs by database id, for a caller that waits until its database is ready (CREATE DATABASE over the wire). */
+  private readonly provisioningById = new Map<string, Promise<void>>();
   /**
    * Active databases by project and name, for the query API: a store read per query would cost as
    * much as the query itself. Local changes evict at once; other instances' within the TTL.
@@ -144,7 +149,11 @@ export class DatabasesService {
     return this.engine.serverVersions()[0] ?? requested;
   }
 
-  async create(projectId: string, plan: PlanName, input: { name: string; region?: string; pg_version?: number }) {
+  /**
+   * `wireOrigin`: made by CREATE DATABASE over the wire with that database's or branch's credentials;
+   * `copyOf`: provisioned as a copy of that database (CREATE DATABASE ... TEMPLATE) instead of empty.
+   */
+  async create(projectId: string, plan: PlanName, input: { name: string; region?: string; pg_version?: number; wireOrigin?: string; copyOf?: string }) {
     const name = normalizeDatabaseName(input.name);
     if (!/[a-z0-9]/.test(name)) throw badRequest("name must contain at least one letter or digit");
     const region = input.region ?? DEFAULT_REGION;
@@ -159,23 +168,43 @@ export class DatabasesService {
       const [taken] = await tx.query(`select 1 from databases where project_id = $1 and name = $2 and status <> 'deleted'`, [projectId, name]);
       if (taken) throw conflict(`a database named '${name}' already exists in this project`);
       const [r] = await tx.query(
-        `insert into databases (id, project_id, name, region, pg_version, status, client_password, created_at, updated_at)
-         values ($1, $2, $3, $4, $5, 'provisioning', $6, $7, $7) returning *`,
-        [newId(), projectId, name, region, pgVersion, this.secretKey.encrypt(newPassword()), at],
+        `insert into databases (id, project_id, name, region, pg_version, status, client_password, wire_origin_id, copy_of_id, created_at, updated_at)
+         values ($1, $2, $3, $4, $5, 'provisioning', $6, $7, $8, $9, $9) returning *`,
+        [newId(), projectId, name, region, pgVersion, this.secretKey.encrypt(newPassword()), input.wireOrigin ?? null, input.copyOf ?? null, at],
       );
       return toRecord(r!, this.secretKey);
     });
-    this.provision(row.id);
+    this.provision(row.id, input.copyOf);
     return row;
   }
 
+  /** Resolves once the database's provisioning has ended (active or failed); at once if none runs here. */
+  async provisioned(id: string): Promise<DatabaseRecord | null> {
+    await this.provisioningById.get(id);
+    return this.byId(id);
+  }
+
+  /** An active database of the project made over the wire with `origin`'s credentials, by name. */
+  async wireCreated(projectId: string, origin: string, name: string): Promise<DatabaseRecord | null> {
+    const [r] = await this.store.query(`select * from databases where project_id = $1 and name = $2 and wire_origin_id = $3 and status <> 'deleted'`, [
+      projectId,
+      name,
+      origin,
+    ]);
+    return r ? toRecord(r, this.secretKey) : null;
+  }
+
   /** Provisioning runs in the background; a failure leaves the database `failed` with the reason logged. */
-  private provision(id: string): void {
+  private provision(id: string, copyOf?: string): void {
     const job = (async () => {
       try {
         // Tests hold a database in provisioning until the clock moves a minute on (KILN_FAULTS=database-provision-delay:N).
         if (this.fault("database-provision-delay")) await Promise.race([this.sleep(60_000), this.stopping.promise]);
-        await this.engine.create(id);
+        if (copyOf) {
+          const why = await this.engine.copiesUnavailable();
+          if (why) throw new Error(why);
+          await this.engine.fork(copyOf, id);
+        } else await this.engine.create(id);
         await this.store.query(`update databases set status = 'active', updated_at = $2 where id = $1 and status = 'provisioning'`, [id, this.now().toISOString()]);
       } catch (err) {
         this.log.error(`database ${id}: provisioning failed`, err);
@@ -185,13 +214,17 @@ export class DatabasesService {
       }
     })();
     this.provisioning.add(job);
-    void job.finally(() => this.provisioning.delete(job));
+    this.provisioningById.set(id, job);
+    void job.finally(() => {
+      this.provisioning.delete(job);
+      this.provisioningById.delete(id);
+    });
   }
 
   /** Databases left `provisioning` by a stop are provisioned again at start. */
   async resumeProvisioning(): Promise<void> {
-    const rows = await this.store.query<{ id: string }>(`select id from databases where status = 'provisioning'`);
-    for (const r of rows) this.provision(r.id);
+    const rows = await this.store.query<{ id: string; copy_of_id: string | null }>(`select id, copy_of_id from databases where status = 'provisioning'`);
+    for (const r of rows) this.provision(r.id, r.copy_of_id ?? undefined);
     const deleting = await this.store.query<{ id: string }>(`select id from databases where status = 'deleting'`);
     for (const r of deleting) await this.finishDelete(r.id);
   }

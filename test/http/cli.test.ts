@@ -152,6 +152,8 @@ describe("kiln CLI: databases", () => {
     const psql = kiln("db", "psql", "shop", "--project", p.id, "--", "-X", "-A", "-t", "-c", "create table items (id serial primary key, name text, qty int); insert into items (name, qty) values ('a', 1), ('b', 5); select count(*) from items");
     expect(psql.code, psql.err).toBe(0);
     expect(psql.out.trim().split("\n").pop()).toBe("2");
+    // The banner says how many statements run at once (stderr, so scripts reading psql's output are unaffected).
+    expect(psql.err).toMatch(STORE === "embedded" ? /embedded engine \(PGlite, PostgreSQL 18\): one statement at a time per database.*--postgres-url/ : /runs on PostgreSQL 15 \(--postgres-url\).*statements run concurrently/);
     const sk = json("keys", "service", "create", "cli", "--project", p.id).key;
     const noKey = kiln("db", "query", "shop", "select", "--table", "items");
     expect(noKey.code).toBe(1);

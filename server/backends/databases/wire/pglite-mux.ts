@@ -694,7 +694,10 @@ export class PgliteSessionMux {
   private async switchTo(to: MuxSession | null): Promise<boolean> {
     const from = this.current && this.current.dirty && !this.current.closed ? this.current : null;
     const key = to ? to.key : DEFAULT_KEY;
-    if (!from && this.applied === key) {
+    // A client that changed settings and left before they were captured leaves them in the session:
+    // never skip the reset then (createdb's set_config('search_path', '', false) reached the next client).
+    const leftBehind = Boolean(this.current?.dirty && this.current.closed);
+    if (!from && !leftBehind && this.applied === key) {
       this.current = to;
       return true;
     }
@@ -1056,7 +1059,9 @@ class MuxSession implements WireBackend {
   setSaved(rows: (string | null)[][], sessionUser: string): void {
     this.saved = new Map();
     for (const [name, value] of rows) {
-      if (!name || value === null || value === "") continue;
+      // An empty value is a setting too (createdb and pg_dump run set_config('search_path', '', false));
+      // only a custom (dotted) name read back as '' is one nobody set in this session.
+      if (!name || value === null || (value === "" && name.includes("."))) continue;
       if (name === "role" && value === "none") continue;
       if (name === "session_authorization" && value === sessionUser) continue;
       this.saved.set(name, value);
