@@ -45,6 +45,7 @@ export const frontendsArea = defineArea({
       flushLogs: () => logs.ingest.flush(),
       framework: { hiddenPaths: [config.dataDir], sandbox: { want: config.functionSandbox, allowUnsandboxed: config.allowUnsandboxedFunctions }, warn: (m) => log.warn(m) },
       keepPreviousMs: KEEP_PREVIOUS_MS,
+      buildDelayMs: config.faults.frontend_build_delay ?? 0,
     });
     const tls = { server: null as Server<unknown> | null, port: null as number | null };
     const domains = new DomainsService({ store, clock, log, config, address, secretKey, tlsPort: () => tls.port });

@@ -39,6 +39,8 @@ export interface FrontendsDeps {
   framework: FrameworkContext;
   /** How long a replaced deployment's files stay after the switch (requests that began on it, pages that load its assets). */
   keepPreviousMs: number;
+  /** Fault injection (KILN_FAULTS=frontend_build_delay:<ms>): each build waits this long first, so tests can queue behind it. */
+  buildDelayMs: number;
 }
 
 /**
@@ -262,6 +264,7 @@ export class FrontendsService {
     const t0 = performance.now();
     try {
       await log("info", `${dep.kind} ${dep.id} of frontend ${frontend.name} started`);
+      if (this.d.buildDelayMs) await new Promise((r) => setTimeout(r, this.d.buildDelayMs));
       scratch = await scratchDir(join(this.d.dir, "scratch"));
       const src = join(scratch, "source");
       const { extractSource } = await import("../functions/archive");
