@@ -168,6 +168,14 @@ describe("frontends", () => {
     expect((await k.api("GET", `/projects/${p.id}/frontends`, { token: null })).status).toBe(401);
   });
 
+  it("answers 503 to a custom domain when this Kiln has no HTTPS port", async () => {
+    const p = await createProject(k);
+    const r = await deployFrontend(k, p.id, { name: "nossl" }, site("x"));
+    const d = await k.api("POST", `/projects/${p.id}/frontends/${r.body.id}/domain`, { body: { domain: "a.example.test", tls: { mode: "byoc", certificate_pem: "x", private_key_pem: "y" } } });
+    expect(d.status).toBe(503);
+    expect(d.body.error).toMatch(/--frontends-tls-port/);
+  });
+
   it("caps a HOBBY project at one frontend with the spec's message", async () => {
     const acct = await k.api("POST", "/admin/accounts", { token: k.adminToken, body: { plan: "hobby" } });
     expect(acct.status).toBe(201);
