@@ -303,7 +303,8 @@ export class FrontendsService {
         await tx.query(`update frontends set serving_deployment_id = $2, status = 'active', framework = $3, updated_at = $4 where id = $1 and status <> 'deleted'`, [frontend.id, dep.id, result.kind, done]);
       });
       this.switchTo(served);
-      await log("info", `deployment ${dep.id} serves (built in ${Math.round(performance.now() - t0)} ms)`);
+      await log("info", `deployment ${dep.id} serves (built and published in ${Math.round(performance.now() - t0)} ms)`);
+      await log("info", "build succeeded");
     } catch (err) {
       const message = err instanceof FrontendBuildError ? err.message : this.aborts.signal.aborted ? "the build was stopped: Kiln is stopping" : `build failed: ${(err as Error).message}`;
       if (!(err instanceof FrontendBuildError) && !this.aborts.signal.aborted) this.d.log.error(`frontend ${frontend.name}: deployment ${dep.id} failed`, err);

@@ -1,8 +1,11 @@
 // Frontends (spec part 2: Frontend, Frontend status, the Frontends endpoints, create fields, build and
 // runtime rules 3-4, Limits): static sites from archives, their site addresses, deployments.
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { tgz } from "../support/functions";
-import { createProject, eventually, useKiln, type TestKiln } from "../support/kiln";
+import { createProject, eventually, removeDir, useCli, useKiln, type TestKiln } from "../support/kiln";
 
 const INDEX = "<!doctype html><title>shop</title><h1>version one</h1>";
 const BIG_CSS = `body { color: #333; }\n`.repeat(200);
@@ -32,6 +35,8 @@ function siteFetch(siteUrl: string, path: string, init: RequestInit = {}) {
 
 describe("frontends", () => {
   const k = useKiln({ env: { KILN_FRONTEND_KEEP_PREVIOUS_MS: "200" } });
+  const cliOf = useCli(k, { passToken: true });
+  const useCliOf = () => cliOf;
 
   it("creates a static site that serves at its site URL, with caching, ranges and compression", async () => {
     const p = await createProject(k);
@@ -166,6 +171,34 @@ describe("frontends", () => {
     expect((await k.api("GET", `/projects/${p.id}/frontends/nope`)).status).toBe(404);
     expect((await k.api("POST", `/projects/${p.id}/frontends/nope/redeploy`)).status).toBe(404);
     expect((await k.api("GET", `/projects/${p.id}/frontends`, { token: null })).status).toBe(401);
+  });
+
+  it("works from the CLI: deploy (build streamed), list, get, deployments, redeploy, domain get, delete", async () => {
+    const cli = useCliOf();
+    const p = await createProject(k);
+    const dir = mkdtempSync(join(tmpdir(), "kiln-fe-cli-"));
+    try {
+      mkdirSync(join(dir, "node_modules", "x"), { recursive: true });
+      writeFileSync(join(dir, "index.html"), "<p>from the cli</p>");
+      writeFileSync(join(dir, "node_modules", "x", "index.js"), "left out");
+      const dep = cli.run("frontends", "deploy", dir, "--name", "cli-site", "--project", p.id);
+      expect(dep.code, dep.err).toBe(0);
+      expect(dep.err).toContain("framework: static site");
+      expect(dep.out).toMatch(/status\s+active/);
+      const f = cli.json("frontends", "get", "cli-site", "--project", p.id);
+      expect(await (await siteFetch(f.site_url, "/")).text()).toBe("<p>from the cli</p>");
+      expect((await siteFetch(f.site_url, "/node_modules/x/index.js")).status).toBe(404);
+      expect(cli.json("frontends", "list", "--project", p.id).data.map((x: any) => x.name)).toEqual(["cli-site"]);
+      expect(cli.json("frontends", "redeploy", "cli-site", "--project", p.id).status).toBe("active");
+      expect(cli.json("frontends", "deployments", "cli-site", "--project", p.id).data.map((d: any) => `${d.kind}:${d.status}`)).toEqual(["redeploy:succeeded", "deploy:succeeded"]);
+      expect(cli.run("frontends", "domain", "get", "cli-site", "--project", p.id).out).toContain("has no custom domain");
+      expect(cli.run("frontends", "delete", "cli-site", "--project", p.id).code).toBe(0);
+      const missing = cli.run("frontends", "get", "nope", "--project", p.id);
+      expect(missing.code).not.toBe(0);
+      expect(missing.err).toContain("frontend nope not found");
+    } finally {
+      removeDir(dir);
+    }
   });
 
   it("answers 503 to a custom domain when this Kiln has no HTTPS port", async () => {
