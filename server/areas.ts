@@ -6,6 +6,7 @@ import { deploymentsArea } from "./deployments/area";
 import { durableArea } from "./durable/area";
 import { mailArea } from "./emulators/area";
 import { endUsersArea } from "./end-users/area";
+import { frontendsArea } from "./frontends/area";
 import { functionsArea } from "./functions/area";
 import { healthArea } from "./health/area";
 import { keysArea } from "./keys/area";
@@ -43,6 +44,7 @@ export const AREAS = [
   durableArea,
   schedulersArea,
   deploymentsArea,
+  frontendsArea,
   storageArea,
   locksArea,
   testingArea,

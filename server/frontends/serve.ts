@@ -1,0 +1,34 @@
+import type { Served } from "./service";
+import { serveFile } from "./static-serve";
+
+export interface ServeDeps {
+  region: string;
+  record: (projectId: string, status: number, latencyMs: number) => void;
+  accessLog: (s: Served, level: string, line: string) => void;
+}
+
+const text = (status: number, body: string, headers: Record<string, string> = {}) => new Response(body, { status, headers: { "Content-Type": "text/plain; charset=utf-8", ...headers } });
+
+/**
+ * One request to a site: static files first (Kiln answers them), then the framework's server (a
+ * Next.js deployment), else the static site's fallback. Each request is counted (metrics, usage) and
+ * logged (resource.type=frontend).
+ */
+export async function serveSite(d: ServeDeps, s: Served | null, request: Request, arrivedAt: number): Promise<Response> {
+  if (!s) return text(404, "No frontend serves this address (yet): deploy one, or check its status with GET /projects/{id}/frontends.\n");
+  let res: Response;
+  const url = new URL(request.url);
+  try {
+    const readOnly = request.method === "GET" || request.method === "HEAD";
+    const fromFiles = readOnly ? serveFile(s.site, request, url.pathname, !s.server) : null;
+    if (fromFiles) res = fromFiles;
+    else if (s.server) res = await s.server.fetch(request);
+    else res = text(405, "a static site serves GET and HEAD\n", { Allow: "GET, HEAD" });
+  } catch (err) {
+    res = text(502, `the frontend's server failed: ${(err as Error).message}\n`);
+  }
+  const ms = performance.now() - arrivedAt;
+  d.record(s.frontend.project_id, res.status, ms);
+  d.accessLog(s, res.status >= 500 ? "error" : res.status >= 400 ? "warn" : "info", `${request.method} ${url.pathname}${url.search} ${res.status} ${ms.toFixed(1)}ms`);
+  return res;
+}
