@@ -9,13 +9,14 @@ export const RESULT_FILE = ".kiln-result.json";
 const SITE_DIRS = ["", "dist", "build", "out", "public", "_site"];
 
 /** The Next.js framework (runtime-sandbox/frontends/nextjs.ts), loaded at the first Next.js deployment. */
-let nextjs: Promise<FrontendFramework | null> | null = null;
-export function nextjsFramework(ctx: FrameworkContext): Promise<FrontendFramework | null> {
-  const path = "../../runtime-sandbox/frontends/nextjs";
-  return (nextjs ??= import(/* @vite-ignore */ path).then(
-    (m: { createNextjsFramework?: (c: FrameworkContext) => FrontendFramework }) => m.createNextjsFramework?.(ctx) ?? null,
-    () => null,
-  ));
+let nextjs: Promise<FrontendFramework> | null = null;
+export function nextjsFramework(ctx: FrameworkContext): Promise<FrontendFramework> {
+  return (nextjs ??= import("../../runtime-sandbox/frontends/nextjs").then((m) => m.createNextjsFramework(ctx)));
+}
+
+/** Kiln stops: the Next.js framework's servers, if it was ever loaded. */
+export async function closeFrameworks(): Promise<void> {
+  if (nextjs) await (await nextjs.catch(() => null))?.close();
 }
 
 export interface BuildInput {
@@ -51,7 +52,6 @@ export async function buildDeployment(i: BuildInput): Promise<{ result: Frontend
   let result: FrontendBuildResult;
   if (i.framework === "nextjs" || (await hasNext(appDir))) {
     const fw = await nextjsFramework(i.ctx);
-    if (!fw) throw new FrontendBuildError("Next.js builds are not available in this Kiln (its Next.js builder is missing)");
     await i.log("info", `framework: Next.js${i.framework ? "" : " (detected: package.json depends on next)"}`);
     result = await fw.build({ sourceDir: i.sourceDir, appRoot: i.appRoot, outDir: i.outDir, env: i.env, log: i.log, signal: i.signal });
   } else {

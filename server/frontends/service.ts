@@ -8,7 +8,7 @@ import { newId } from "../ids";
 import type { Logger } from "../log";
 import type { ControlStore, Sql } from "../store/store";
 import { SourceBlobs } from "../functions/source-blobs";
-import { buildDeployment, nextjsFramework, removeDir, scratchDir } from "./builds";
+import { buildDeployment, closeFrameworks, nextjsFramework, removeDir, scratchDir } from "./builds";
 import { deploymentOf, frontendOf, type DeploymentRecord, type FrontendRecord } from "./records";
 import type { DeployFields } from "./schemas";
 import { readManifest } from "./static-files";
@@ -345,7 +345,6 @@ export class FrontendsService {
   private async startServer(outDir: string, result: FrontendBuildResult, f: FrontendRecord): Promise<FrontendServer | null> {
     if (result.kind === "static") return null;
     const fw = await nextjsFramework(this.d.framework);
-    if (!fw) throw new FrontendBuildError("Next.js serving is not available in this Kiln");
     const ref = { id: f.id, name: f.name, project_id: f.project_id };
     return fw.serve({ deploymentDir: outDir, result, log: (level, line) => this.d.buildLog({ ...ref, deploymentId: result.serverDir ?? "" }, level, line) });
   }
@@ -439,6 +438,7 @@ export class FrontendsService {
     this.retiring.clear();
     await Promise.allSettled([...this.serving.values()].map((s) => s.server?.stop()));
     await Promise.allSettled([...this.retirements].map((go) => go()));
+    await closeFrameworks().catch((e) => this.d.log.error("frontends: stopping the Next.js servers failed", e));
   }
 
   /** Waits for the frontend's queued and running deployments (tests, the CLI's --wait use polling instead). */
