@@ -48,7 +48,11 @@ export const frontendsArea = defineArea({
       buildDelayMs: config.faults.frontend_build_delay ?? 0,
     });
     const tls = { server: null as Server<unknown> | null, port: null as number | null };
-    const domains = new DomainsService({ store, clock, log, config, address, secretKey, tlsPort: () => tls.port });
+    // The HTTPS listener starts after Kiln listens (its certificate may need two RSA keys first); custom
+    // domain requests wait for it.
+    let tlsStarted: Promise<void> = Promise.resolve();
+    let listening: Promise<void> = Promise.resolve();
+    const domains = new DomainsService({ store, clock, log, config, address, secretKey, tlsPort: async () => (await tlsStarted.catch(() => {}), tls.port) });
     const serveDeps: ServeDeps = {
       region,
       record: (projectId, status, ms) => metrics.record(projectId, "frontend", region, status, ms),
@@ -71,11 +75,15 @@ export const frontendsArea = defineArea({
       route,
       port: () => tls.port,
       async close(): Promise<void> {
+        await tlsStarted.catch(() => {});
         await tls.server?.stop(true);
         tls.server = null;
       },
-      /** (Re)starts the HTTPS listener with the default site certificate first and every attached domain's. */
-      async listen(): Promise<void> {
+      /** (Re)starts the HTTPS listener with the default site certificate first and every attached domain's; one at a time. */
+      listen(): Promise<void> {
+        return (listening = listening.catch(() => {}).then(() => this.restart()));
+      },
+      async restart(): Promise<void> {
         if (config.frontendsTlsPort === null) return;
         const { localServerCertificate } = await import("../backends/databases/wire/local-ca");
         const site = await localServerCertificate(join(config.dataDir, "tls"), "frontends", [`*.${config.frontendsDomain}`, config.frontendsDomain]);
@@ -95,14 +103,18 @@ export const frontendsArea = defineArea({
       },
     };
     domains.reload = () => frontendTls.listen();
-    return { frontends, domains, frontendTls };
+    const startTls = () => {
+      tlsStarted = frontendTls.listen();
+      tlsStarted.catch((e) => log.error(`frontends: the HTTPS listener on port ${config.frontendsTlsPort} could not start`, e));
+    };
+    return { frontends, domains, frontendTls: { ...frontendTls, startTls } };
   },
   routes: frontendRoutes,
   hostRouter: (deps) => (request, m) => deps.frontendTls.route(request, m.arrivedAt),
   project: { cleanup: (projectId, { frontends }) => frontends.removeAll(projectId) },
   resume: async ({ frontends, frontendTls }) => {
     await frontends.resume();
-    await frontendTls.listen();
+    frontendTls.startTls();
   },
   drain: ({ frontends }) => frontends.drain(),
   stop: ({ frontendTls }) => frontendTls.close(),

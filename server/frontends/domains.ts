@@ -81,7 +81,7 @@ export class DomainsService {
   private chain: Promise<unknown> = Promise.resolve();
 
   constructor(
-    private readonly d: { store: ControlStore; clock: Clock; log: Logger; config: Config; address: ListeningAddress; secretKey: SecretKey; tlsPort: () => number | null },
+    private readonly d: { store: ControlStore; clock: Clock; log: Logger; config: Config; address: ListeningAddress; secretKey: SecretKey; tlsPort: () => Promise<number | null> },
   ) {}
 
   async record(frontendId: string): Promise<DomainRecord | null> {
@@ -90,7 +90,7 @@ export class DomainsService {
   }
 
   async attach(f: FrontendRecord, body: CustomDomainBody): Promise<{ created: boolean; view: NonNullable<Awaited<ReturnType<DomainsService["view"]>>> }> {
-    if (this.d.tlsPort() === null) throw new HttpError(503, { error: "custom domain provisioning is unavailable: this Kiln has no HTTPS port (start it with --frontends-tls-port)" });
+    if ((await this.d.tlsPort()) === null) throw new HttpError(503, { error: "custom domain provisioning is unavailable: this Kiln has no HTTPS port (start it with --frontends-tls-port)" });
     const cert = validateCertificate(body.domain, body.tls, this.d.clock.nowMs());
     void cert;
     const at = this.d.clock.now().toISOString();
@@ -169,7 +169,7 @@ export class DomainsService {
     const d = await this.record(f.id);
     if (!d) return null;
     const cert = new X509Certificate(d.certificate_pem);
-    const port = this.d.tlsPort();
+    const port = await this.d.tlsPort();
     const effective = [siteUrl(this.d.config, this.d.address, f)];
     if (d.status === "active" && port !== null) effective.push(`https://${d.domain}${port === 443 ? "" : `:${port}`}`);
     if (port !== null) effective.splice(1, 0, siteHttpsUrl(this.d.config, port, f));

@@ -80,6 +80,8 @@ describe("custom domains", () => {
   beforeAll(async () => {
     p = await createProject(k);
     f = await deployFrontend(k, p.id, "shop");
+    // The HTTPS listener starts once Kiln listens (its certificate is made first).
+    await eventually(() => httpsGet("localhost").then(() => true, () => false), (up) => up, 30_000);
   });
 
   it("answers JSON null before a domain is configured, 404 for a missing frontend", async () => {
