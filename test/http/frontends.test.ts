@@ -130,6 +130,12 @@ describe("frontends", () => {
     expect(bad.status).toBe(201);
     expect((await settled(k, p.id, bad.body.id)).status).toBe("failed");
 
+    // Frontend deployments are in the account's deployment list too.
+    const across = await k.api("GET", `/deployments?project_id=${p.id}&limit=100`);
+    expect(across.status).toBe(200);
+    expect(across.body.data.filter((d: any) => d.resource.id === f1.id).map((d: any) => d.kind)).toEqual(["redeploy", "deploy", "deploy", "deploy"]);
+    expect(across.body.data[0].resource).toMatchObject({ type: "frontend" });
+
     const list = await k.api("GET", `/projects/${p.id}/frontends?limit=1`);
     expect(list.body).toMatchObject({ total: 2, has_more: true });
 
