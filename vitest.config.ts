@@ -35,10 +35,13 @@ export default defineConfig({
           name: "postgres",
           // Files whose behaviour does not depend on the store run once, on the embedded one: the CLI
           // suites (a client of the same API), archives and the sandbox, HTTP conventions, body limits,
-          // the OpenAPI document, mail, a static and a Next.js frontend in the browser (frontends.test covers both stores; a Next.js build costs minutes); storage runs on PostgreSQL in the s3 project below.
+          // the OpenAPI document, mail, a static frontend in the browser (frontends.test covers both stores); storage runs on PostgreSQL in the s3 project below.
           exclude: [
             ...blackBox.exclude,
-            ...["cli", "storage-cli", "durable-cli", "function-archives", "function-sandbox", "conventions", "limits", "openapi", "mail-delivery", "storage", "storage-memory", "frontends-browser", "frontends-nextjs"].map((f) => `test/http/${f}.test.ts`),
+            ...["cli", "storage-cli", "durable-cli", "function-archives", "function-sandbox", "conventions", "limits", "openapi", "mail-delivery", "storage", "storage-memory", "frontends-browser"].map((f) => `test/http/${f}.test.ts`),
+            // The Next.js build and server do not touch the store (the area's own files run on both), and a
+            // `next build` costs tens of CPU-seconds: once.
+            "test/http/frontends-nextjs.test.ts",
           ],
           env: { KILN_TEST_STORE: "postgres" },
           globalSetup: ["test/support/global-postgres.ts"],

@@ -1,103 +1,133 @@
-// A Next.js frontend end to end through the API (spec part 2: build and runtime rules 1-2): the
-// fixture app (test/fixtures/frontends/nextjs-app: App Router page, an API route, a NEXT_PUBLIC_
-// value, a server component calling a Kiln function) deployed as an archive, built in the sandbox
-// from the frontend npm cache the test set-up fills (npm's registry points at an address nothing
-// listens on: a download fails the build), served at its site URL by Kiln (static files) and its
-// Node server (pages), and rendered in headless Chromium.
+// A Next.js frontend through Kiln's API (spec part 2: the Frontends endpoints, build and runtime
+// rules 1-2): the fixture app (test/fixtures/frontends/nextjs-app) deployed as an archive, built in
+// the sandbox from the frontend npm cache that `npm test`'s set-up fills (npm's registry is an
+// address nothing listens on here, so any download fails the build), served at its site URL by its
+// standalone server on Node.js; its server component calls a Kiln function. Then the same page in
+// headless Chromium: it renders and hydrates. One build for the file (`next build` is tens of CPU-s).
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { useBrowser } from "../support/browser";
-import { deploy as deployFunction, settled as functionSettled, tgz } from "../support/functions";
-import { createProject, eventually, removeDir, ROOT, useKiln } from "../support/kiln";
+import { deploy, settled as fnSettled, tgz } from "../support/functions";
+import { createProject, eventually, useKiln, type TestKiln } from "../support/kiln";
 
-const FIXTURE = join(ROOT, "test/fixtures/frontends/nextjs-app");
-const GREETING = `hello-${Math.random().toString(36).slice(2, 8)}`;
-const SECRET = `secret-${Math.random().toString(36).slice(2, 8)}`;
+const FIXTURE = join(import.meta.dirname, "../fixtures/frontends/nextjs-app");
+const GREETING = `greeting-${Math.random().toString(36).slice(2, 10)}`;
+const SECRET = `secret-${Math.random().toString(36).slice(2, 10)}`;
 
 function fixtureArchive(): Buffer {
-  const dir = mkdtempSync(join(tmpdir(), "kiln-next-archive-"));
-  try {
-    execFileSync("tar", ["-czf", join(dir, "app.tgz"), "--exclude=./node_modules", "--exclude=./.next", "-C", FIXTURE, "."]);
-    return readFileSync(join(dir, "app.tgz"));
-  } finally {
-    removeDir(dir);
-  }
+  return execFileSync("tar", ["-czf", "-", "--exclude=node_modules", "--exclude=.next", "-C", FIXTURE, "."], { maxBuffer: 64 << 20 });
 }
 
-describe("a Next.js frontend", () => {
+async function deployFrontend(k: TestKiln, projectId: string, fields: Record<string, string | string[]>, archive: Buffer) {
+  const form = new FormData();
+  for (const [key, v] of Object.entries(fields)) for (const one of Array.isArray(v) ? v : [v]) form.append(key, one);
+  form.set("archive", new Blob([new Uint8Array(archive)]), "app.tgz");
+  const res = await fetch(`${k.url}/projects/${projectId}/frontends`, { method: "POST", headers: { authorization: `Bearer ${k.token}` }, body: form });
+  return { status: res.status, body: (await res.json()) as any };
+}
+
+async function settled(k: TestKiln, projectId: string, id: string, timeoutMs: number) {
+  return (await eventually(() => k.api("GET", `/projects/${projectId}/frontends/${id}`), (r) => r.status === 200 && r.body.status !== "provisioning" && !r.body.pending_deployment_id, timeoutMs)).body;
+}
+
+/** A request to a site: Kiln's port with the site's Host header (stock resolvers do not know *.localhost). */
+function siteFetch(siteUrl: string, path: string, init: RequestInit = {}) {
+  const u = new URL(siteUrl);
+  return fetch(`http://127.0.0.1:${u.port}${path}`, { ...init, headers: { ...(init.headers as Record<string, string>), host: u.host } });
+}
+
+describe("Next.js frontends", () => {
   const k = useKiln({ env: { npm_config_registry: "http://127.0.0.1:9/" } });
   const browser = useBrowser();
-  let site = "";
-  let projectId = "";
-  let frontendId = "";
-  const siteFetch = (path: string) => {
-    const u = new URL(site);
-    return fetch(`http://127.0.0.1:${u.port}${path}`, { headers: { host: u.host } });
-  };
+  let site: { id: string; site_url: string; current_deployment_id: string; projectId: string } | null = null;
 
-  beforeAll(async () => {
+  it("deploys the fixture: page with the server component's data, API route, NEXT_PUBLIC_ value in the client bundle only", async () => {
     const p = await createProject(k);
-    projectId = p.id;
-    // The Kiln function the page's server component calls (HTTP mode, public, no token).
-    const fn = await deployFunction(
+    // The backend the server component calls: a Kiln function's invoke URL.
+    const fn = await deploy(
       k,
       p.id,
       { name: "backend", runtime: "nodejs22.x", invocation_mode: "http", is_public: "true", http_auth_mode: "none" },
-      tgz({ "index.js": `exports.handler = async (e) => ({ statusCode: 200, headers: { "content-type": "application/json" }, body: JSON.stringify({ answer: 42, from: JSON.parse(e.body || "{}").from ?? null }) });` }),
+      tgz({ "index.js": `exports.handler = async (req) => ({ statusCode: 200, headers: { "content-type": "application/json" }, body: JSON.stringify({ answer: 42, from: JSON.parse(req.body).from }) });` }),
     );
-    const backend = await functionSettled(k, p.id, fn.body.id);
-    for (const [name, value] of Object.entries({ NEXT_PUBLIC_GREETING: GREETING, SERVER_SECRET: SECRET, BACKEND_URL: backend.invoke_url, UNSELECTED: "nope" }))
+    expect(fn.status).toBe(201);
+    const backend = await fnSettled(k, p.id, fn.body.id);
+    expect(backend.status).toBe("active");
+    for (const [name, value] of [["BACKEND_URL", backend.invoke_url], ["NEXT_PUBLIC_GREETING", GREETING], ["SERVER_SECRET", SECRET], ["NODE_OPTIONS", "--inspect"], ["UNSELECTED", "x"]])
       expect((await k.api("POST", `/projects/${p.id}/variables`, { body: { name, value } })).status).toBe(201);
-    const form = new FormData();
-    form.set("name", "web");
-    for (const v of ["NEXT_PUBLIC_GREETING", "SERVER_SECRET", "BACKEND_URL"]) form.append("variables", v);
-    form.set("archive", new Blob([new Uint8Array(fixtureArchive())]), "app.tgz");
-    const res = await fetch(`${k.url}/projects/${p.id}/frontends`, { method: "POST", headers: { authorization: `Bearer ${k.token}` }, body: form });
-    const created = (await res.json()) as any;
-    expect(res.status).toBe(201);
-    frontendId = created.id;
-    const f = (await eventually(() => k.api("GET", `/projects/${p.id}/frontends/${created.id}`), (r) => r.body.status !== "provisioning", 900_000)).body;
-    if (f.status !== "active") {
-      const d = await k.api("GET", `/projects/${p.id}/frontends/${created.id}/deployments`);
-      throw new Error(`the Next.js deployment failed: ${d.body.data[0]?.error}`);
-    }
+
+    const r = await deployFrontend(k, p.id, { name: "web", framework: "nextjs", variables: ["BACKEND_URL", "NEXT_PUBLIC_GREETING", "SERVER_SECRET", "NODE_OPTIONS"] }, fixtureArchive());
+    expect(r.status).toBe(201);
+    const f = await settled(k, p.id, r.body.id, 900_000);
+    const deployments = await k.api("GET", `/projects/${p.id}/frontends/${r.body.id}/deployments`);
+    expect(f.status, JSON.stringify(deployments.body)).toBe("active");
     expect(f.framework).toBe("nextjs");
-    site = f.site_url;
-  }, 960_000);
+    site = { id: f.id, site_url: f.site_url, current_deployment_id: f.current_deployment_id, projectId: p.id };
 
-  it("serves the page (server component calling a Kiln function), the API route, and static files with immutable caching", async () => {
-    const page = await siteFetch("/");
-    expect(page.status).toBe(200);
-    // React separates text parts with empty comments.
-    const html = (await page.text()).replaceAll("<!-- -->", "");
+    // The page: rendered per request by the server component, which called the function.
+    const home = await siteFetch(f.site_url, "/");
+    expect(home.status).toBe(200);
+    const html = await home.text();
     expect(html).toContain("Hello from Next.js on Kiln");
-    expect(html).toContain(`backend said: 200 {&quot;answer&quot;:42,&quot;from&quot;:&quot;nextjs&quot;}`);
-    // Rule 1: NEXT_PUBLIC_* is inlined into the client bundle and kept out of the server runtime.
-    expect(html).toContain("NEXT_PUBLIC_ names in the server environment: (none)");
-    const api = (await (await siteFetch("/api/hello")).json()) as any;
-    expect(api).toMatchObject({ hello: "world", runtime_variable: SECRET, public_in_server_env: [] });
-    expect(api.node).toMatch(/^v22\./);
-    const chunk = /\/_next\/static\/[^"]+\.js/.exec(html)![0];
-    const asset = await siteFetch(chunk);
-    expect(asset.status).toBe(200);
-    expect(asset.headers.get("cache-control")).toBe("public, max-age=31536000, immutable");
-    expect(asset.headers.get("etag")).toBeTruthy();
-    expect(await (await siteFetch("/hello.txt")).text()).toContain("hello");
+    expect(html).toContain("backend said: <!-- -->200 {&quot;answer&quot;:42,&quot;from&quot;:&quot;nextjs&quot;}");
+    expect(html).toContain("NEXT_PUBLIC_ names in the server environment: <!-- -->(none)");
+    expect(html).not.toContain(SECRET);
 
-    const build = await k.api("POST", `/projects/${projectId}/logs/search`, { body: { resource: { type: "frontend", ids: [frontendId] }, query: "npm ci", limit: 5 } });
-    expect(build.body.data.length).toBeGreaterThan(0);
-  });
+    // The API route: JSON; the runtime sees SERVER_SECRET, no NEXT_PUBLIC_*, not the reserved NODE_OPTIONS.
+    const api = await siteFetch(f.site_url, "/api/hello");
+    expect(api.status).toBe(200);
+    const body = (await api.json()) as Record<string, unknown>;
+    expect(body).toMatchObject({ hello: "world", path: "/api/hello", runtime_variable: SECRET, public_in_server_env: [] });
+    expect(String(body.node)).toMatch(/^v22\./);
 
-  it("renders and hydrates in Chromium with the NEXT_PUBLIC_ value", async () => {
-    const tab = await (await browser.get()).page();
-    await tab.goto(`${site}/`);
-    await tab.waitForSelector("#hydrated:has-text('hydrated')");
-    expect(await tab.textContent("#greeting")).toBe(GREETING);
-    await tab.click("#increment");
-    expect(await tab.textContent("#increment")).toBe("clicked 1");
-    await tab.close();
+    // The client bundle, served by Kiln from the static dir with immutable caching, has the value inlined.
+    const chunks = [...new Set([...html.matchAll(/\/_next\/static\/chunks\/[^"]+\.js/g)].map((m) => m[0]))];
+    expect(chunks.length).toBeGreaterThan(0);
+    let inlined = false;
+    for (const c of chunks) {
+      const res = await siteFetch(f.site_url, c);
+      expect(res.status).toBe(200);
+      expect(res.headers.get("cache-control")).toBe("public, max-age=31536000, immutable");
+      if ((await res.text()).includes(GREETING)) inlined = true;
+    }
+    expect(inlined).toBe(true);
+    expect(await (await siteFetch(f.site_url, "/hello.txt")).text()).toBe("static file from public/\n");
+
+    // The build log, line by line: the install from the cache, next build, the reserved name's warning.
+    const logs = await k.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "frontend", ids: [f.id], deployments: { ids: [f.current_deployment_id] } }, limit: 1000 } });
+    expect(logs.status).toBe(200);
+    const lines = (logs.body.data as Array<{ body: string }>).map((e) => String(e.body));
+    expect(lines.some((l) => l.includes("npm ci --prefer-offline"))).toBe(true);
+    expect(lines.some((l) => l.includes("running next build"))).toBe(true);
+    expect(lines.some((l) => l.includes("variable NODE_OPTIONS was not passed") && l.includes("reserved"))).toBe(true);
+  }, 1_000_000);
+
+  it("renders and hydrates in a real browser", async () => {
+    expect(site).not.toBeNull();
+    const page = await (await browser.get()).page();
+    try {
+      const res = await page.goto(`${site!.site_url}/`, { waitUntil: "load", timeout: 60_000 });
+      expect(res?.status()).toBe(200);
+      await page.waitForFunction(() => document.getElementById("hydrated")?.textContent === "hydrated", null, { timeout: 60_000 });
+      expect(await page.textContent("#greeting")).toBe(GREETING);
+      expect(await page.textContent("#backend")).toContain('200 {"answer":42,"from":"nextjs"}');
+      await page.click("#increment");
+      await page.click("#increment");
+      expect(await page.textContent("#increment")).toBe("clicked 2");
+    } finally {
+      await page.close();
+    }
+  }, 180_000);
+
+  it("an engines.node that allows neither Node.js 22 nor 24 fails the deployment with a clear error", async () => {
+    const p = await createProject(k);
+    const archive = tgz({ "package.json": JSON.stringify({ name: "future", version: "1.0.0", engines: { node: ">=26" }, dependencies: { next: "16.0.10" } }), "app/page.jsx": "export default () => null" });
+    const r = await deployFrontend(k, p.id, { name: "future" }, archive);
+    expect(r.status).toBe(201);
+    const f = await settled(k, p.id, r.body.id, 60_000);
+    expect(f.status).toBe("failed");
+    const d = await k.api("GET", `/projects/${p.id}/frontends/${f.id}/deployments`);
+    expect(JSON.stringify(d.body.data)).toContain('package.json engines.node \\">=26\\" allows neither Node.js 22.x nor 24.x');
   }, 120_000);
 });
