@@ -264,7 +264,14 @@ export class FrontendsService {
     const t0 = performance.now();
     try {
       await log("info", `${dep.kind} ${dep.id} of frontend ${frontend.name} started`);
-      if (this.d.buildDelayMs) await new Promise((r) => setTimeout(r, this.d.buildDelayMs));
+      if (this.d.buildDelayMs) {
+        const signal = this.aborts.signal;
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, this.d.buildDelayMs);
+          signal.addEventListener("abort", () => (clearTimeout(t), resolve()), { once: true });
+        });
+        if (signal.aborted) throw new Error("stopped");
+      }
       scratch = await scratchDir(join(this.d.dir, "scratch"));
       const src = join(scratch, "source");
       const { extractSource } = await import("../functions/archive");
