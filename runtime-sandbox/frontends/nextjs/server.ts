@@ -1,8 +1,8 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { chownSync, mkdirSync, readFileSync } from "node:fs";
 import { createServer, connect } from "node:net";
 import { dirname, join, posix } from "node:path";
-import { chooseIsolation, noSandboxMessage, type Isolation } from "../../isolation";
+import { chooseIsolation, noSandboxMessage, sandboxUser, type Isolation } from "../../isolation";
 import { sandboxMounts, TASK_ROOT } from "../../mounts";
 import { isMissing, resolveRuntime } from "../../runtimes";
 import { sandboxEnv } from "../../sandbox";
@@ -172,7 +172,8 @@ export class NextjsServer implements FrontendServer {
       runtime,
       env: { ...(result.runtimeEnv ?? {}), NODE_ENV: "production", PORT: String(port), HOSTNAME: "127.0.0.1", NEXT_TELEMETRY_DISABLED: "1" },
     });
-    const argv = launchArgv(isolation, runtime.command, serverDir, manifest.entry, this.ctx.hiddenPaths);
+    const cache = nextCacheDir(this.input.deploymentDir, serverDir, manifest.entry);
+    const argv = launchArgv(isolation, runtime.command, serverDir, manifest.entry, this.ctx.hiddenPaths, cache);
     this.starts++;
     const proc = spawn(argv.argv[0]!, argv.argv.slice(1), { env, cwd: argv.cwd, stdio: ["ignore", "pipe", "pipe"], detached: true, ...(argv.uid === undefined ? {} : { uid: argv.uid, gid: argv.gid }) });
     const exited = new Promise<void>((resolve) => proc.once("close", () => resolve()));
@@ -224,14 +225,31 @@ export class NextjsServer implements FrontendServer {
   }
 }
 
+/**
+ * The one folder the server writes: Next.js's cache (`.next/cache` beside server.js: optimized
+ * images, fetch cache), a folder of the deployment's own shown there writable; the code stays
+ * read-only. The mount point is made in the server folder first (a read-only bind cannot get one).
+ * A root Kiln hands the folder to the sandbox uid.
+ */
+function nextCacheDir(deploymentDir: string, serverDir: string, entry: string): { host: string; inside: string } {
+  const host = join(deploymentDir, "next-cache");
+  mkdirSync(host, { recursive: true });
+  mkdirSync(join(serverDir, posix.dirname(entry), ".next", "cache"), { recursive: true });
+  const user = sandboxUser();
+  if (user) chownSync(host, user.uid, user.gid);
+  return { host, inside: posix.join(posix.dirname(entry), ".next", "cache") };
+}
+
 /** The sandboxed command line: the server folder read-only at /var/task, host network, node server.js. */
-function launchArgv(isolation: Isolation, node: string, serverDir: string, entry: string, hiddenPaths: string[]): { argv: string[]; cwd: string; uid?: number; gid?: number } {
+function launchArgv(isolation: Isolation, node: string, serverDir: string, entry: string, hiddenPaths: string[], cache: { host: string; inside: string }): { argv: string[]; cwd: string; uid?: number; gid?: number } {
   const nodeArgs = [node, `--max-old-space-size=${Math.floor(MEMORY_MB * 0.75)}`];
   if (isolation.kind === "none") {
     const run = isolation.enclose({ mounts: [], network: true, tmpfsBytes: 0, hostname: "", chdir: serverDir }, [...nodeArgs, join(serverDir, entry)]);
     return { argv: run.argv, cwd: dirname(join(serverDir, entry)), uid: run.uid, gid: run.gid };
   }
-  const mounts = sandboxMounts({ runtime: { mounts: [dirname(node)] }, codeDir: serverDir, network: true }, hiddenPaths);
+  const mounts = sandboxMounts({ runtime: { mounts: [dirname(node)] }, codeDir: serverDir, network: true }, hiddenPaths, {
+    extra: [{ kind: "bind", src: cache.host, dest: posix.join(TASK_ROOT, cache.inside), writable: true }],
+  });
   const inside = posix.join(TASK_ROOT, entry);
   const run = isolation.enclose({ mounts, network: true, tmpfsBytes: 256 * 1024 * 1024, hostname: "kiln-frontend", chdir: posix.dirname(inside) }, [...nodeArgs, inside]);
   return { argv: run.argv, cwd: "/", uid: run.uid, gid: run.gid };
