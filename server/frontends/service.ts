@@ -39,7 +39,7 @@ export interface FrontendsDeps {
   framework: FrameworkContext;
   /** How long a replaced deployment's files stay after the switch (requests that began on it, pages that load its assets). */
   keepPreviousMs: number;
-  /** Fault injection (KILN_FAULTS=frontend_build_delay:<ms>): each build waits this long first, so tests can queue behind it. */
+  /** Fault injection (KILN_FAULTS=frontend_build_delay:<ms>): each build waits this long of platform time first, so tests can queue behind it. */
   buildDelayMs: number;
 }
 
@@ -266,9 +266,10 @@ export class FrontendsService {
       await log("info", `${dep.kind} ${dep.id} of frontend ${frontend.name} started`);
       if (this.d.buildDelayMs) {
         const signal = this.aborts.signal;
+        // On the platform clock: a test holds builds for as long as it wants and releases them by advancing it.
         await new Promise<void>((resolve) => {
-          const t = setTimeout(resolve, this.d.buildDelayMs);
-          signal.addEventListener("abort", () => (clearTimeout(t), resolve()), { once: true });
+          const t = this.d.clock.after(this.d.buildDelayMs, resolve, "frontend build delay (fault)");
+          signal.addEventListener("abort", () => (t.cancel(), resolve()), { once: true });
         });
         if (signal.aborted) throw new Error("stopped");
       }

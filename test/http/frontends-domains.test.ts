@@ -170,15 +170,20 @@ describe("after a restart on the same data dir", () => {
     const port = await freePort();
     const ca = issue("Restart Root", [], { ca: true });
     const leaf = issue("www.restart.test", ["www.restart.test"], { issuer: ca });
-    const first = await startKiln({ args: ["--frontends-tls-port", String(port)], env: { KILN_FAULTS: "frontend_build_delay:3000" } });
+    // Builds wait an hour of platform time: the first is released by advancing the clock, the second is
+    // still waiting when Kiln stops.
+    const first = await startKiln({ args: ["--frontends-tls-port", String(port), "--controllable-clock"], env: { KILN_FAULTS: "frontend_build_delay:3600000" } });
     let second: TestKiln | null = null;
     try {
       const p = await createProject(first);
-      const f = await deployFrontend(first, p.id, "kept");
+      const deploying = deployFrontend(first, p.id, "kept");
+      await eventually(() => first.api("GET", `/projects/${p.id}/frontends/kept`), (r) => r.status === 200);
+      expect((await first.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds: 3600 } })).status).toBe(200);
+      const f = await deploying;
       await eventually(() => httpsGet("localhost", undefined, port).then(() => true, () => false), (up) => up, 30_000);
       const d = await first.api("POST", `/projects/${p.id}/frontends/${f.id}/domain`, { body: { domain: "www.restart.test", tls: { mode: "byoc", certificate_pem: leaf.cert, private_key_pem: leaf.key, certificate_chain_pem: ca.cert } } });
       expect(d.status).toBe(201);
-      // A deploy still building (3 s) when Kiln stops.
+      // A deploy still building (its build held for an hour of platform time) when Kiln stops.
       const form = new FormData();
       form.set("name", "interrupted");
       form.set("archive", new Blob([new Uint8Array(tgz({ "index.html": "<h1>interrupted</h1>" }))]), "site.tgz");

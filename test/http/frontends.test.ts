@@ -271,8 +271,9 @@ describe("frontends", () => {
 });
 
 describe("frontend deployment queue", () => {
-  // Each build waits 1.5 s first, so deploys made meanwhile queue behind it.
-  const k = useKiln({ env: { KILN_FAULTS: "frontend_build_delay:1500" } });
+  // Each build first waits an hour of platform time: deploys made meanwhile queue behind it, whatever
+  // the machine's speed, until the test advances the clock.
+  const k = useKiln({ args: ["--controllable-clock"], env: { KILN_FAULTS: "frontend_build_delay:3600000" } });
 
   it("runs one deployment at a time, supersedes queued ones, queues a delete behind the running one, and deploys other frontends concurrently", async () => {
     const p = await createProject(k);
@@ -286,7 +287,9 @@ describe("frontend deployment queue", () => {
     expect(q1.body.status).toBe("provisioning");
     expect(q1.body.pending_deployment_id).toEqual(expect.any(String));
     expect(q1.body.current_deployment_id).toBe(a.body.current_deployment_id);
-    const q2 = await deployFrontend(k, p.id, { name: "a" }, site("three"));
+    const q2 = await k.api("POST", `/projects/${p.id}/frontends/${a.body.id}/redeploy`);
+    expect(q2.status).toBe(200);
+    expect(q2.body.pending_deployment_id).toEqual(expect.any(String));
     expect(q2.body.pending_deployment_id).not.toBe(q1.body.pending_deployment_id);
     const del = await k.api("DELETE", `/projects/${p.id}/frontends/${a.body.id}`);
     expect(del.status).toBe(202);
@@ -294,11 +297,16 @@ describe("frontend deployment queue", () => {
     // While the deletion is queued, deploys are refused.
     const refused = await deployFrontend(k, p.id, { name: "a" }, site("four"));
     expect(refused.status).toBe(409);
+    expect(refused.body.error).toMatch(/deletion is queued/);
     expect((await k.api("POST", `/projects/${p.id}/frontends/${a.body.id}/redeploy`)).status).toBe(409);
     const history = await k.api("GET", `/projects/${p.id}/frontends/${a.body.id}/deployments`);
-    expect(history.body.data.map((d: any) => `${d.kind}:${d.status}`)).toEqual(["delete:queued", "deploy:superseded", "deploy:superseded", "deploy:building"]);
-    // The other frontend built meanwhile (concurrently, not after a's queue).
-    await eventually(() => k.api("GET", `/projects/${p.id}/frontends/${a.body.id}`), (r) => r.status === 404, 30_000);
+    expect(history.body.data.map((d: any) => `${d.kind}:${d.status}`)).toEqual(["delete:queued", "redeploy:superseded", "deploy:superseded", "deploy:building"]);
+    // The other frontend builds at the same time (not behind a's queue).
+    const b = await k.api("GET", `/projects/${p.id}/frontends/${other.body.id}/deployments`);
+    expect(b.body.data.map((d: any) => `${d.kind}:${d.status}`)).toEqual(["deploy:building"]);
+    // Release the builds.
+    expect((await k.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds: 3600 } })).status).toBe(200);
+    await eventually(() => k.api("GET", `/projects/${p.id}/frontends/${a.body.id}`), (r) => r.status === 404, 60_000);
     expect((await settled(k, p.id, other.body.id)).status).toBe("active");
   });
 });
