@@ -268,6 +268,7 @@ export class FrontendsService {
         const signal = this.aborts.signal;
         // On the platform clock: a test holds builds for as long as it wants and releases them by advancing it.
         await new Promise<void>((resolve) => {
+          if (signal.aborted) return resolve();
           const t = this.d.clock.after(this.d.buildDelayMs, resolve, "frontend build delay (fault)");
           signal.addEventListener("abort", () => (t.cancel(), resolve()), { once: true });
         });
@@ -338,7 +339,8 @@ export class FrontendsService {
       });
     } finally {
       if (scratch) await removeDir(scratch);
-      await this.d.flushLogs().catch(() => {});
+      // At a stop the log store may already be draining (areas drain in order): the lines are flushed by it.
+      if (!this.aborts.signal.aborted) await this.d.flushLogs().catch(() => {});
     }
   }
 

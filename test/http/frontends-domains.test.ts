@@ -189,7 +189,8 @@ describe("after a restart on the same data dir", () => {
       form.set("archive", new Blob([new Uint8Array(tgz({ "index.html": "<h1>interrupted</h1>" }))]), "site.tgz");
       const res = await fetch(`${first.url}/projects/${p.id}/frontends`, { method: "POST", headers: { authorization: `Bearer ${first.token}` }, body: form });
       const pending = (await res.json()) as any;
-      expect(await first.stop()).toBe(0);
+      const code = await first.stop();
+      expect(code, first.stderr.slice(-3000)).toBe(0);
 
       second = await startKiln({ dataDir: first.dataDir, databaseUrl: first.databaseUrl, args: ["--frontends-tls-port", String(port)], env: { KILN_PLATFORM_TOKEN: first.token } });
       const again = (await second.api("GET", `/projects/${p.id}/frontends/${f.id}`)).body;
