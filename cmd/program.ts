@@ -10,6 +10,7 @@ import { varsCommand } from "./commands/vars";
 import { authCommand, mailCommand, usersCommand } from "./commands/end-users";
 import { databasesCommand } from "./commands/databases";
 import { emulatorsCommand } from "./commands/emulators";
+import { frontendsCommand } from "./commands/frontends";
 import { functionsCommand } from "./commands/functions";
 import { durableCommand } from "./commands/durable";
 import { clockCommand } from "./commands/clock";
@@ -46,6 +47,7 @@ export function buildProgram(): Command {
   databasesCommand(program);
   functionsCommand(program);
   durableCommand(program);
+  frontendsCommand(program);
   schedulersCommand(program);
   logsCommand(program);
   metricsCommand(program);

@@ -17,6 +17,7 @@ export function startCommand(program: Command): void {
     .option("--pg-port <n>", "port of the PostgreSQL wire listener in connection strings (0 picks a free one; KILN_PG_PORT; default 7432)")
     .option("--pg-require-ssl", "the PostgreSQL wire listener refuses plaintext sessions; TLS is offered either way (KILN_PG_REQUIRE_SSL=1)")
     .option("--pg-tls-hosts <list>", "more host names and IP addresses for the wire listener's certificate, comma-separated (KILN_PG_TLS_HOSTS)")
+    .option("--frontends-tls-port <n>", "HTTPS port serving frontends (default site URLs with the local CA's certificate, custom domains with theirs, chosen by SNI); 0 picks a free one; none by default (KILN_FRONTENDS_TLS_PORT)")
     .option("--s3-endpoint <url>", "production profile: keep storage objects on this S3 endpoint, http(s)://host:port (KILN_S3_ENDPOINT; credentials in KILN_S3_ACCESS_KEY and KILN_S3_SECRET_KEY)")
     .option("--s3-bucket <name>", "the S3 bucket Kiln keeps objects in (KILN_S3_BUCKET; default kiln, created when missing)")
     .option("--function-runtime <kind>", "where functions run: process (sandboxed local processes) or docker (a Docker or Podman engine; KILN_FUNCTION_RUNTIME)")

@@ -7,7 +7,7 @@ import { egressWiring, startBuildEgress } from "./build-egress";
 import { describeCause, diagnoseInstall } from "./install-failure";
 import { chooseIsolation, noSandboxMessage, sandboxUser, type SandboxChoice } from "./isolation";
 import type { ResolvedRuntime } from "./runtimes";
-import { planBuild, type Launch } from "./sandbox";
+import { planBuild, type Launch, type Mount } from "./sandbox";
 
 /**
  * Runs one dependency installer (npm, pip, bundler) of a function build: in the build sandbox
@@ -33,7 +33,17 @@ export interface BuildOptions {
  * printed on stderr (usually the symptom). The host's package-manager configuration goes in
  * (build-config.ts).
  */
-export async function runInstaller(argv: string[], root: string, cwd: string, runtime: ResolvedRuntime, o: BuildOptions, log: BuildLog, timeoutMs = 300_000): Promise<string | null> {
+export async function runInstaller(
+  argv: string[],
+  root: string,
+  cwd: string,
+  runtime: ResolvedRuntime,
+  o: BuildOptions,
+  log: BuildLog,
+  timeoutMs = 300_000,
+  /** More for this step: environment (over the host's registry settings) and mounts (a package cache, say). */
+  extra: { env?: Record<string, string>; mounts?: Mount[] } = {},
+): Promise<string | null> {
   const cfg = hostBuildConfig();
   const { isolation, problems } = chooseIsolation(o.sandbox);
   if (!isolation) return noSandboxMessage(problems);
@@ -48,7 +58,8 @@ export async function runInstaller(argv: string[], root: string, cwd: string, ru
   try {
     staged = stageBuildConfig(cfg, sandboxed);
     const wiring = egress ? { ...egress.wiring, mounts: [...egress.wiring.mounts, ...staged.mounts] } : null;
-    const launch = planBuild({ argv, root, cwd, runtime, env: staged.env, readOnly: cfg.readOnly }, { isolation, hiddenPaths: o.hiddenPaths, egress: wiring });
+    const env = { ...staged.env, ...(extra.env ?? {}) };
+    const launch = planBuild({ argv, root, cwd, runtime, env, readOnly: cfg.readOnly, mounts: extra.mounts }, { isolation, hiddenPaths: o.hiddenPaths, egress: wiring });
     const run = await spawnInstaller(launch, cmd, root, o, log, timeoutMs);
     if (!run.failure || run.stopped) return run.failure;
     const why = diagnoseInstall(run.lines, egressProblems);

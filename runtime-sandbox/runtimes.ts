@@ -353,7 +353,7 @@ function firstLine(s: string): string {
  * on PATH, and npm plus the node package's install script fail under it: those PATH entries go, as
  * do the package-script variables a `bun run` leaves behind (npm would take them as its own project).
  */
-function npmEnv(): Record<string, string> {
+export function npmEnv(): Record<string, string> {
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(process.env)) {
     if (v === undefined) continue;
@@ -382,15 +382,23 @@ function run(cmd: string, args: string[], o: { cwd?: string; timeoutMs?: number;
   });
 }
 
-// `bun runtime-sandbox/runtimes.ts prepare`: install the Node runtimes now (npm test's pretest).
+// `bun runtime-sandbox/runtimes.ts prepare [--npm-cache APP_DIR]...`: install the Node runtimes now
+// (npm test's pretest), and fill the frontend npm cache with each APP_DIR's package-lock.json (the
+// test set-up's Next.js fixture), so builds later install with no registry.
 // No top-level await: importers (require included) never wait on this module.
 if (import.meta.main) {
-  if (process.argv[2] !== "prepare") {
-    console.error("usage: bun runtime-sandbox/runtimes.ts prepare");
+  const args = process.argv.slice(2);
+  const apps: string[] = [];
+  for (let i = 1; i < args.length; i++) {
+    if (args[i] === "--npm-cache" && args[i + 1]) apps.push(args[++i]!);
+    else args[0] = "";
+  }
+  if (args[0] !== "prepare") {
+    console.error("usage: bun runtime-sandbox/runtimes.ts prepare [--npm-cache APP_DIR]...");
     process.exit(2);
   }
   const t0 = performance.now();
-  void prepareNodeRuntimes().then((all) => {
+  void prepareNodeRuntimes().then(async (all) => {
     let failed = false;
     for (const { name, result } of all) {
       if (isMissing(result)) {
@@ -399,6 +407,18 @@ if (import.meta.main) {
       } else console.log(`kiln: ${name} ready: ${result.command} (v${result.version})`);
     }
     console.log(`kiln: Node runtimes ${failed ? "not all prepared" : "prepared"} (${Math.round(performance.now() - t0)} ms)`);
+    if (apps.length) {
+      const { prepareNpmCache } = await import("./frontends/nextjs/npm-cache");
+      for (const app of apps) {
+        const t1 = performance.now();
+        try {
+          console.log(`kiln: ${await prepareNpmCache(app)} (${Math.round(performance.now() - t1)} ms)`);
+        } catch (e) {
+          failed = true;
+          console.error(`kiln: ${(e as Error).message}`);
+        }
+      }
+    }
     process.exit(failed ? 1 : 0);
   });
 }

@@ -50,7 +50,7 @@ export interface Launch {
  * host's (a private loopback) plus the extra mounts and argv prefix that reach the build proxy.
  */
 export function planBuild(
-  b: { argv: string[]; root: string; cwd: string; runtime: ResolvedRuntime; env: Record<string, string>; readOnly?: string[]; tmpfsMb?: number },
+  b: { argv: string[]; root: string; cwd: string; runtime: ResolvedRuntime; env: Record<string, string>; readOnly?: string[]; tmpfsMb?: number; mounts?: Mount[] },
   o: { isolation: Isolation; hiddenPaths: string[]; egress?: { mounts: Mount[]; prefix: string[]; env: Record<string, string> } | null },
 ): Launch {
   const env = { ...sandboxEnv({ runtime: b.runtime, env: b.env }), ...(o.egress?.env ?? {}) };
@@ -62,7 +62,7 @@ export function planBuild(
   const rel = relative(realpathSync(b.root), realpathSync(b.cwd));
   // Extra host files (a CA bundle outside /usr and /etc/ssl, say) ride along as runtime mounts.
   const runtime = { ...b.runtime, mounts: [...b.runtime.mounts, ...(b.readOnly ?? [])] };
-  const mounts = sandboxMounts({ runtime, codeDir: b.root, network: !o.egress }, o.hiddenPaths, { codeWritable: true, extra: o.egress?.mounts });
+  const mounts = sandboxMounts({ runtime, codeDir: b.root, network: !o.egress }, o.hiddenPaths, { codeWritable: true, extra: [...(o.egress?.mounts ?? []), ...(b.mounts ?? [])] });
   const run = o.isolation.enclose(
     { mounts, network: !o.egress, tmpfsBytes: (b.tmpfsMb ?? 1024) * 1024 * 1024, hostname: "kiln-build", chdir: join(TASK_ROOT, rel) },
     argv,

@@ -8,6 +8,7 @@ import { durableArea } from "./durable/area";
 import { mailArea } from "./emulators/area";
 import { oauthEmulatorsArea } from "./emulators/oauth-area";
 import { endUsersArea } from "./end-users/area";
+import { frontendsArea } from "./frontends/area";
 import { functionsArea } from "./functions/area";
 import { healthArea } from "./health/area";
 import { keysArea } from "./keys/area";
@@ -45,6 +46,9 @@ export const AREAS = [
   databasesArea,
   logsArea,
   metricsArea,
+  // Before functions: its host router (site names, custom domains) is tried first, so a static file
+  // costs no function-address parsing (bench/frontends).
+  frontendsArea,
   functionsArea,
   durableArea,
   schedulersArea,

@@ -66,6 +66,15 @@ export interface Config {
   maxJsonDepth: number;
   /** HTTP-mode function addresses are `<name>.<project>.<functionsDomain>` (resolving to Kiln). */
   functionsDomain: string;
+  /** Frontend sites are `<name>--<project>.<frontendsDomain>` (KILN_FRONTENDS_DOMAIN, default app.localhost). */
+  frontendsDomain: string;
+  /**
+   * The site URL shown to users, a template with `{site}` (`<name>--<project>`): a self-hoster behind
+   * a proxy sets `https://{site}.apps.example.com` (KILN_FRONTENDS_URL); default http on Kiln's port.
+   */
+  frontendsUrl?: string;
+  /** HTTPS port for frontends (default URLs and custom domains, by SNI); null: none (`--frontends-tls-port`). */
+  frontendsTlsPort: number | null;
   /** Limits of every function invocation. */
   functionMemoryMb: number;
   functionTimeoutMs: number;
@@ -127,6 +136,7 @@ export interface StartOptions {
   pgPort?: string | number;
   pgRequireSsl?: boolean;
   pgTlsHosts?: string;
+  frontendsTlsPort?: string | number;
   functionRuntime?: string;
   dockerHost?: string;
   functionImage?: string;
@@ -231,6 +241,9 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     stopTimeoutMs: intEnv("KILN_STOP_TIMEOUT_MS", 30_000),
     functionCpuSeconds: intEnv("KILN_FUNCTION_CPU_SECONDS", Math.max(1, Math.ceil(intEnv("KILN_FUNCTION_TIMEOUT_MS", 30_000) / 1000))),
     functionsDomain: (env.KILN_FUNCTIONS_DOMAIN || "fn.localhost").toLowerCase(),
+    frontendsDomain: (env.KILN_FRONTENDS_DOMAIN || "app.localhost").toLowerCase(),
+    frontendsUrl: env.KILN_FRONTENDS_URL || undefined,
+    frontendsTlsPort: tlsPortOf(opts.frontendsTlsPort ?? env.KILN_FRONTENDS_TLS_PORT),
     dbIdleCloseMs: intEnv("KILN_DB_IDLE_CLOSE_MS", 60_000),
     dbIdleInTransactionTimeoutMs: intEnv("KILN_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 60_000),
     smtpUrl: env.KILN_SMTP_URL || undefined,
@@ -240,6 +253,14 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     oauthEmulators: oauthEmulatorsOf(opts, env),
     publicUrl: (opts.publicUrl ?? env.KILN_PUBLIC_URL)?.replace(/\/+$/, "") || undefined,
   };
+}
+
+/** `--frontends-tls-port` (KILN_FRONTENDS_TLS_PORT): absent or empty, no HTTPS listener; 0 picks a free port. */
+function tlsPortOf(v: string | number | undefined): number | null {
+  if (v === undefined || v === "") return null;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new Error(`--frontends-tls-port must be a port number (0 picks a free one), got "${v}"`);
+  return n;
 }
 
 /**

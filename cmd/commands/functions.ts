@@ -29,12 +29,12 @@ export async function findFunction(c: Client, projectId: string, nameOrId: strin
  * Prints a deployment's build lines on stderr as the live tail brings them. `finish(last)` waits, up to 3 s, for the build's closing line (`last`: "build
  * succeeded" or the deployment's error), which the build writes before its status changes.
  */
-function streamBuild(c: Client, project: string, deploymentId: string) {
+export function streamBuild(c: Client, project: string, deploymentId: string, type: "function" | "frontend" = "function") {
   const ctl = new AbortController();
   const seen: string[] = [];
   let wake = () => {};
   const done = (async () => {
-    const res = await openTail(c, project, { build: deploymentId, backlog: 1000 }, ctl.signal);
+    const res = await openTail(c, project, { type, build: deploymentId, backlog: 1000 }, ctl.signal);
     await readEvents(res, (name, data) => {
       if (name !== "log") return;
       const e = JSON.parse(data) as Entry;

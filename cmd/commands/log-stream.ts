@@ -46,6 +46,8 @@ export async function readEvents(res: Response, onEvent: (name: string, data: st
 
 export interface TailFilter {
   fn?: string;
+  /** The resource type (function when absent). */
+  type?: "function" | "frontend";
   q?: string;
   build?: string;
   since?: string;
@@ -55,7 +57,7 @@ export interface TailFilter {
 
 /** Opens the live tail (a 4xx/5xx is thrown as the API's error); the stream ends when `signal` aborts. */
 export async function openTail(c: Client, project: string, o: TailFilter, signal: AbortSignal): Promise<Response> {
-  const query = qs({ type: "function", ids: o.fn, deployment_ids: o.build, q: o.q, start_time: o.since, end_time: o.until, backlog: Math.min(o.backlog, 1000) });
+  const query = qs({ type: o.type ?? "function", ids: o.fn, deployment_ids: o.build, q: o.q, start_time: o.since, end_time: o.until, backlog: Math.min(o.backlog, 1000) });
   const headers: Record<string, string> = { "X-Service-CLI-Version": KILN_VERSION, Accept: "text/event-stream" };
   if (c.token) headers.Authorization = `Bearer ${c.token}`;
   let res: Response;

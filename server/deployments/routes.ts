@@ -8,7 +8,7 @@ export const deploymentItemSchema = z.object({
   id: z.string(),
   project_id: z.string(),
   resource: z.object({ type: z.enum(["function", "durable_function", "frontend"]), id: z.string(), name: z.string() }),
-  kind: z.enum(["deploy", "delete"]),
+  kind: z.enum(["deploy", "redeploy", "delete"]).describe("redeploy: frontends only"),
   status: z.enum(["queued", "building", "succeeded", "failed", "superseded"]),
   runtime: z.string().nullable(),
   batch_id: z.string().nullable(),

@@ -7,7 +7,7 @@ export interface DeploymentView {
   id: string;
   project_id: string;
   resource: { type: "function" | "durable_function" | "frontend"; id: string; name: string };
-  kind: "deploy" | "delete";
+  kind: "deploy" | "redeploy" | "delete";
   status: "queued" | "building" | "succeeded" | "failed" | "superseded";
   runtime: string | null;
   batch_id: string | null;
@@ -20,7 +20,7 @@ export interface DeploymentView {
 /**
  * Deployments across the caller's projects (GET /deployments): every function deployment (deploys
  * and deletions) of the projects a platform token's account owns, or of a project token's one
- * project, newest first. Frontend deployments join this list when frontends exist.
+ * project, newest first, with the frontends' deployments (deploys, redeploys, deletions).
  */
 export class DeploymentsService {
   constructor(private readonly store: ControlStore) {}
@@ -36,17 +36,23 @@ export class DeploymentsService {
       params.push(o.projectId);
       where.push(`d.project_id = $${params.length}`);
     }
-    const from = `from function_deployments d join projects p on p.id = d.project_id join functions f on f.id = d.function_id where ${where.join(" and ")}`;
+    const all = `(select d.id, d.project_id, d.function_id as resource_id, f.name, case when f.kind = 'durable' then 'durable_function' else 'function' end as resource_type,
+                         d.kind, d.status, d.runtime, d.batch_id, d.error, d.created_at, d.started_at, d.finished_at
+                    from function_deployments d join functions f on f.id = d.function_id
+                  union all
+                  select d.id, d.project_id, d.frontend_id, fe.name, 'frontend', d.kind, d.status, null, null, d.error, d.created_at, d.started_at, d.finished_at
+                    from frontend_deployments d join frontends fe on fe.id = d.frontend_id)`;
+    const from = `from ${all} d join projects p on p.id = d.project_id where ${where.join(" and ")}`;
     const [{ total }] = (await this.store.query(`select count(*)::int as total ${from}`, params)) as [{ total: number }];
     const rows = await this.store.query(
-      `select d.id, d.project_id, d.function_id, f.name, f.kind as function_kind, d.kind, d.status, d.runtime, d.batch_id, d.error, d.created_at, d.started_at, d.finished_at ${from}
+      `select d.id, d.project_id, d.resource_id, d.name, d.resource_type, d.kind, d.status, d.runtime, d.batch_id, d.error, d.created_at, d.started_at, d.finished_at ${from}
         order by d.created_at desc, d.id desc limit $${params.length + 1} offset $${params.length + 2}`,
       [...params, o.limit, (o.page - 1) * o.limit],
     );
     const data = rows.map((r) => ({
       id: r.id as string,
       project_id: r.project_id as string,
-      resource: { type: r.function_kind === "durable" ? ("durable_function" as const) : ("function" as const), id: r.function_id as string, name: r.name as string },
+      resource: { type: r.resource_type as DeploymentView["resource"]["type"], id: r.resource_id as string, name: r.name as string },
       kind: r.kind as DeploymentView["kind"],
       status: r.status as DeploymentView["status"],
       runtime: (r.runtime as string | null) ?? null,

@@ -135,7 +135,10 @@ class Plan {
   private readonly dirs = new Map<string, string>();
   readonly dropped = new Set<string>();
 
-  constructor(private readonly extractedBytes: number) {}
+  constructor(
+    private readonly extractedBytes: number,
+    private readonly dependencyDirs: ReadonlySet<string> = DEPENDENCY_DIRS,
+  ) {}
 
   /** Counts an entry; call before anything else about it, so a huge entry count stops early. */
   count(): void {
@@ -160,7 +163,7 @@ class Plan {
     const last = segs[segs.length - 1]!;
     if (segs[0] === "__MACOSX" || last === ".DS_Store") return null;
     // Installed dependencies: a folder named so (and all below it) is left out; a file named so is kept.
-    const at = segs.findIndex((s, i) => DEPENDENCY_DIRS.has(s) && (kind === "dir" || i < segs.length - 1));
+    const at = segs.findIndex((s, i) => this.dependencyDirs.has(s) && (kind === "dir" || i < segs.length - 1));
     if (at >= 0) {
       if (kind === "file") this.dropped.add(segs.slice(0, at + 1).join("/"));
       return null;
@@ -698,10 +701,19 @@ export function inferRoots(files: string[], runtime: string): { function_root: s
  * is refused without being unpacked into memory; contents are held in memory up to 8 MiB, the rest
  * in a temporary folder (tar.gz) or read from the upload while writing (ZIP).
  */
-export async function normalizeSource(upload: Uint8Array, opts: { runtime: string; handler: string; limits: ArchiveLimits }): Promise<NormalizedSource> {
+export async function normalizeSource(
+  upload: Uint8Array,
+  opts: {
+    runtime: string;
+    handler: string;
+    limits: ArchiveLimits;
+    /** Folders left out as installed dependencies (a static site's `vendor/` is content): the functions' set by default. */
+    dependencyDirs?: readonly string[];
+  },
+): Promise<NormalizedSource> {
   if (upload.byteLength > opts.limits.uploadBytes) throw new ArchiveError(`code archive is larger than the ${mib(opts.limits.uploadBytes)} MB limit`);
   const buf = Buffer.from(upload.buffer, upload.byteOffset, upload.byteLength);
-  const plan = new Plan(opts.limits.extractedBytes);
+  const plan = new Plan(opts.limits.extractedBytes, opts.dependencyDirs ? new Set(opts.dependencyDirs) : DEPENDENCY_DIRS);
   const spool = new Spool();
   let zip: yauzl.ZipFile | null = null;
   try {

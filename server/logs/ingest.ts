@@ -22,6 +22,8 @@ export interface FunctionRef {
 
 export interface BuildRef extends FunctionRef {
   deploymentId: string;
+  /** A frontend's build (resource.type=frontend); a function's when absent. */
+  resourceType?: "function" | "frontend";
 }
 
 /** Longest body kept, in characters (the worker already cuts lines at its own limit). */
@@ -143,7 +145,7 @@ export class LogIngest {
       {
         id: lineId(at),
         project_id: ref.project_id,
-        resource_type: "function",
+        resource_type: ref.resourceType ?? "function",
         resource_id: ref.id,
         resource_name: ref.name,
         stream: "build",
@@ -153,6 +155,28 @@ export class LogIngest {
         level: normalizeLevel(level),
         structured: false,
         body,
+        at,
+      },
+    ]);
+  }
+
+  /** One request a frontend served (its access-log line, resource.type=frontend). Never awaits anything. */
+  frontendRequest(ref: FunctionRef, deploymentId: string | null, region: string, level: string, text: string): void {
+    const at = this.d.clock.nowMs();
+    this.add([
+      {
+        id: lineId(at),
+        project_id: ref.project_id,
+        resource_type: "frontend",
+        resource_id: ref.id,
+        resource_name: ref.name,
+        stream: "runtime",
+        deployment_id: deploymentId,
+        invocation_id: null,
+        region,
+        level: normalizeLevel(level),
+        structured: false,
+        body: storableBody(text),
         at,
       },
     ]);

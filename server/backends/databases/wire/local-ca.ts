@@ -51,12 +51,7 @@ export async function localWireTls(dir: string, wantedHosts: string[]): Promise<
   };
   await mkdir(dir, { recursive: true, mode: 0o700 });
 
-  let ca = await readPair(f.ca, f.caKey);
-  if (!ca || ca.cert.validity.notAfter.getTime() < Date.now() + DAY) {
-    ca = await makeCa();
-    await writeAtomic(f.caKey, ca.keyPem, 0o600);
-    await writeAtomic(f.ca, forge.pki.certificateToPem(ca.cert), 0o644);
-  }
+  const ca = await ensureCa(f.ca, f.caKey);
   let server = await readPair(f.server, f.serverKey);
   const recorded = await readFile(f.hosts, "utf8").catch(() => "");
   const stale =
@@ -72,6 +67,41 @@ export async function localWireTls(dir: string, wantedHosts: string[]): Promise<
   }
   const caPem = forge.pki.certificateToPem(ca.cert);
   return { caPath: f.ca, caPem, cert: forge.pki.certificateToPem(server!.cert) + caPem, key: server!.keyPem, hosts };
+}
+
+/**
+ * A server certificate for other listeners of this Kiln (frontends' HTTPS port), signed by the same
+ * local CA as the wire listener's (one CA per data dir to trust): `<dir>/<name>.pem` and its key,
+ * remade when the host list changes or it nears its end. Wildcards (`*.app.localhost`) are allowed.
+ */
+export async function localServerCertificate(dir: string, name: string, wantedHosts: string[]): Promise<WireTlsMaterial> {
+  const hosts = [...new Set(wantedHosts.map((h) => h.trim()).filter(Boolean))].sort();
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  const ca = await ensureCa(join(dir, "ca.pem"), join(dir, "ca-key.pem"));
+  const certPath = join(dir, `${name}.pem`);
+  const keyPath = join(dir, `${name}-key.pem`);
+  const hostsPath = join(dir, `${name}-hosts.json`);
+  let server = await readPair(certPath, keyPath);
+  const recorded = await readFile(hostsPath, "utf8").catch(() => "");
+  if (!server || recorded !== JSON.stringify(hosts) || server.cert.validity.notAfter.getTime() < Date.now() + RENEW_BEFORE_DAYS * DAY || !ca.cert.verify(server.cert)) {
+    server = await makeServer(ca, hosts);
+    await writeAtomic(keyPath, server.keyPem, 0o600);
+    await writeAtomic(certPath, forge.pki.certificateToPem(server.cert), 0o644);
+    await writeAtomic(hostsPath, JSON.stringify(hosts), 0o644);
+  }
+  const caPem = forge.pki.certificateToPem(ca.cert);
+  return { caPath: join(dir, "ca.pem"), caPem, cert: forge.pki.certificateToPem(server.cert) + caPem, key: server.keyPem, hosts };
+}
+
+/** The data dir's CA, made when missing or near its end. */
+async function ensureCa(certPath: string, keyPath: string): Promise<Pair> {
+  let ca = await readPair(certPath, keyPath);
+  if (!ca || ca.cert.validity.notAfter.getTime() < Date.now() + DAY) {
+    ca = await makeCa();
+    await writeAtomic(keyPath, ca.keyPem, 0o600);
+    await writeAtomic(certPath, forge.pki.certificateToPem(ca.cert), 0o644);
+  }
+  return ca;
 }
 
 interface Pair {

@@ -1,0 +1,121 @@
+import { join } from "node:path";
+import type { Server } from "bun";
+import type { AccountsService } from "../accounts/service";
+import { defineArea } from "../area";
+import type { LogsService } from "../logs/service";
+import type { MetricsService } from "../metrics/service";
+import type { Platform } from "../platform";
+import type { VariablesService } from "../variables/service";
+import { DomainsService } from "./domains";
+import { FRONTENDS_MIGRATIONS } from "./migrations";
+import { frontendRoutes } from "./routes";
+import { serveSite, type ServeDeps } from "./serve";
+import { FrontendsService } from "./service";
+import { matchSiteHost } from "./site-address";
+
+type Needs = Pick<Platform, "store" | "config" | "clock" | "log" | "address" | "secretKey"> & {
+  accounts: AccountsService;
+  variables: VariablesService;
+  logs: LogsService;
+  metrics: MetricsService;
+};
+
+/** How long a replaced deployment's files stay after the switch (KILN_FRONTEND_KEEP_PREVIOUS_MS). */
+const KEEP_PREVIOUS_MS = Number(process.env.KILN_FRONTEND_KEEP_PREVIOUS_MS ?? 10 * 60_000);
+
+/**
+ * Frontend hosting: static sites (served by Kiln from each deployment's published files) and
+ * Next.js apps (built and served by runtime-sandbox/frontends, sandboxed Node), at
+ * `<name>--<project>.<frontends domain>` on Kiln's HTTP port, and on the HTTPS port
+ * (`--frontends-tls-port`) with the local CA's certificate or a custom domain's own.
+ */
+export const frontendsArea = defineArea({
+  name: "frontends",
+  migrations: FRONTENDS_MIGRATIONS,
+  secrets: [{ table: "frontend_domains", key: "frontend_id", column: "private_key_pem" }],
+  start: ({ store, config, clock, log, address, secretKey, variables, logs, metrics }: Needs) => {
+    const region = config.regions[0]!;
+    const frontends = new FrontendsService({
+      store,
+      clock,
+      log,
+      dir: join(config.dataDir, "frontends"),
+      variables: (projectId) => variables.values(projectId),
+      buildLog: (ref, level, text) => logs.ingest.build({ ...ref, resourceType: "frontend" }, region, level, text),
+      flushLogs: () => logs.ingest.flush(),
+      framework: { hiddenPaths: [config.dataDir], sandbox: { want: config.functionSandbox, allowUnsandboxed: config.allowUnsandboxedFunctions }, warn: (m) => log.warn(m) },
+      keepPreviousMs: KEEP_PREVIOUS_MS,
+      buildDelayMs: config.faults.frontend_build_delay ?? 0,
+    });
+    const tls = { server: null as Server<unknown> | null, port: null as number | null };
+    // The HTTPS listener starts after Kiln listens (its certificate may need two RSA keys first); custom
+    // domain requests wait for it.
+    let tlsStarted: Promise<void> = Promise.resolve();
+    let listening: Promise<void> = Promise.resolve();
+    const domains = new DomainsService({ store, clock, log, config, address, secretKey, tlsPort: async () => (await tlsStarted.catch(() => {}), tls.port) });
+    const serveDeps: ServeDeps = {
+      region,
+      record: (projectId, status, ms) => metrics.record(projectId, "frontend", region, status, ms),
+      accessLog: (s, level, line) => logs.ingest.frontendRequest(s.frontend, s.deploymentId, region, level, line),
+    };
+    /** Custom domain → frontend id, refreshed whenever the listener is. */
+    let domainRoutes = new Map<string, string>();
+    frontends.onDetach = () => void domains.apply();
+    const route = (request: Request, arrivedAt: number): Promise<Response> | null => {
+      const host = request.headers.get("host");
+      const site = matchSiteHost(host, config.frontendsDomain);
+      if (site) return serveSite(serveDeps, frontends.served(site.projectId, site.name), request, arrivedAt);
+      if (host && domainRoutes.size) {
+        const id = domainRoutes.get(host.toLowerCase().replace(/:\d+$/, ""));
+        if (id) return serveSite(serveDeps, frontends.servedById(id), request, arrivedAt);
+      }
+      return null;
+    };
+    const frontendTls = {
+      route,
+      port: () => tls.port,
+      async close(): Promise<void> {
+        await tlsStarted.catch(() => {});
+        await tls.server?.stop(true);
+        tls.server = null;
+      },
+      /** (Re)starts the HTTPS listener with the default site certificate first and every attached domain's; one at a time. */
+      listen(): Promise<void> {
+        return (listening = listening.catch(() => {}).then(() => this.restart()));
+      },
+      async restart(): Promise<void> {
+        if (config.frontendsTlsPort === null) return;
+        const { localServerCertificate } = await import("../backends/databases/wire/local-ca");
+        const site = await localServerCertificate(join(config.dataDir, "tls"), "frontends", [`*.${config.frontendsDomain}`, config.frontendsDomain]);
+        const entries = [{ serverName: `*.${config.frontendsDomain}`, cert: site.cert, key: site.key }, ...(await domains.tlsEntries())];
+        domainRoutes = await domains.routes();
+        // Bun's listener takes its certificates at start only: a change restarts it on the same port.
+        const port = tls.port ?? config.frontendsTlsPort;
+        if (tls.server) await tls.server.stop(true);
+        tls.server = Bun.serve({
+          hostname: config.host,
+          port,
+          tls: entries,
+          fetch: (request) => route(request, performance.now()) ?? new Response("No frontend serves this address.\n", { status: 404, headers: { "Content-Type": "text/plain; charset=utf-8" } }),
+        });
+        if (tls.port === null) log.info(`frontends HTTPS on port ${tls.server.port} (site certificate from the local CA at ${site.caPath})`);
+        tls.port = tls.server.port ?? null;
+      },
+    };
+    domains.reload = () => frontendTls.listen();
+    const startTls = () => {
+      tlsStarted = frontendTls.listen();
+      tlsStarted.catch((e) => log.error(`frontends: the HTTPS listener on port ${config.frontendsTlsPort} could not start`, e));
+    };
+    return { frontends, domains, frontendTls: { ...frontendTls, startTls } };
+  },
+  routes: frontendRoutes,
+  hostRouter: (deps) => (request, m) => deps.frontendTls.route(request, m.arrivedAt),
+  project: { cleanup: (projectId, { frontends }) => frontends.removeAll(projectId) },
+  resume: async ({ frontends, frontendTls }) => {
+    await frontends.resume();
+    frontendTls.startTls();
+  },
+  drain: ({ frontends }) => frontends.drain(),
+  stop: ({ frontendTls }) => frontendTls.close(),
+});

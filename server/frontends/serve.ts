@@ -1,0 +1,44 @@
+import type { Served } from "./service";
+import { serveFile } from "./static-serve";
+
+export interface ServeDeps {
+  region: string;
+  record: (projectId: string, status: number, latencyMs: number) => void;
+  accessLog: (s: Served, level: string, line: string) => void;
+}
+
+/** The path and query of an absolute request URL, without a URL object per request (the hot path of a static file). */
+export function pathOf(url: string): { pathname: string; search: string } {
+  const start = url.indexOf("/", url.indexOf("//") + 2);
+  if (start < 0) return { pathname: "/", search: "" };
+  const q = url.indexOf("?", start);
+  const h = url.indexOf("#", start);
+  const end = q >= 0 ? q : h >= 0 ? h : url.length;
+  return { pathname: url.slice(start, end), search: q >= 0 ? url.slice(q, h > q ? h : url.length) : "" };
+}
+
+const text = (status: number, body: string, headers: Record<string, string> = {}) => new Response(body, { status, headers: { "Content-Type": "text/plain; charset=utf-8", ...headers } });
+
+/**
+ * One request to a site: static files first (Kiln answers them), then the framework's server (a
+ * Next.js deployment), else the static site's fallback. Each request is counted (metrics, usage) and
+ * logged (resource.type=frontend).
+ */
+export async function serveSite(d: ServeDeps, s: Served | null, request: Request, arrivedAt: number): Promise<Response> {
+  if (!s) return text(404, "No frontend serves this address (yet): deploy one, or check its status with GET /projects/{id}/frontends.\n");
+  let res: Response;
+  const { pathname, search } = pathOf(request.url);
+  try {
+    const readOnly = request.method === "GET" || request.method === "HEAD";
+    const fromFiles = readOnly ? serveFile(s.site, request, pathname, !s.server) : null;
+    if (fromFiles) res = fromFiles;
+    else if (s.server) res = await s.server.fetch(request);
+    else res = text(405, "a static site serves GET and HEAD\n", { Allow: "GET, HEAD" });
+  } catch (err) {
+    res = text(502, `the frontend's server failed: ${(err as Error).message}\n`);
+  }
+  const ms = performance.now() - arrivedAt;
+  d.record(s.frontend.project_id, res.status, ms);
+  d.accessLog(s, res.status >= 500 ? "error" : res.status >= 400 ? "warn" : "info", `${request.method} ${pathname}${search} ${res.status} ${ms.toFixed(1)}ms`);
+  return res;
+}

@@ -1,0 +1,133 @@
+// A Next.js frontend through Kiln's API (spec part 2: the Frontends endpoints, build and runtime
+// rules 1-2): the fixture app (test/fixtures/frontends/nextjs-app) deployed as an archive, built in
+// the sandbox from the frontend npm cache that `npm test`'s set-up fills (npm's registry is an
+// address nothing listens on here, so any download fails the build), served at its site URL by its
+// standalone server on Node.js; its server component calls a Kiln function. Then the same page in
+// headless Chromium: it renders and hydrates. One build for the file (`next build` is tens of CPU-s).
+import { execFileSync } from "node:child_process";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { useBrowser } from "../support/browser";
+import { deploy, settled as fnSettled, tgz } from "../support/functions";
+import { createProject, eventually, useKiln, type TestKiln } from "../support/kiln";
+
+const FIXTURE = join(import.meta.dirname, "../fixtures/frontends/nextjs-app");
+const GREETING = `greeting-${Math.random().toString(36).slice(2, 10)}`;
+const SECRET = `secret-${Math.random().toString(36).slice(2, 10)}`;
+
+function fixtureArchive(): Buffer {
+  return execFileSync("tar", ["-czf", "-", "--exclude=node_modules", "--exclude=.next", "-C", FIXTURE, "."], { maxBuffer: 64 << 20 });
+}
+
+async function deployFrontend(k: TestKiln, projectId: string, fields: Record<string, string | string[]>, archive: Buffer) {
+  const form = new FormData();
+  for (const [key, v] of Object.entries(fields)) for (const one of Array.isArray(v) ? v : [v]) form.append(key, one);
+  form.set("archive", new Blob([new Uint8Array(archive)]), "app.tgz");
+  const res = await fetch(`${k.url}/projects/${projectId}/frontends`, { method: "POST", headers: { authorization: `Bearer ${k.token}` }, body: form });
+  return { status: res.status, body: (await res.json()) as any };
+}
+
+async function settled(k: TestKiln, projectId: string, id: string, timeoutMs: number) {
+  return (await eventually(() => k.api("GET", `/projects/${projectId}/frontends/${id}`), (r) => r.status === 200 && r.body.status !== "provisioning" && !r.body.pending_deployment_id, timeoutMs)).body;
+}
+
+/** A request to a site: Kiln's port with the site's Host header (stock resolvers do not know *.localhost). */
+function siteFetch(siteUrl: string, path: string, init: RequestInit = {}) {
+  const u = new URL(siteUrl);
+  return fetch(`http://127.0.0.1:${u.port}${path}`, { ...init, headers: { ...(init.headers as Record<string, string>), host: u.host } });
+}
+
+describe("Next.js frontends", () => {
+  const k = useKiln({ env: { npm_config_registry: "http://127.0.0.1:9/" } });
+  const browser = useBrowser();
+  let site: { id: string; site_url: string; current_deployment_id: string; projectId: string } | null = null;
+
+  it("deploys the fixture: page with the server component's data, API route, NEXT_PUBLIC_ value in the client bundle only", async () => {
+    const p = await createProject(k);
+    // The backend the server component calls: a Kiln function's invoke URL.
+    const fn = await deploy(
+      k,
+      p.id,
+      { name: "backend", runtime: "nodejs22.x", invocation_mode: "http", is_public: "true", http_auth_mode: "none" },
+      tgz({ "index.js": `exports.handler = async (req) => ({ statusCode: 200, headers: { "content-type": "application/json" }, body: JSON.stringify({ answer: 42, from: JSON.parse(req.body).from }) });` }),
+    );
+    expect(fn.status).toBe(201);
+    const backend = await fnSettled(k, p.id, fn.body.id);
+    expect(backend.status).toBe("active");
+    for (const [name, value] of [["BACKEND_URL", backend.invoke_url], ["NEXT_PUBLIC_GREETING", GREETING], ["SERVER_SECRET", SECRET], ["NODE_OPTIONS", "--inspect"], ["UNSELECTED", "x"]])
+      expect((await k.api("POST", `/projects/${p.id}/variables`, { body: { name, value } })).status).toBe(201);
+
+    const r = await deployFrontend(k, p.id, { name: "web", framework: "nextjs", variables: ["BACKEND_URL", "NEXT_PUBLIC_GREETING", "SERVER_SECRET", "NODE_OPTIONS"] }, fixtureArchive());
+    expect(r.status).toBe(201);
+    const f = await settled(k, p.id, r.body.id, 900_000);
+    const deployments = await k.api("GET", `/projects/${p.id}/frontends/${r.body.id}/deployments`);
+    expect(f.status, JSON.stringify(deployments.body)).toBe("active");
+    expect(f.framework).toBe("nextjs");
+    site = { id: f.id, site_url: f.site_url, current_deployment_id: f.current_deployment_id, projectId: p.id };
+
+    // The page: rendered per request by the server component, which called the function.
+    const home = await siteFetch(f.site_url, "/");
+    expect(home.status).toBe(200);
+    const html = await home.text();
+    expect(html).toContain("Hello from Next.js on Kiln");
+    expect(html).toContain("backend said: <!-- -->200 {&quot;answer&quot;:42,&quot;from&quot;:&quot;nextjs&quot;}");
+    expect(html).toContain("NEXT_PUBLIC_ names in the server environment: <!-- -->(none)");
+    expect(html).not.toContain(SECRET);
+
+    // The API route: JSON; the runtime sees SERVER_SECRET, no NEXT_PUBLIC_*, not the reserved NODE_OPTIONS.
+    const api = await siteFetch(f.site_url, "/api/hello");
+    expect(api.status).toBe(200);
+    const body = (await api.json()) as Record<string, unknown>;
+    expect(body).toMatchObject({ hello: "world", path: "/api/hello", runtime_variable: SECRET, public_in_server_env: [] });
+    expect(String(body.node)).toMatch(/^v22\./);
+
+    // The client bundle, served by Kiln from the static dir with immutable caching, has the value inlined.
+    const chunks = [...new Set([...html.matchAll(/\/_next\/static\/chunks\/[^"]+\.js/g)].map((m) => m[0]))];
+    expect(chunks.length).toBeGreaterThan(0);
+    let inlined = false;
+    for (const c of chunks) {
+      const res = await siteFetch(f.site_url, c);
+      expect(res.status).toBe(200);
+      expect(res.headers.get("cache-control")).toBe("public, max-age=31536000, immutable");
+      if ((await res.text()).includes(GREETING)) inlined = true;
+    }
+    expect(inlined).toBe(true);
+    expect(await (await siteFetch(f.site_url, "/hello.txt")).text()).toBe("static file from public/\n");
+
+    // The build log, line by line: the install from the cache, next build, the reserved name's warning.
+    const logs = await k.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "frontend", ids: [f.id], deployments: { ids: [f.current_deployment_id] } }, limit: 1000 } });
+    expect(logs.status).toBe(200);
+    const lines = (logs.body.data as Array<{ body: string }>).map((e) => String(e.body));
+    expect(lines.some((l) => l.includes("npm ci --prefer-offline"))).toBe(true);
+    expect(lines.some((l) => l.includes("running next build"))).toBe(true);
+    expect(lines.some((l) => l.includes("variable NODE_OPTIONS was not passed") && l.includes("reserved"))).toBe(true);
+  }, 1_000_000);
+
+  it("renders and hydrates in a real browser", async () => {
+    expect(site).not.toBeNull();
+    const page = await (await browser.get()).page();
+    try {
+      const res = await page.goto(`${site!.site_url}/`, { waitUntil: "load", timeout: 60_000 });
+      expect(res?.status()).toBe(200);
+      await page.waitForFunction(() => document.getElementById("hydrated")?.textContent === "hydrated", null, { timeout: 60_000 });
+      expect(await page.textContent("#greeting")).toBe(GREETING);
+      expect(await page.textContent("#backend")).toContain('200 {"answer":42,"from":"nextjs"}');
+      await page.click("#increment");
+      await page.click("#increment");
+      expect(await page.textContent("#increment")).toBe("clicked 2");
+    } finally {
+      await page.close();
+    }
+  }, 180_000);
+
+  it("an engines.node that allows neither Node.js 22 nor 24 fails the deployment with a clear error", async () => {
+    const p = await createProject(k);
+    const archive = tgz({ "package.json": JSON.stringify({ name: "future", version: "1.0.0", engines: { node: ">=26" }, dependencies: { next: "16.0.10" } }), "app/page.jsx": "export default () => null" });
+    const r = await deployFrontend(k, p.id, { name: "future" }, archive);
+    expect(r.status).toBe(201);
+    const f = await settled(k, p.id, r.body.id, 60_000);
+    expect(f.status).toBe("failed");
+    const d = await k.api("GET", `/projects/${p.id}/frontends/${f.id}/deployments`);
+    expect(JSON.stringify(d.body.data)).toContain('package.json engines.node \\">=26\\" allows neither Node.js 22.x nor 24.x');
+  }, 120_000);
+});
