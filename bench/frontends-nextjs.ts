@@ -3,7 +3,7 @@
 // sandboxed Node server started by the request), warm TTFB p50/p99 of the dynamic page and of the
 // API route through Kiln's host-routed proxy, and the same warm TTFB against the same standalone
 // server run bare on Node (no sandbox, no proxy) in the same run, for the proxy's share.
-// Run: bun bench/frontends-nextjs.ts   (after `bun runtime-sandbox/runtimes.ts prepare --npm-cache test/fixtures/frontends/nextjs-app`)
+// Run: bun bench/frontends-nextjs.ts   (after `bun runtime-sandbox/frontends/nextjs/npm-cache.ts prepare test/fixtures/frontends/nextjs-app`, as npm test's pretest does)
 // Target: warm TTFB p50 < 20 ms.
 import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
