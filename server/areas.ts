@@ -40,10 +40,12 @@ export const AREAS = [
   databasesArea,
   logsArea,
   metricsArea,
+  // Before functions: its host router (site names, custom domains) is tried first, so a static file
+  // costs no function-address parsing (bench/frontends).
+  frontendsArea,
   functionsArea,
   durableArea,
   schedulersArea,
-  frontendsArea,
   deploymentsArea,
   storageArea,
   locksArea,

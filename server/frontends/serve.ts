@@ -7,6 +7,16 @@ export interface ServeDeps {
   accessLog: (s: Served, level: string, line: string) => void;
 }
 
+/** The path and query of an absolute request URL, without a URL object per request (the hot path of a static file). */
+export function pathOf(url: string): { pathname: string; search: string } {
+  const start = url.indexOf("/", url.indexOf("//") + 2);
+  if (start < 0) return { pathname: "/", search: "" };
+  const q = url.indexOf("?", start);
+  const h = url.indexOf("#", start);
+  const end = q >= 0 ? q : h >= 0 ? h : url.length;
+  return { pathname: url.slice(start, end), search: q >= 0 ? url.slice(q, h > q ? h : url.length) : "" };
+}
+
 const text = (status: number, body: string, headers: Record<string, string> = {}) => new Response(body, { status, headers: { "Content-Type": "text/plain; charset=utf-8", ...headers } });
 
 /**
@@ -17,10 +27,10 @@ const text = (status: number, body: string, headers: Record<string, string> = {}
 export async function serveSite(d: ServeDeps, s: Served | null, request: Request, arrivedAt: number): Promise<Response> {
   if (!s) return text(404, "No frontend serves this address (yet): deploy one, or check its status with GET /projects/{id}/frontends.\n");
   let res: Response;
-  const url = new URL(request.url);
+  const { pathname, search } = pathOf(request.url);
   try {
     const readOnly = request.method === "GET" || request.method === "HEAD";
-    const fromFiles = readOnly ? serveFile(s.site, request, url.pathname, !s.server) : null;
+    const fromFiles = readOnly ? serveFile(s.site, request, pathname, !s.server) : null;
     if (fromFiles) res = fromFiles;
     else if (s.server) res = await s.server.fetch(request);
     else res = text(405, "a static site serves GET and HEAD\n", { Allow: "GET, HEAD" });
@@ -29,6 +39,6 @@ export async function serveSite(d: ServeDeps, s: Served | null, request: Request
   }
   const ms = performance.now() - arrivedAt;
   d.record(s.frontend.project_id, res.status, ms);
-  d.accessLog(s, res.status >= 500 ? "error" : res.status >= 400 ? "warn" : "info", `${request.method} ${url.pathname}${url.search} ${res.status} ${ms.toFixed(1)}ms`);
+  d.accessLog(s, res.status >= 500 ? "error" : res.status >= 400 ? "warn" : "info", `${request.method} ${pathname}${search} ${res.status} ${ms.toFixed(1)}ms`);
   return res;
 }

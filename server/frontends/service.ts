@@ -264,7 +264,14 @@ export class FrontendsService {
     const t0 = performance.now();
     try {
       await log("info", `${dep.kind} ${dep.id} of frontend ${frontend.name} started`);
-      if (this.d.buildDelayMs) await new Promise((r) => setTimeout(r, this.d.buildDelayMs));
+      if (this.d.buildDelayMs) {
+        const signal = this.aborts.signal;
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, this.d.buildDelayMs);
+          signal.addEventListener("abort", () => (clearTimeout(t), resolve()), { once: true });
+        });
+        if (signal.aborted) throw new Error("stopped");
+      }
       scratch = await scratchDir(join(this.d.dir, "scratch"));
       const src = join(scratch, "source");
       const { extractSource } = await import("../functions/archive");
@@ -290,6 +297,10 @@ export class FrontendsService {
         result,
         server: await this.startServer(outDir, result, frontend),
       };
+      // A server that cannot start must not take the traffic: it is started (and answers once) before the
+      // switch, so the first requests after it do not wait for a cold start, and a broken one fails the
+      // deployment while the previous one keeps serving.
+      if (served.server) await this.warm(served, log);
       // The switch: the record first (a restart serves what the store says), then the table.
       await this.d.store.transaction(async (tx) => {
         const done = this.now();
@@ -347,6 +358,24 @@ export class FrontendsService {
     const fw = await nextjsFramework(this.d.framework);
     const ref = { id: f.id, name: f.name, project_id: f.project_id };
     return fw.serve({ deploymentDir: outDir, result, log: (level, line) => this.d.buildLog({ ...ref, deploymentId: result.serverDir ?? "" }, level, line) });
+  }
+
+  private async warm(served: Served, log: (level: string, text: string) => Promise<void>): Promise<void> {
+    const t0 = performance.now();
+    let res: Response;
+    try {
+      // A path no app has: the framework's not-found page, which calls none of the app's backends.
+      res = await served.server!.fetch(new Request(`http://${served.frontend.name}--${served.frontend.project_id}.localhost/_kiln/warm-up`, { headers: { "user-agent": "kiln-warm-up" } }));
+      await res.arrayBuffer().catch(() => {});
+    } catch (err) {
+      await served.server!.stop().catch(() => {});
+      throw new FrontendBuildError(`the server did not start: ${(err as Error).message}`);
+    }
+    if (res.status >= 500) {
+      await served.server!.stop().catch(() => {});
+      throw new FrontendBuildError(`the server did not start: its first request answered ${res.status}`);
+    }
+    await log("info", `server started and answering (${Math.round(performance.now() - t0)} ms)`);
   }
 
   /** Points the frontend's address at `served`; the previous deployment retires after keepPreviousMs. */

@@ -36,7 +36,8 @@ export function resolvePath(site: ServedSite, pathname: string): string | null {
  * caching for hashed files and the framework's immutable prefixes.
  */
 export function serveFile(site: ServedSite, request: Request, pathname: string, fallback: boolean): Response | null {
-  let path = resolvePath(site, pathname);
+  const exact = resolvePath(site, pathname);
+  let path = exact;
   let status = 200;
   if (!path && fallback) {
     const last = pathname.slice(pathname.lastIndexOf("/") + 1);
@@ -48,7 +49,7 @@ export function serveFile(site: ServedSite, request: Request, pathname: string, 
   }
   if (!path) return null;
   const e = site.manifest.files[path]!;
-  const immutable = status === 200 && path === resolvePath(site, pathname) && (looksHashed(path) || site.manifest.immutablePrefixes.some((p) => path!.startsWith(p)));
+  const immutable = status === 200 && path === exact && (looksHashed(path) || site.manifest.immutablePrefixes.some((p) => path!.startsWith(p)));
   const headers: Record<string, string> = {
     "Content-Type": e.type,
     ETag: e.etag,

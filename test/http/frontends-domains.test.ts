@@ -8,7 +8,7 @@ import { connect } from "node:tls";
 import forge from "node-forge";
 import { beforeAll, describe, expect, it } from "vitest";
 import { tgz } from "../support/functions";
-import { createProject, eventually, useKiln, type TestKiln } from "../support/kiln";
+import { createProject, eventually, removeDir, startKiln, useKiln, type TestKiln } from "../support/kiln";
 
 const DAY = 86_400_000;
 
@@ -54,9 +54,9 @@ async function deployFrontend(k: TestKiln, projectId: string, name: string, toke
 }
 
 /** GET / over TLS to Kiln's HTTPS port with this SNI name: the certificate presented (checked against `ca` when given) and the body. */
-function httpsGet(servername: string, ca?: string): Promise<{ cn: string; authorized: boolean; body: string }> {
+function httpsGet(servername: string, ca?: string, port = tlsPort): Promise<{ cn: string; authorized: boolean; body: string }> {
   return new Promise((resolve, reject) => {
-    const s = connect({ host: "127.0.0.1", port: tlsPort, servername, ca, rejectUnauthorized: false }, () => {
+    const s = connect({ host: "127.0.0.1", port, servername, ca, rejectUnauthorized: false }, () => {
       const cn = String(s.getPeerCertificate().subject?.CN ?? "");
       const authorized = s.authorized;
       let data = "";
@@ -163,4 +163,42 @@ describe("custom domains", () => {
     expect(r.status).toBe(403);
     expect(r.body.error).toMatch(/HOBBY/);
   });
+});
+
+describe("after a restart on the same data dir", () => {
+  it("serves the sites and the custom domains it served, and runs again a deployment the stop interrupted", async () => {
+    const port = await freePort();
+    const ca = issue("Restart Root", [], { ca: true });
+    const leaf = issue("www.restart.test", ["www.restart.test"], { issuer: ca });
+    const first = await startKiln({ args: ["--frontends-tls-port", String(port)], env: { KILN_FAULTS: "frontend_build_delay:3000" } });
+    let second: TestKiln | null = null;
+    try {
+      const p = await createProject(first);
+      const f = await deployFrontend(first, p.id, "kept");
+      await eventually(() => httpsGet("localhost", undefined, port).then(() => true, () => false), (up) => up, 30_000);
+      const d = await first.api("POST", `/projects/${p.id}/frontends/${f.id}/domain`, { body: { domain: "www.restart.test", tls: { mode: "byoc", certificate_pem: leaf.cert, private_key_pem: leaf.key, certificate_chain_pem: ca.cert } } });
+      expect(d.status).toBe(201);
+      // A deploy still building (3 s) when Kiln stops.
+      const form = new FormData();
+      form.set("name", "interrupted");
+      form.set("archive", new Blob([new Uint8Array(tgz({ "index.html": "<h1>interrupted</h1>" }))]), "site.tgz");
+      const res = await fetch(`${first.url}/projects/${p.id}/frontends`, { method: "POST", headers: { authorization: `Bearer ${first.token}` }, body: form });
+      const pending = (await res.json()) as any;
+      expect(await first.stop()).toBe(0);
+
+      second = await startKiln({ dataDir: first.dataDir, databaseUrl: first.databaseUrl, args: ["--frontends-tls-port", String(port)], env: { KILN_PLATFORM_TOKEN: first.token } });
+      const again = (await second.api("GET", `/projects/${p.id}/frontends/${f.id}`)).body;
+      expect(again).toMatchObject({ status: "active", site_url: f.site_url.replace(new URL(f.site_url).port, new URL(second.url).port) });
+      const u = new URL(again.site_url);
+      expect(await (await fetch(`http://127.0.0.1:${u.port}/`, { headers: { host: u.host } })).text()).toContain("<h1>kept</h1>");
+      await eventually(() => httpsGet("www.restart.test", ca.cert, port).then((r) => r.authorized && r.body.includes("<h1>kept</h1>"), () => false), (ok) => ok, 30_000);
+      const resumed = (await eventually(() => second!.api("GET", `/projects/${p.id}/frontends/${pending.id}`), (r) => r.body.status === "active", 60_000)).body;
+      const ru = new URL(resumed.site_url);
+      expect(await (await fetch(`http://127.0.0.1:${ru.port}/`, { headers: { host: ru.host } })).text()).toContain("interrupted");
+    } finally {
+      if (second) await second.stop();
+      else await first.stop();
+      removeDir(first.dataDir);
+    }
+  }, 180_000);
 });

@@ -207,6 +207,16 @@ describe("frontends", () => {
     }
   });
 
+  it("goes with its project: the site stops serving once the project is deleted", async () => {
+    const p = await createProject(k);
+    const r = await deployFrontend(k, p.id, { name: "gone" }, site("x"));
+    const f = await settled(k, p.id, r.body.id);
+    expect((await siteFetch(f.site_url, "/")).status).toBe(200);
+    const del = await k.api("DELETE", `/projects/${p.id}`);
+    expect(del.status).toBeLessThan(300);
+    await eventually(() => siteFetch(f.site_url, "/"), (res) => res.status === 404, 30_000);
+  });
+
   it("answers 503 to a custom domain when this Kiln has no HTTPS port", async () => {
     const p = await createProject(k);
     const r = await deployFrontend(k, p.id, { name: "nossl" }, site("x"));
