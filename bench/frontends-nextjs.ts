@@ -3,7 +3,7 @@
 // sandboxed Node server started by the request), warm TTFB p50/p99 of the dynamic page and of the
 // API route through Kiln's host-routed proxy, and the same warm TTFB against the same standalone
 // server run bare on Node (no sandbox, no proxy) in the same run, for the proxy's share.
-// Run: bun bench/frontends-nextjs.ts   (after `bun runtime-sandbox/runtimes.ts prepare --npm-cache test/fixtures/frontends/nextjs-app`)
+// Run: bun bench/frontends-nextjs.ts   (after `bun runtime-sandbox/frontends/nextjs/npm-cache.ts prepare test/fixtures/frontends/nextjs-app`, as npm test's pretest does)
 // Target: warm TTFB p50 < 20 ms.
 import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
@@ -77,10 +77,11 @@ async function main() {
     const site = new URL(got.site_url);
     const base = `http://127.0.0.1:${site.port}`;
 
-    // Cold: the first request starts the server; after IDLE_MS without requests it is stopped again.
+    // Cold: the area warms a new deployment's server before the switch, so each sample waits for the
+    // idle stop (IDLE_MS without requests) and then times the request that starts it again.
     const colds: number[] = [];
     for (let i = 0; i < COLD; i++) {
-      if (i > 0) await Bun.sleep(IDLE_MS + 1500);
+      await Bun.sleep(IDLE_MS + 1500);
       colds.push(await ttfb(`${base}/`, site.host));
     }
     const page = await warm(`${base}/`, site.host);
@@ -106,7 +107,7 @@ async function main() {
     const ms = (x: number) => `${x.toFixed(1)} ms`;
     console.log(`Next.js ${JSON.parse(readFileSync(manifest, "utf8")).nextVersion} on Node ${JSON.parse(readFileSync(manifest, "utf8")).nodeVersion}, ${N} sequential requests each, load average ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")}`);
     console.log(`deploy-to-active (upload, npm ci from the cache, next build, switch): ${(deployToActive / 1000).toFixed(1)} s`);
-    console.log(`cold TTFB (sandboxed server started by the request): ${colds.map(ms).join(", ")} (median ${ms(pct(colds, 50))})`);
+    console.log(`cold TTFB (sandboxed server stopped when idle, started by the request): ${colds.map(ms).join(", ")} (median ${ms(pct(colds, 50))})`);
     console.log(`warm TTFB page /            via Kiln p50 ${ms(page.p50)} p99 ${ms(page.p99)}; bare Node p50 ${ms(barePage.p50)} p99 ${ms(barePage.p99)}`);
     console.log(`warm TTFB API /api/hello    via Kiln p50 ${ms(route.p50)} p99 ${ms(route.p99)}; bare Node p50 ${ms(bareRoute.p50)} p99 ${ms(bareRoute.p99)}`);
     console.log(`target warm TTFB p50 < 20 ms: ${page.p50 < 20 ? "met" : "NOT met"} (page ${ms(page.p50)})`);

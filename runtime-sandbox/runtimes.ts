@@ -382,23 +382,15 @@ function run(cmd: string, args: string[], o: { cwd?: string; timeoutMs?: number;
   });
 }
 
-// `bun runtime-sandbox/runtimes.ts prepare [--npm-cache APP_DIR]...`: install the Node runtimes now
-// (npm test's pretest), and fill the frontend npm cache with each APP_DIR's package-lock.json (the
-// test set-up's Next.js fixture), so builds later install with no registry.
+// `bun runtime-sandbox/runtimes.ts prepare`: install the Node runtimes now (npm test's pretest).
 // No top-level await: importers (require included) never wait on this module.
 if (import.meta.main) {
-  const args = process.argv.slice(2);
-  const apps: string[] = [];
-  for (let i = 1; i < args.length; i++) {
-    if (args[i] === "--npm-cache" && args[i + 1]) apps.push(args[++i]!);
-    else args[0] = "";
-  }
-  if (args[0] !== "prepare") {
-    console.error("usage: bun runtime-sandbox/runtimes.ts prepare [--npm-cache APP_DIR]...");
+  if (process.argv[2] !== "prepare") {
+    console.error("usage: bun runtime-sandbox/runtimes.ts prepare");
     process.exit(2);
   }
   const t0 = performance.now();
-  void prepareNodeRuntimes().then(async (all) => {
+  void prepareNodeRuntimes().then((all) => {
     let failed = false;
     for (const { name, result } of all) {
       if (isMissing(result)) {
@@ -407,18 +399,6 @@ if (import.meta.main) {
       } else console.log(`kiln: ${name} ready: ${result.command} (v${result.version})`);
     }
     console.log(`kiln: Node runtimes ${failed ? "not all prepared" : "prepared"} (${Math.round(performance.now() - t0)} ms)`);
-    if (apps.length) {
-      const { prepareNpmCache } = await import("./frontends/nextjs/npm-cache");
-      for (const app of apps) {
-        const t1 = performance.now();
-        try {
-          console.log(`kiln: ${await prepareNpmCache(app)} (${Math.round(performance.now() - t1)} ms)`);
-        } catch (e) {
-          failed = true;
-          console.error(`kiln: ${(e as Error).message}`);
-        }
-      }
-    }
     process.exit(failed ? 1 : 0);
   });
 }

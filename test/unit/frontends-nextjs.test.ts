@@ -1,6 +1,6 @@
 // The Next.js framework of the frontends area (runtime-sandbox/frontends/nextjs*): the fixture app
 // (test/fixtures/frontends/nextjs-app) built once in the build sandbox from the frontend npm cache
-// that the test set-up fills (`runtimes.ts prepare --npm-cache`), with npm's registry set to an
+// that the test set-up fills (`npm-cache.ts prepare` in the pretest), with npm's registry set to an
 // address nothing listens on, so a download would fail the build; then served by its standalone
 // server on Node.js in the sandbox, behind the proxy.
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";

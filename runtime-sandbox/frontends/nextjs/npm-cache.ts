@@ -85,3 +85,27 @@ export async function prepareNpmCache(appDir: string): Promise<string> {
     rmSync(scratch, { recursive: true, force: true });
   }
 }
+
+// `bun runtime-sandbox/frontends/nextjs/npm-cache.ts prepare APP_DIR...`: fill the cache for each app's
+// lockfile now (npm test's pretest does it for the Next.js fixture, after the Node runtimes).
+// No top-level await: importers never wait on this module.
+if (import.meta.main) {
+  const [cmd, ...apps] = process.argv.slice(2);
+  if (cmd !== "prepare" || !apps.length) {
+    console.error("usage: bun runtime-sandbox/frontends/nextjs/npm-cache.ts prepare APP_DIR...");
+    process.exit(2);
+  }
+  void (async () => {
+    let failed = false;
+    for (const app of apps) {
+      const t0 = performance.now();
+      try {
+        console.log(`kiln: ${await prepareNpmCache(app)} (${Math.round(performance.now() - t0)} ms)`);
+      } catch (e) {
+        failed = true;
+        console.error(`kiln: ${(e as Error).message}`);
+      }
+    }
+    process.exit(failed ? 1 : 0);
+  })();
+}
