@@ -198,6 +198,18 @@ export async function readJsonBody(request: Request, limit: BodyLimit, maxDepth:
   return parseJsonText(text, maxDepth);
 }
 
+/** Whether the request says its body is `application/x-www-form-urlencoded`. */
+export function isFormEncoded(request: Request): boolean {
+  return /^application\/x-www-form-urlencoded\b/i.test(request.headers.get("content-type") ?? "");
+}
+
+/** A form-encoded body within its limit as an object of its fields (a repeated field: its first value). */
+export async function readFormBody(request: Request, limit: BodyLimit): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of new URLSearchParams(await readBodyText(request, limit))) if (!(k in out)) out[k] = v;
+  return out;
+}
+
 /** A multipart/form-data body within its limit, parsed once it is all read. */
 export async function readMultipartBody(request: Request, limit: BodyLimit): Promise<FormData> {
   const bytes = await readBodyBytes(request, limit);

@@ -56,7 +56,7 @@ export function buildOpenApi(routes: RouteDef[]): JsonSchema {
     if (def.body) {
       const schema = toSchema(def.body, "input");
       // A body the handler reads itself (the configuration apply) may also be YAML.
-      const types = def.bodyValidation === "document" ? ["application/json", "application/yaml"] : ["application/json"];
+      const types = def.bodyValidation === "document" ? ["application/json", "application/yaml"] : def.formBody ? ["application/json", "application/x-www-form-urlencoded"] : ["application/json"];
       op.requestBody = { required: true, content: Object.fromEntries(types.map((t) => [t, { schema }])) };
     }
     // Every route that reads a body through body.ts refuses one over its limit; a `document` body's handler words its own refusal.

@@ -4,7 +4,7 @@ import type { AuthedBy, AuthRule } from "../auth/principal";
 import type { Guard } from "../auth/guard";
 import type { Config } from "../config";
 import type { Logger } from "../log";
-import { type BodyLimit, readJsonBody, resolveBodyLimit, type RouteBodyLimit } from "./body";
+import { type BodyLimit, isFormEncoded, readFormBody, readJsonBody, resolveBodyLimit, type RouteBodyLimit } from "./body";
 import type { ResponseSpec } from "./common-schemas";
 import { badRequest, HttpError, jsonResponse } from "./errors";
 import { decodeSegment } from "./exact-path";
@@ -36,6 +36,11 @@ export interface RouteDef<P = any, Q = any, B = any, R extends AuthRule = AuthRu
    * apply: JSON or YAML, its own limit and status).
    */
   bodyValidation?: "route" | "handler" | "document";
+  /**
+   * The body may also come form-encoded (`application/x-www-form-urlencoded`, one value per field),
+   * as OAuth clients send their token requests (RFC 6749 §4.1.3, RFC 8628 §3.1/§3.4).
+   */
+  formBody?: boolean;
   /**
    * The most a request body may hold, counted while it is read (413 beyond): the JSON limit
    * (`KILN_MAX_JSON_BODY_BYTES`) unless a number of bytes is given here; `invoke` for function
@@ -315,7 +320,7 @@ export class Router {
     const bodyLimit = this.bodyLimits.get(def) ?? resolveBodyLimit(def.bodyLimit, t.config);
     let body: unknown;
     if (def.body && def.bodyValidation !== "document") {
-      body = await readJsonBody(request, bodyLimit, t.config.maxJsonDepth);
+      body = def.formBody && isFormEncoded(request) ? await readFormBody(request, bodyLimit) : await readJsonBody(request, bodyLimit, t.config.maxJsonDepth);
       if (def.bodyValidation !== "handler") body = parseWith(def.body, body, "body");
     }
     // The guard's answer matches the rule (AuthedBy); the route list holds rules of every kind.

@@ -52,9 +52,10 @@ export function deviceRoutes(r: AreaRouter<DeviceRouteDeps>): void {
     method: "POST",
     path: "/auth/device/code",
     tag,
-    summary: "A device asks to sign a user in: device code, user code, where the user goes (anon key; JSON body)",
+    summary: "A device asks to sign a user in: device code, user code, where the user goes (anon key; JSON or form-encoded body, as RFC 8628 clients send)",
     auth: { kind: "anon" },
     body: deviceCodeBody,
+    formBody: true,
     responses: { 200: { description: "device authorization", schema: deviceAuthorizationSchema }, 400: errorSchema, 401: errorSchema, 403: errorSchema, 404: errorSchema },
     handler: async ({ deps, principal, body }) => reply.ok(await deps.deviceFlow.start(principal.projectId, body.client_id, body.scope), { "Cache-Control": "no-store" }),
   });
@@ -66,6 +67,7 @@ export function deviceRoutes(r: AreaRouter<DeviceRouteDeps>): void {
     summary: "The device polls: the auth token response once the user approved, else authorization_pending / slow_down / expired_token / access_denied",
     auth: { kind: "anon" },
     body: deviceTokenBody,
+    formBody: true,
     responses: { 200: { description: "signed in", schema: authTokenResponseSchema }, 400: grantErrorSchema, 401: errorSchema, 403: errorSchema },
     handler: async ({ deps, principal, body }) => reply.ok(await deps.deviceFlow.poll(principal.projectId, body.client_id, body.device_code), { "Cache-Control": "no-store" }),
   });

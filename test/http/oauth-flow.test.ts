@@ -433,6 +433,25 @@ describe("device flow (RFC 8628)", () => {
     expect((await k.api("POST", "/auth/device/verify", { token: a.user.token, body: { user_code: d.body.user_code, action: "deny" } })).status).toBe(404);
   });
 
+  test("an RFC 8628 client's form-encoded requests (device code and polling) are read like JSON ones", async () => {
+    const a = await deviceApp();
+    const form = (path: string, fields: Record<string, string>) =>
+      fetch(`${k.url}${path}`, { method: "POST", headers: { authorization: `Bearer ${a.anon}`, "content-type": "application/x-www-form-urlencoded" }, body: new URLSearchParams(fields) });
+    const d = await form("/auth/device/code", { client_id: "tv" });
+    expect(d.status).toBe(200);
+    const { device_code, user_code } = (await d.json()) as { device_code: string; user_code: string };
+    const pending = await form("/auth/device/token", { grant_type: "urn:ietf:params:oauth:grant-type:device_code", device_code, client_id: "tv" });
+    expect(pending.status).toBe(400);
+    expect(((await pending.json()) as { error: string }).error).toBe("authorization_pending");
+    expect((await k.api("POST", "/auth/device/verify", { token: a.user.token, body: { user_code, action: "approve" } })).status).toBe(200);
+    await advance(16);
+    const t = await form("/auth/device/token", { grant_type: "urn:ietf:params:oauth:grant-type:device_code", device_code, client_id: "tv" });
+    expect(t.status).toBe(200);
+    expect(((await t.json()) as { user: { id: string } }).user.id).toBe(a.user.id);
+    // A form without the grant type is the same 400 as its JSON form.
+    expect((await form("/auth/device/token", { device_code, client_id: "tv" })).status).toBe(400);
+  });
+
   test("expired_token after 10 minutes; access_denied when the user denies; unknown client 404, disabled 400; device_verification_url from PATCH /auth/config", async () => {
     const a = await deviceApp({ device_verification_url: "https://app.example.com/device" });
     const d = await code(a);
