@@ -35,10 +35,11 @@ export default defineConfig({
           name: "postgres",
           // Files whose behaviour does not depend on the store run once, on the embedded one: the CLI
           // suites (a client of the same API), archives and the sandbox, HTTP conventions, body limits,
-          // the OpenAPI document, mail; storage runs on PostgreSQL in the s3 project below.
+          // the OpenAPI document, mail; storage runs on PostgreSQL in the s3 project below. The compiled
+          // binary's test (binary) runs its embedded profile.
           exclude: [
             ...blackBox.exclude,
-            ...["cli", "storage-cli", "durable-cli", "function-archives", "function-sandbox", "conventions", "limits", "openapi", "mail-delivery", "storage", "storage-memory"].map((f) => `test/http/${f}.test.ts`),
+            ...["cli", "storage-cli", "durable-cli", "function-archives", "function-sandbox", "conventions", "limits", "openapi", "mail-delivery", "storage", "storage-memory", "binary"].map((f) => `test/http/${f}.test.ts`),
           ],
           env: { KILN_TEST_STORE: "postgres" },
           globalSetup: ["test/support/global-postgres.ts"],

@@ -30,6 +30,10 @@ export interface KilnOptions {
   generatedToken?: boolean;
   /** A command that runs Kiln (its argv follows), e.g. a mount namespace hiding host tools. */
   wrap?: string[];
+  /** Run this compiled Kiln (dist/kiln, test/http/binary.test.ts) instead of Bun on cmd/kiln.ts. */
+  binary?: string;
+  /** The process's working directory (the repository by default). */
+  cwd?: string;
 }
 
 export interface ApiResponse<T = any> {
@@ -106,8 +110,8 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
     ...opts.env,
   };
   for (const k of Object.keys(env)) if (env[k] === undefined) delete env[k];
-  const argv = [...(opts.wrap ?? []), BUN, ...args];
-  const proc = spawn(argv[0]!, argv.slice(1), { cwd: ROOT, env: env as NodeJS.ProcessEnv, stdio: ["ignore", "pipe", "pipe"] });
+  const argv = [...(opts.wrap ?? []), ...(opts.binary ? [opts.binary, ...args.slice(1)] : [BUN, ...args])];
+  const proc = spawn(argv[0]!, argv.slice(1), { cwd: opts.cwd ?? ROOT, env: env as NodeJS.ProcessEnv, stdio: ["ignore", "pipe", "pipe"] });
   let stdout = "";
   let stderr = "";
   proc.stderr!.on("data", (d) => (stderr += d));
