@@ -93,6 +93,12 @@ describe("the compiled binary", () => {
     expect(r.body).toEqual({ hello: "ada", node: "v22" });
   }, 120_000);
 
+  test("the CLI commands are in the same file", () => {
+    const cli = (...args: string[]) => execFileSync(binary, ["--url", k.url, "--token", k.token, "--json", ...args], { cwd: join(work, "run"), env: { PATH: join(work, "path"), HOME: join(work, "home") }, encoding: "utf8" });
+    const projects = JSON.parse(cli("projects", "list"));
+    expect(projects.data.length).toBeGreaterThanOrEqual(2);
+  });
+
   test("stops cleanly on SIGTERM", async () => {
     expect(await k.stop()).toBe(0);
   });
