@@ -63,13 +63,21 @@ async function startStop(path: string, dataDir: string): Promise<Run> {
       if (r.status === 200) break;
     } catch {}
     if (proc.exitCode !== null) throw new Error(`kiln exited with ${proc.exitCode}`);
+    if (performance.now() - t0 > 120_000) {
+      proc.kill("SIGKILL");
+      throw new Error("kiln did not answer /healthz in 120 s");
+    }
     await Bun.sleep(2);
   }
   const ms = performance.now() - t0;
-  await Bun.sleep(500); // idle: let start-up settle before reading memory
-  const rssMb = serverRss(proc.pid, path !== "binary");
-  proc.kill("SIGTERM");
-  await proc.exited;
+  let rssMb: number;
+  try {
+    await Bun.sleep(500); // idle: let start-up settle before reading memory
+    rssMb = serverRss(proc.pid, path !== "binary");
+  } finally {
+    proc.kill("SIGTERM");
+    await proc.exited;
+  }
   const u = proc.resourceUsage()!;
   const cpuMs = Number(u.cpuTime.user + u.cpuTime.system) / 1000;
   return { ms, rssMb, cpuMs };
