@@ -1,16 +1,21 @@
-// Startup benchmark: spawn `kiln start` until the first 200 on /healthz, median of 10 runs, for a
-// fresh data dir and for an existing one, and the server's RSS once started.
-// Run: npm run bench:startup   (targets: existing < 500 ms, fresh < 1 s, RSS < 150 MB)
-import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+// Startup benchmark, for two launch paths: the compiled binary (dist/kiln, `npm run build:binary`;
+// built here when missing) and the `kiln` bin that `npx kiln start` runs (node cmd/kiln.mjs, which
+// starts cmd/kiln.ts under the bundled Bun). For each: spawn `kiln start` until the first 200 on
+// /healthz with a fresh data dir and with an existing one (median of RUNS), the server's RSS once
+// started and idle, and the CPU time of a whole start+stop (user + system of the process tree, from
+// wait4). Prints the load average too: on a shared machine compare the paths' ratios, not the figures.
+// Run: npm run bench:startup   (targets: existing < 300 ms, fresh < 500 ms, RSS < 120 MB, start+stop < 1 CPU-s)
+// PATHS=binary or PATHS=npx runs one path; KILN_TRACE_STARTUP=1 prints each start's phases.
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import JSC_OPTIONS from "../cmd/jsc-options.json";
 
 const ROOT = resolve(import.meta.dirname, "..");
-const BUN = join(ROOT, "node_modules/.bin/bun");
-const RUNS = Number(process.env.RUNS ?? 10);
+const RUNS = Number(process.env.RUNS ?? 5);
+const BINARY = process.env.KILN_BINARY ?? join(ROOT, "dist/kiln");
+const PATHS = (process.env.PATHS ?? "binary,npx").split(",");
 
 function freePort(): Promise<number> {
   return new Promise((ok) => {
@@ -21,13 +26,36 @@ function freePort(): Promise<number> {
   });
 }
 
-async function startOnce(dataDir: string): Promise<{ ms: number; rssMb: number; proc: ChildProcess }> {
+function command(path: string): string[] {
+  return path === "binary" ? [BINARY] : ["node", join(ROOT, "cmd/kiln.mjs")];
+}
+
+interface Run {
+  ms: number;
+  rssMb: number;
+  cpuMs: number;
+}
+
+/** RSS of the Kiln server process: the binary itself, or the Bun child of the node shim. */
+function serverRss(pid: number, shim: boolean): number {
+  const kids = !shim ? [] : (() => {
+    try {
+      return readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/).filter(Boolean).map(Number);
+    } catch {
+      return [];
+    }
+  })();
+  const target = kids.length ? kids[0]! : pid;
+  return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${target}/status`, "utf8"))![1]) / 1024;
+}
+
+async function startStop(path: string, dataDir: string): Promise<Run> {
   const port = await freePort();
   const t0 = performance.now();
-  const proc = spawn(BUN, [join(ROOT, "cmd/kiln.ts"), "start", "--port", String(port), "--pg-port", "0", "--data-dir", dataDir], {
-    cwd: ROOT,
+  const proc = Bun.spawn([...command(path), "start", "--port", String(port), "--pg-port", "0", "--smtp-port", "0", "--data-dir", dataDir], {
+    cwd: path === "binary" ? tmpdir() : ROOT,
     env: { ...JSC_OPTIONS, ...process.env, KILN_PLATFORM_TOKEN: "pk-benchbenchbenchbenchbench", KILN_LOG: "quiet", KILN_TRACE_STARTUP: process.env.KILN_TRACE_STARTUP ?? "" },
-    stdio: process.env.KILN_TRACE_STARTUP ? ["ignore", "ignore", "inherit"] : "ignore",
+    stdio: ["ignore", "ignore", process.env.KILN_TRACE_STARTUP ? "inherit" : "ignore"],
   });
   for (;;) {
     try {
@@ -35,49 +63,56 @@ async function startOnce(dataDir: string): Promise<{ ms: number; rssMb: number; 
       if (r.status === 200) break;
     } catch {}
     if (proc.exitCode !== null) throw new Error(`kiln exited with ${proc.exitCode}`);
-    await new Promise((r) => setTimeout(r, 2));
+    if (performance.now() - t0 > 120_000) {
+      proc.kill("SIGKILL");
+      throw new Error("kiln did not answer /healthz in 120 s");
+    }
+    await Bun.sleep(2);
   }
   const ms = performance.now() - t0;
-  await new Promise((r) => setTimeout(r, 300)); // let start-up settle before reading memory
-  const status = readFileSync(`/proc/${proc.pid}/status`, "utf8");
-  const rssMb = Number(/VmRSS:\s+(\d+)/.exec(status)![1]) / 1024;
-  return { ms, rssMb, proc };
-}
-
-function stop(proc: ChildProcess): Promise<void> {
-  return new Promise((ok) => {
-    proc.once("exit", () => ok());
+  let rssMb: number;
+  try {
+    await Bun.sleep(500); // idle: let start-up settle before reading memory
+    rssMb = serverRss(proc.pid, path !== "binary");
+  } finally {
     proc.kill("SIGTERM");
-  });
+    await proc.exited;
+  }
+  const u = proc.resourceUsage()!;
+  const cpuMs = Number(u.cpuTime.user + u.cpuTime.system) / 1000;
+  return { ms, rssMb, cpuMs };
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const fmt = (x: number) => x.toFixed(0);
 
 async function main() {
-  const fresh: number[] = [];
-  const existing: number[] = [];
-  const rss: number[] = [];
-  // Warm the template cache and the OS file cache once, outside the measurements.
-  const warm = mkdtempSync(join(tmpdir(), "kiln-bench-"));
-  await stop((await startOnce(warm)).proc);
-
-  for (let i = 0; i < RUNS; i++) {
-    const dir = mkdtempSync(join(tmpdir(), "kiln-bench-"));
-    const f = await startOnce(dir);
-    fresh.push(f.ms);
-    await stop(f.proc);
-    const e = await startOnce(dir);
-    existing.push(e.ms);
-    rss.push(e.rssMb);
-    await stop(e.proc);
-    rmSync(dir, { recursive: true, force: true });
+  if (PATHS.includes("binary") && !existsSync(BINARY)) {
+    const b = Bun.spawnSync([process.execPath, join(ROOT, "cmd/build-binary.ts"), BINARY], { stdout: "inherit", stderr: "inherit" });
+    if (b.exitCode !== 0) throw new Error("build:binary failed");
   }
-  rmSync(warm, { recursive: true, force: true });
-  const fmt = (x: number) => x.toFixed(0);
-  console.log(`startup (spawn -> first 200 on /healthz), median of ${RUNS}:`);
-  console.log(`  fresh data dir:    ${fmt(median(fresh))} ms   (target < 1000 ms)  runs: ${fresh.map(fmt).join(" ")}`);
-  console.log(`  existing data dir: ${fmt(median(existing))} ms   (target < 500 ms)   runs: ${existing.map(fmt).join(" ")}`);
-  console.log(`  RSS after start:   ${fmt(median(rss))} MB    (target < 150 MB)`);
+  console.log(`load average before: ${loadavg().map((l) => l.toFixed(1)).join(" ")} (${navigator.hardwareConcurrency} cores)`);
+  for (const path of PATHS) {
+    // Warm the template cache and the OS file cache once, outside the measurements.
+    const warm = mkdtempSync(join(tmpdir(), "kiln-bench-"));
+    await startStop(path, warm);
+    rmSync(warm, { recursive: true, force: true });
+    const fresh: Run[] = [];
+    const existing: Run[] = [];
+    for (let i = 0; i < RUNS; i++) {
+      const dir = mkdtempSync(join(tmpdir(), "kiln-bench-"));
+      fresh.push(await startStop(path, dir));
+      existing.push(await startStop(path, dir));
+      rmSync(dir, { recursive: true, force: true });
+    }
+    const col = (rs: Run[], k: keyof Run) => rs.map((r) => fmt(r[k])).join(" ");
+    console.log(`${path === "binary" ? "binary (dist/kiln)" : "kiln bin (node cmd/kiln.mjs, what npx kiln runs)"}, median of ${RUNS}:`);
+    console.log(`  fresh data dir:      ${fmt(median(fresh.map((r) => r.ms)))} ms to /healthz (target < 500)   runs: ${col(fresh, "ms")}`);
+    console.log(`  existing data dir:   ${fmt(median(existing.map((r) => r.ms)))} ms to /healthz (target < 300)   runs: ${col(existing, "ms")}`);
+    console.log(`  idle RSS:            ${fmt(median(existing.map((r) => r.rssMb)))} MB (target < 120)   runs: ${col(existing, "rssMb")}`);
+    console.log(`  start+stop CPU:      ${fmt(median(existing.map((r) => r.cpuMs)))} ms existing, ${fmt(median(fresh.map((r) => r.cpuMs)))} ms fresh (target < 1000)`);
+  }
+  console.log(`load average after: ${loadavg().map((l) => l.toFixed(1)).join(" ")}`);
 }
 
 await main();

@@ -1,3 +1,4 @@
+import { COMPILED } from "../server/embedded/embedded";
 import { lookup } from "node:dns";
 import { chmodSync, existsSync, lstatSync, mkdirSync, realpathSync, rmSync } from "node:fs";
 import { connect, createServer, isIP, type Socket } from "node:net";
@@ -258,7 +259,8 @@ export function egressWiring(socketPath: string, bunPath = hostBunPath()): { mou
       { kind: "bind", src: bunPath, dest: EGRESS_IN_SANDBOX.bun },
       { kind: "bind", src: realpathSync(dirname(socketPath)), dest: EGRESS_IN_SANDBOX.dir },
     ],
-    argvPrefix: [EGRESS_IN_SANDBOX.bun, EGRESS_IN_SANDBOX.forwarder, EGRESS_IN_SANDBOX.socket, "--"],
+    // Kiln's binary is Bun only when told (BUN_BE_BUN); otherwise it would run its own CLI.
+    argvPrefix: [...(COMPILED ? ["/usr/bin/env", "BUN_BE_BUN=1"] : []), EGRESS_IN_SANDBOX.bun, EGRESS_IN_SANDBOX.forwarder, EGRESS_IN_SANDBOX.socket, "--"],
   };
 }
 

@@ -1,3 +1,4 @@
+import { COMPILED, extractedDir } from "../server/embedded/embedded";
 import { chmodSync, copyFileSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, symlinkSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { createServer, type Server, type Socket } from "node:net";
@@ -371,7 +372,7 @@ export async function baseImageTar(): Promise<Readable> {
       // not on this system
     }
   }
-  for (const f of ["passwd", "group"]) copyFileSync(join(import.meta.dirname, "sandbox-etc", f), join(root, "etc", f));
+  for (const f of ["passwd", "group"]) copyFileSync(join(COMPILED ? extractedDir("sandbox-etc") : join(import.meta.dirname, "sandbox-etc"), f), join(root, "etc", f));
   const stream = create({ cwd: root, portable: true, gzip: false }, ["."]) as unknown as Readable;
   stream.on("end", () => rmSync(root, { recursive: true, force: true }));
   return stream;

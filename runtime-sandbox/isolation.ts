@@ -1,3 +1,4 @@
+import { COMPILED, extractedDir } from "../server/embedded/embedded";
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, rmdirSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -157,7 +158,7 @@ function dropTo(user: { uid: number; gid: number; userns: boolean } | null): str
 // ---------------------------------------------------------------------------------------------
 // Namespaces from util-linux (namespace-sandbox.sh)
 
-const NS_SCRIPT = join(import.meta.dirname, "namespace-sandbox.sh");
+const NS_SCRIPT = COMPILED ? join(extractedDir("sandbox-scripts"), "namespace-sandbox.sh") : join(import.meta.dirname, "namespace-sandbox.sh");
 let nsRoot: string | null = null;
 
 /** The empty dir sandboxes mount their root on (in their own mount namespaces); gone when Kiln exits. */

@@ -1,5 +1,6 @@
 import { existsSync, lstatSync, readlinkSync, realpathSync, statSync } from "node:fs";
 import { join, relative, resolve, sep } from "node:path";
+import { COMPILED, extractedDir } from "../server/embedded/embedded";
 import type { ResolvedRuntime } from "./runtimes";
 
 /**
@@ -8,8 +9,10 @@ import type { ResolvedRuntime } from "./runtimes";
  * symlinks, and covers over hidden paths. /proc, /dev and the private /tmp are each engine's own.
  */
 
-export const BOOTSTRAP_DIR = join(import.meta.dirname, "bootstraps");
-const SANDBOX_ETC = join(import.meta.dirname, "sandbox-etc");
+// The compiled binary extracts them once to a content-addressed folder of the cache (a sandboxed
+// process reads them from disk).
+export const BOOTSTRAP_DIR = COMPILED ? extractedDir("bootstraps") : join(import.meta.dirname, "bootstraps");
+const SANDBOX_ETC = COMPILED ? extractedDir("sandbox-etc") : join(import.meta.dirname, "sandbox-etc");
 
 /** Where the code and the bootstraps appear inside the sandbox (Lambda's layout). */
 export const TASK_ROOT = "/var/task";

@@ -1,5 +1,5 @@
 import { PGlite, type Extensions } from "@electric-sql/pglite";
-import { compiledPglite } from "./pglite-wasm";
+import { compiledPglite, pgliteFileOptions } from "./pglite-wasm";
 import { copyText, type ControlStore, type Row, type Sql } from "./store";
 
 /**
@@ -13,7 +13,7 @@ export const PGLITE_CONF = ["shared_buffers=2MB", "work_mem=2MB", "maintenance_w
 export type PgliteExtensions = Extensions;
 
 export async function openPglite(dataDir: string, extra: { initDbStartParams?: string[]; postgresqlconf?: string[]; extensions?: PgliteExtensions } = {}): Promise<PGlite> {
-  const db = new PGlite(dataDir, { postgresqlconf: PGLITE_CONF, pgliteWasmModule: await compiledPglite(), ...extra });
+  const db = new PGlite(dataDir, { postgresqlconf: PGLITE_CONF, ...pgliteFileOptions(), pgliteWasmModule: await compiledPglite(), ...extra });
   await db.waitReady;
   return db;
 }

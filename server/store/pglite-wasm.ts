@@ -1,6 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
+import { embeddedFile } from "../embedded/embedded";
 
 let compiling: Promise<WebAssembly.Module> | null = null;
 
@@ -12,8 +13,17 @@ let compiling: Promise<WebAssembly.Module> | null = null;
 // Imports nothing but node: modules, so `kiln start` can call it before anything else loads.
 export function compiledPglite(): Promise<WebAssembly.Module> {
   if (!compiling) {
-    const dir = dirname(createRequire(import.meta.url).resolve("@electric-sql/pglite/package.json"));
-    compiling = readFile(join(dir, "dist", "pglite.wasm")).then((bytes) => WebAssembly.compile(bytes));
+    const path = embeddedFile("pglite/pglite.wasm") ?? join(dirname(createRequire(import.meta.url).resolve("@electric-sql/pglite/package.json")), "dist", "pglite.wasm");
+    compiling = readFile(path).then((bytes) => WebAssembly.compile(bytes));
   }
   return compiling;
+}
+
+/**
+ * PGlite's own options for its data file. From source it finds pglite.data beside its module; in the
+ * compiled binary a Worker's bundle sits elsewhere under /$bunfs/, so the embedded file is named here.
+ */
+export function pgliteFileOptions(): { fsBundle?: Blob } {
+  const data = embeddedFile("pglite/pglite.data");
+  return data ? { fsBundle: Bun.file(data) } : {};
 }

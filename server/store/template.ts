@@ -4,6 +4,7 @@ import { createHash } from "node:crypto";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { createRequire } from "node:module";
+import { embeddedVersion } from "../embedded/embedded";
 import { migrate, migrationsFingerprint, type Migration } from "./migrations";
 import { openPglite, PgliteStore, type PgliteExtensions } from "./pglite-store";
 
@@ -12,7 +13,7 @@ import { openPglite, PgliteStore, type PgliteExtensions } from "./pglite-store";
  * (kind, PGlite version, content) in a cache folder, once (at `npm ci` through postinstall, or at
  * first use), and every new instance is a copy of it: tens of milliseconds instead of seconds.
  */
-const pglitePkg = createRequire(import.meta.url)("@electric-sql/pglite/package.json") as { version: string };
+const pglitePkg = { version: embeddedVersion("@electric-sql/pglite") ?? (createRequire(import.meta.url)("@electric-sql/pglite/package.json") as { version: string }).version };
 
 export function cacheRoot(): string {
   return process.env.KILN_CACHE_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "kiln");

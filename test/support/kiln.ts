@@ -11,6 +11,11 @@ import { removeDir } from "./dirs";
 export const ROOT = resolve(import.meta.dirname, "../..");
 export const BUN = join(ROOT, "node_modules/.bin/bun");
 export const KILN = join(ROOT, "cmd/kiln.ts");
+/**
+ * KILN_TEST_BINARY=dist/kiln runs every Kiln and CLI call of the black-box files with the compiled
+ * binary (docs/binary.md) instead of Bun on cmd/kiln.ts.
+ */
+export const TEST_BINARY = process.env.KILN_TEST_BINARY ? resolve(process.env.KILN_TEST_BINARY) : undefined;
 
 /** Which control store this vitest project tests: `embedded` (PGlite) or `postgres`. */
 export const STORE = (process.env.KILN_TEST_STORE ?? "embedded") as "embedded" | "postgres";
@@ -30,6 +35,10 @@ export interface KilnOptions {
   generatedToken?: boolean;
   /** A command that runs Kiln (its argv follows), e.g. a mount namespace hiding host tools. */
   wrap?: string[];
+  /** Run this compiled Kiln (dist/kiln, test/http/binary.test.ts) instead of Bun on cmd/kiln.ts. */
+  binary?: string;
+  /** The process's working directory (the repository by default). */
+  cwd?: string;
 }
 
 export interface ApiResponse<T = any> {
@@ -106,8 +115,9 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
     ...opts.env,
   };
   for (const k of Object.keys(env)) if (env[k] === undefined) delete env[k];
-  const argv = [...(opts.wrap ?? []), BUN, ...args];
-  const proc = spawn(argv[0]!, argv.slice(1), { cwd: ROOT, env: env as NodeJS.ProcessEnv, stdio: ["ignore", "pipe", "pipe"] });
+  const binary = opts.binary ?? TEST_BINARY;
+  const argv = [...(opts.wrap ?? []), ...(binary ? [binary, ...args.slice(1)] : [BUN, ...args])];
+  const proc = spawn(argv[0]!, argv.slice(1), { cwd: opts.cwd ?? ROOT, env: env as NodeJS.ProcessEnv, stdio: ["ignore", "pipe", "pipe"] });
   let stdout = "";
   let stderr = "";
   proc.stderr!.on("data", (d) => (stderr += d));
@@ -351,7 +361,7 @@ export function useCli(k: TestKiln, o: { passToken?: boolean } = {}) {
   const configDir = mkdtempSync(join(tmpdir(), "kiln-cli-"));
   afterAll(() => removeDir(configDir));
   const run = (...args: string[]) => {
-    const r = spawnSync(BUN, [KILN, ...(o.passToken ? ["--url", k.url, "--token", k.token] : []), ...args], {
+    const r = spawnSync(TEST_BINARY ?? BUN, [...(TEST_BINARY ? [] : [KILN]), ...(o.passToken ? ["--url", k.url, "--token", k.token] : []), ...args], {
       cwd: ROOT,
       encoding: "utf8",
       env: { ...process.env, KILN_CONFIG_DIR: configDir, KILN_URL: k.url, KILN_TOKEN: undefined, KILN_SERVICE_KEY: undefined } as NodeJS.ProcessEnv,

@@ -1,3 +1,5 @@
+import { workerScript } from "../../embedded/embedded";
+
 export type Md5Request =
   | { op: "update"; seq: number; hash: number; buffer: SharedArrayBuffer; offset: number; length: number }
   | { op: "digest"; seq: number; hash: number }
@@ -5,7 +7,7 @@ export type Md5Request =
 
 export type Md5Reply = { seq: number; hex?: string };
 
-const WORKER_URL = new URL("./md5-worker.ts", import.meta.url).href;
+const WORKER_URL = workerScript(new URL("./md5-worker.ts", import.meta.url), "server/backends/blobs/md5-worker.ts");
 
 /**
  * MD5 of upload bytes on a thread of its own. Hashing is the largest cost on the event loop while a

@@ -3,6 +3,7 @@ import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { x as untar } from "tar";
 import { cacheRoot } from "../../store/template";
+import { COMPILED, embeddedFilesUnder, embeddedVersion } from "../../embedded/embedded";
 import type { ExtensionFiles } from "./extension-mount";
 
 /**
@@ -22,6 +23,9 @@ const require = createRequire(import.meta.url);
 const LAYOUT = 1;
 
 function bundles(): { files: string[]; key: string } {
+  // The compiled binary: the same bundles, embedded (cmd/build-binary.ts).
+  const embedded = embeddedFilesUnder("pglite-ext/");
+  if (embedded.length) return { files: embedded.map(([, path]) => path), key: `v${LAYOUT}-pglite${embeddedVersion("@electric-sql/pglite")}-pgvector${embeddedVersion("@electric-sql/pglite-pgvector")}` };
   const pgliteDist = dirname(require.resolve("@electric-sql/pglite"));
   const pgvectorDist = dirname(require.resolve("@electric-sql/pglite-pgvector"));
   const version = (dist: string) => (JSON.parse(readFileSync(join(dist, "..", "package.json"), "utf8")) as { version: string }).version;
@@ -45,7 +49,19 @@ async function unpack(): Promise<ExtensionFiles> {
     const tmp = `${dir}.tmp-${process.pid}-${Date.now()}`;
     try {
       mkdirSync(tmp, { recursive: true });
-      for (const file of files) await untar({ file, cwd: tmp, filter: (path) => WANTED.test(path) });
+      for (const file of files) {
+        if (!COMPILED) {
+          await untar({ file, cwd: tmp, filter: (path) => WANTED.test(path) });
+          continue;
+        }
+        // A file inside the binary is read whole (tar's own file reader does not see Bun's /$bunfs).
+        const unpack = untar({ cwd: tmp, filter: (path: string) => WANTED.test(path) });
+        await new Promise<void>((ok, fail) => {
+          unpack.on("error", fail);
+          unpack.on("close", () => ok());
+          unpack.end(readFileSync(file));
+        });
+      }
       try {
         renameSync(tmp, dir);
       } catch {

@@ -1,3 +1,4 @@
+import { COMPILED } from "../../embedded/embedded";
 import { closeSync, existsSync, openSync, readdirSync, readSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 import { backgroundPriority } from "./background-priority";
@@ -122,6 +123,8 @@ export function refreshFingerprintSync(dir: string, fingerprint: string): string
 }
 
 const PAGE_HASH_MAIN = new URL("./page-hash-main.ts", import.meta.url).pathname;
+/** The compiled binary runs page-hash-main.ts itself when its first argument is this (cmd/kiln.ts). */
+export const PAGE_HASH_ARG = "__kiln-page-hash";
 
 /**
  * Runs the page hashing in a process of its own at the lowest CPU priority (`backgroundPriority()`):
@@ -131,7 +134,7 @@ const PAGE_HASH_MAIN = new URL("./page-hash-main.ts", import.meta.url).pathname;
  */
 async function inPageHashProcess(args: string[], stdin: string | null, here: () => string): Promise<string> {
   try {
-    const proc = Bun.spawn([...(await backgroundPriority()), process.execPath, PAGE_HASH_MAIN, ...args], { stdin: stdin === null ? "ignore" : "pipe", stdout: "pipe", stderr: "pipe" });
+    const proc = Bun.spawn([...(await backgroundPriority()), process.execPath, COMPILED ? PAGE_HASH_ARG : PAGE_HASH_MAIN, ...args], { stdin: stdin === null ? "ignore" : "pipe", stdout: "pipe", stderr: "pipe" });
     if (stdin !== null) {
       const w = proc.stdin as import("bun").FileSink;
       w.write(stdin);

@@ -1,3 +1,4 @@
+import { embeddedFile } from "../../embedded/embedded";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
@@ -27,8 +28,10 @@ let factory: Promise<{ make: Factory; dist: string }> | null = null;
 
 function load(): Promise<{ make: Factory; dist: string }> {
   factory ??= (async () => {
-    const dist = dirname(createRequire(import.meta.url).resolve("@electric-sql/pglite-tools/pg_dump"));
-    const bundle = readFileSync(join(dist, (readFileSync(join(dist, "pg_dump.js"), "utf8").match(/\.\/(chunk-[A-Z0-9]+\.js)/) ?? [])[1] ?? "missing"), "utf8");
+    // The compiled binary embeds the chunk and pg_dump.wasm side by side (cmd/build-binary.ts).
+    const embeddedChunk = embeddedFile("pg-dump/pg_dump.js");
+    const dist = embeddedChunk ? dirname(embeddedFile("pg-dump/pg_dump.wasm")!) : dirname(createRequire(import.meta.url).resolve("@electric-sql/pglite-tools/pg_dump"));
+    const bundle = readFileSync(embeddedChunk ?? join(dist, (readFileSync(join(dist, "pg_dump.js"), "utf8").match(/\.\/(chunk-[A-Z0-9]+\.js)/) ?? [])[1] ?? "missing"), "utf8");
     const end = bundle.indexOf(END);
     if (!bundle.includes(START) || end < 0) throw new Error("this version of @electric-sql/pglite-tools is not the one Kiln reads pg_dump from (see package.json)");
     const source = bundle.slice(0, end + END.length) + "export default j;";

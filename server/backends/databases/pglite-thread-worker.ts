@@ -1,6 +1,7 @@
 /// <reference lib="webworker" />
 // The body of a database thread: one PGlite instance, driven by messages from `PgliteThread`.
 // It runs off Kiln's main thread so that a long statement stalls only its own database.
+import { pgliteFileOptions } from "../../store/pglite-wasm";
 import { PGlite } from "@electric-sql/pglite";
 import { execRaw, sqlState } from "./pglite-calls";
 import { mountExtensions } from "./extension-mount";
@@ -23,7 +24,7 @@ async function handle(m: ThreadRequest): Promise<void> {
         const offset = new Float64Array(m.clock);
         const realNow = Date.now;
         Date.now = () => realNow() + offset[0]!;
-        db = new PGlite(m.dataDir, { pgliteWasmModule: m.module, postgresqlconf: m.conf } as unknown as ConstructorParameters<typeof PGlite>[0]);
+        db = new PGlite(m.dataDir, { ...pgliteFileOptions(), pgliteWasmModule: m.module, postgresqlconf: m.conf } as unknown as ConstructorParameters<typeof PGlite>[0]);
         await db.waitReady;
         // Before the first statement: nothing reads the extension files until one needs them.
         if (m.extensions) mountExtensions(db.Module as unknown as Parameters<typeof mountExtensions>[0], m.extensions);

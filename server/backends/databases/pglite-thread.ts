@@ -1,3 +1,4 @@
+import { workerScript } from "../../embedded/embedded";
 import { PGlite } from "@electric-sql/pglite";
 import { compiledPglite } from "../../store/pglite-wasm";
 import { DatabaseQueryError } from "./engine";
@@ -44,7 +45,7 @@ interface Pending {
   reject: (e: Error) => void;
 }
 
-const WORKER_URL = new URL("./pglite-thread-worker.ts", import.meta.url).href;
+const WORKER_URL = workerScript(new URL("./pglite-thread-worker.ts", import.meta.url), "server/backends/databases/pglite-thread-worker.ts");
 
 /**
  * The fast lane for `exec`: shared memory and Atomics instead of postMessage, which costs about

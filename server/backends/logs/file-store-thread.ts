@@ -1,3 +1,4 @@
+import { workerScript } from "../../embedded/embedded";
 import type { BuildLogSummary, LineQuery, LogImports, LogStore, StoredLine } from "./log-store";
 import { ThreadCalls } from "./thread-calls";
 
@@ -9,7 +10,7 @@ export interface FileStoreRequest {
 }
 export type FileStoreReply = { id: number; ok: true; value: unknown } | { id: number; ok: false; message: string; code?: string };
 
-const WORKER_URL = new URL("./file-store-worker.ts", import.meta.url).href;
+const WORKER_URL = workerScript(new URL("./file-store-worker.ts", import.meta.url), "server/backends/logs/file-store-worker.ts");
 
 /** An error of the log store's thread, with the file system's code when it has one. */
 export class LogStoreError extends Error {

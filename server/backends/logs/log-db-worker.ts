@@ -5,12 +5,20 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { PGlite } from "@electric-sql/pglite";
 import { pg_trgm } from "@electric-sql/pglite/contrib/pg_trgm";
+import { embeddedFile } from "../../embedded/embedded";
+import { pgliteFileOptions } from "../../store/pglite-wasm";
 import { migrate } from "../../store/migrations";
 import { PGLITE_CONF, PgliteStore } from "../../store/pglite-store";
 import type { LogDbReply, LogDbRequest } from "./log-db";
 import { LOG_SCHEMA } from "./migrations";
 
 declare const self: Worker;
+
+/** PGlite's pg_trgm finds its bundle next to its module; in the compiled binary it is embedded elsewhere. */
+function trgm(): typeof pg_trgm {
+  const embedded = embeddedFile("pglite-ext/pg_trgm.tar.gz");
+  return embedded ? { name: "pg_trgm", setup: async () => ({ bundlePath: new URL(`file://${embedded}`) }) } : pg_trgm;
+}
 
 let db: PGlite | null = null;
 
@@ -24,7 +32,7 @@ async function handle(m: LogDbRequest): Promise<void> {
       case "open": {
         if (!existsSync(join(m.dataDir, "PG_VERSION"))) throw new Error(`no log database in ${m.dataDir}`);
         // pg_trgm: log stores made before segments have the extension (their trigram index is dropped by logs/003).
-        db = new PGlite(m.dataDir, { pgliteWasmModule: m.module, postgresqlconf: PGLITE_CONF, extensions: { pg_trgm } } as ConstructorParameters<typeof PGlite>[0]);
+        db = new PGlite(m.dataDir, { ...pgliteFileOptions(), pgliteWasmModule: m.module, postgresqlconf: PGLITE_CONF, extensions: { pg_trgm: trgm() } } as ConstructorParameters<typeof PGlite>[0]);
         await db.waitReady;
         const store = new PgliteStore(db);
         await migrate(store, LOG_SCHEMA);

@@ -1,3 +1,4 @@
+import { workerScript } from "../../embedded/embedded";
 import { compiledPglite } from "../../store/pglite-wasm";
 import { copyText, type ControlStore, type Row, type Sql } from "../../store/store";
 import { ThreadCalls } from "./thread-calls";
@@ -14,7 +15,7 @@ export type LogDbReply =
 
 type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
 
-const WORKER_URL = new URL("./log-db-worker.ts", import.meta.url).href;
+const WORKER_URL = workerScript(new URL("./log-db-worker.ts", import.meta.url), "server/backends/logs/log-db-worker.ts");
 
 /** An error of the log database, with PostgreSQL's SQLSTATE like the other stores' errors. */
 export class LogDbError extends Error {

@@ -1,0 +1,105 @@
+// The compiled binary (docs/binary.md): `npm run build:binary` makes dist/kiln, and that file alone,
+// copied to an empty folder and run with no Node, no Bun and no node_modules in reach (PATH without
+// them, an empty HOME, a working directory with nothing in it), starts, keeps a project, an embedded
+// database (over the wire protocol, with an extension from the embedded bundles) and a Node function
+// (its runtime from the runtime cache, as `npm test`'s pretest prepared it), and stops cleanly.
+// A representative part of the black-box suite, not all of it: the areas whose files the binary
+// reads at run time (PGlite's WebAssembly and data, extension bundles, Bun Workers, the sandbox's
+// bootstraps and scripts); every other area is the same bundled code either way.
+import { execFileSync } from "node:child_process";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, statSync, symlinkSync } from "node:fs";
+import { homedir, tmpdir } from "node:os";
+import { join } from "node:path";
+import postgres from "postgres";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { deploy, settled, tgz } from "../support/functions";
+import { BUN, createProject, eventually, removeDir, ROOT, startKiln, type TestKiln } from "../support/kiln";
+
+const work = mkdtempSync(join(tmpdir(), "kiln-binary-"));
+const kilnCache = process.env.KILN_CACHE_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "kiln");
+let k: TestKiln;
+let binary: string;
+
+/** A PATH with every tool of /usr/bin and /bin except node, bun and their package managers. */
+function pathWithoutNodeOrBun(): string {
+  const dir = join(work, "path");
+  mkdirSync(dir);
+  const hidden = /^(node|nodejs|bun|bunx|npm|npx|corepack|yarn|pnpm)$/;
+  for (const from of ["/usr/bin", "/bin"]) {
+    if (!existsSync(from)) continue;
+    for (const f of readdirSync(from)) if (!hidden.test(f) && !existsSync(join(dir, f))) symlinkSync(join(from, f), join(dir, f));
+  }
+  return dir;
+}
+
+beforeAll(async () => {
+  // A prebuilt binary (CI builds it once) or a build now (~10 s of CPU).
+  const built = process.env.KILN_TEST_BINARY ?? join(work, "build", "kiln");
+  if (!process.env.KILN_TEST_BINARY) execFileSync(BUN, [join(ROOT, "cmd/build-binary.ts"), built], { cwd: ROOT, stdio: "pipe" });
+  const empty = join(work, "run");
+  mkdirSync(empty);
+  binary = join(empty, "kiln");
+  copyFileSync(built, binary);
+  const home = join(work, "home");
+  mkdirSync(home);
+  // The Kiln cache is the one the pretest prepared (its Node runtimes; its control-store template,
+  // which the binary would otherwise make itself with initdb, ~10 CPU-s, see docs/binary.md). The
+  // binary extracts its sandbox files there too, in folders named by their content.
+  const cache = kilnCache;
+  const PATH = pathWithoutNodeOrBun();
+  expect(() => execFileSync("sh", ["-c", "command -v node || command -v bun"], { env: { PATH } })).toThrow();
+  k = await startKiln({ binary, cwd: empty, env: { PATH, HOME: home, KILN_CACHE_DIR: cache, NODE_PATH: undefined, BUN_INSTALL: undefined, XDG_CACHE_HOME: undefined } });
+}, 180_000);
+
+afterAll(async () => {
+  if (k && k.proc.exitCode === null && k.proc.signalCode === null) await k.stop();
+  removeDir(work);
+});
+
+describe("the compiled binary", () => {
+  test("is one file that runs with nothing beside it", () => {
+    expect(readdirSync(join(work, "run"))).toEqual(["kiln"]);
+    expect(statSync(binary).size).toBeGreaterThan(50e6);
+    expect(k.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+  });
+
+  test("a project, an embedded database queried over the wire, an extension from the embedded bundles", async () => {
+    const p = await createProject(k);
+    const r = await k.api("POST", `/projects/${p.id}/databases`, { body: { name: "app" } });
+    expect(r.status).toBe(201);
+    const db = await eventually(() => k.api("GET", `/projects/${p.id}/databases/app`), (x) => x.body.status !== "provisioning", 60_000);
+    expect(db.body.status).toBe("active");
+    const sql = postgres(db.body.connection_string, { max: 1, onnotice: () => {} });
+    try {
+      await sql`create table t (id int primary key, v text)`;
+      await sql`insert into t values (1, 'one'), (2, 'two')`;
+      expect(await sql`select v from t order by id`).toEqual([{ v: "one" }, { v: "two" }]);
+      await sql`create extension vector`;
+      expect(await sql`select '[1,2]'::vector <-> '[1,3]'::vector as d`).toEqual([{ d: 1 }]);
+    } finally {
+      await sql.end();
+    }
+  }, 120_000);
+
+  test("a Node function deployed and invoked in the sandbox", async () => {
+    const p = await createProject(k);
+    const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "backend" } })).body.key as string;
+    const d = await deploy(k, p.id, { name: "hello", runtime: "nodejs22.x" }, tgz({ "index.js": `exports.handler = async (e) => ({ hello: e.name, node: process.version.split(".")[0] });` }));
+    expect(d.status).toBe(201);
+    const fn = await settled(k, p.id, d.body.id);
+    expect(fn.status, JSON.stringify((await k.api("GET", `/projects/${p.id}/functions/${fn.id}/deployments`)).body) + k.stderr.slice(-3000)).toBe("active");
+    const r = await k.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: { name: "ada" } } });
+    expect(r.status).toBe(200);
+    expect(r.body).toEqual({ hello: "ada", node: "v22" });
+  }, 120_000);
+
+  test("the CLI commands are in the same file", () => {
+    const cli = (...args: string[]) => execFileSync(binary, ["--url", k.url, "--token", k.token, "--json", ...args], { cwd: join(work, "run"), env: { PATH: join(work, "path"), HOME: join(work, "home") }, encoding: "utf8" });
+    const projects = JSON.parse(cli("projects", "list"));
+    expect(projects.data.length).toBeGreaterThanOrEqual(2);
+  });
+
+  test("stops cleanly on SIGTERM", async () => {
+    expect(await k.stop()).toBe(0);
+  });
+});
