@@ -87,6 +87,8 @@ export interface Config {
   allowUnsandboxedFunctions: boolean;
   /** Lets tests move time forward through /_kiln/clock. */
   controllableClock: boolean;
+  /** Keep the state right after start as the snapshot `start`, for POST /_kiln/reset. */
+  resettable: boolean;
   /** Where the controllable clock starts (epoch ms), instead of the real time. */
   clockStartMs?: number;
   /** Object storage on an S3 endpoint instead of files under the data dir (production profile). */
@@ -118,6 +120,7 @@ export interface StartOptions {
   mailCatcher?: string;
   publicUrl?: string;
   controllableClock?: boolean;
+  resettable?: boolean;
   clockStart?: string;
   s3Endpoint?: string;
   s3Bucket?: string;
@@ -200,6 +203,7 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     faults: parseFaults(env.KILN_FAULTS),
     validateResponses: env.KILN_VALIDATE_RESPONSES === "1",
     controllableClock: Boolean(opts.controllableClock) || env.KILN_CONTROLLABLE_CLOCK === "1" || Boolean(opts.clockStart ?? env.KILN_CLOCK_START),
+    resettable: Boolean(opts.resettable) || env.KILN_RESETTABLE === "1",
     clockStartMs: clockStartOf(opts.clockStart ?? env.KILN_CLOCK_START),
     s3: s3Of(opts, env),
     s3SpoolMaxBytes: intEnv("KILN_S3_SPOOL_MAX_MB", 512) * 1024 * 1024,
