@@ -97,6 +97,8 @@ export class Snapshots {
 
   /** At start (no request in flight): keeps the current state as a reset point. */
   async takeResetPoint(point: ResetPoint): Promise<void> {
+    const why = this.unavailable();
+    if (why) throw new Error(`--resettable: ${why}`);
     if (this.files.get(point)) this.files.delete(point);
     await this.serial(() => this.swapping(0, () => this.files.save(point, this.opts.clock.now().toISOString(), this.opts.clock.offsetMs())));
     this.resetPoint = point;
