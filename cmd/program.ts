@@ -17,6 +17,7 @@ import { configCommand } from "./commands/config";
 import { schedulersCommand } from "./commands/schedulers";
 import { deploymentsCommand, logsCommand, metricsCommand, usageCommand } from "./commands/observability";
 import { locksCommand } from "./commands/locks";
+import { snapshotCommand } from "./commands/snapshots";
 import { storageCommand } from "./commands/storage";
 import { internalCommand } from "./internal";
 import { startCommand } from "./start";
@@ -55,6 +56,7 @@ export function buildProgram(): Command {
   storageCommand(program);
   configCommand(program);
   clockCommand(program);
+  snapshotCommand(program);
   authCommand(program);
   mailCommand(program);
   emulatorsCommand(program);
