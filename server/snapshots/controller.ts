@@ -113,18 +113,34 @@ export class Snapshots {
   /** With the gate closed and the state stopped: run `fn`, then start the state again (even if `fn` failed). */
   private async swapping<T>(own: number, fn: () => Promise<T>): Promise<T> {
     const { gate } = this.opts;
+    const t = phaseTimer();
     if (!(await gate.close(own, QUIESCE_MS, () => this.opts.closing()))) throw new HttpError(409, { error: `requests still in flight after ${QUIESCE_MS / 1000} s; nothing was changed` });
+    t("quiesced");
     try {
       await this.opts.stopState();
+      t("areas and control store stopped");
       try {
         return await fn();
       } finally {
+        t("files copied");
         await this.opts.startState();
+        t("control store and areas started");
       }
     } finally {
       gate.open();
     }
   }
+}
+
+/** `KILN_TRACE_SNAPSHOTS=1` prints how long each phase of a snapshot or restore took (bench/testing.ts). */
+function phaseTimer(): (phase: string) => void {
+  if (process.env.KILN_TRACE_SNAPSHOTS !== "1") return () => {};
+  let last = performance.now();
+  return (phase) => {
+    const now = performance.now();
+    console.error(`snapshot: ${phase} +${Math.round(now - last)} ms`);
+    last = now;
+  };
 }
 
 function checkName(name: string, verb: string): void {
