@@ -87,7 +87,9 @@ export interface Config {
   allowUnsandboxedFunctions: boolean;
   /** Lets tests move time forward through /_kiln/clock. */
   controllableClock: boolean;
-  /** Keep the state right after start as the snapshot `start`, for POST /_kiln/reset. */
+  /** A seed file applied at start and kept as the snapshot `seed` (server/snapshots/seed.ts). */
+  seed?: string;
+  /** Keep the state right after start as the snapshot `start`, for POST /_kiln/reset (a seed is kept instead). */
   resettable: boolean;
   /** Where the controllable clock starts (epoch ms), instead of the real time. */
   clockStartMs?: number;
@@ -120,6 +122,7 @@ export interface StartOptions {
   mailCatcher?: string;
   publicUrl?: string;
   controllableClock?: boolean;
+  seed?: string;
   resettable?: boolean;
   clockStart?: string;
   s3Endpoint?: string;
@@ -203,6 +206,7 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     faults: parseFaults(env.KILN_FAULTS),
     validateResponses: env.KILN_VALIDATE_RESPONSES === "1",
     controllableClock: Boolean(opts.controllableClock) || env.KILN_CONTROLLABLE_CLOCK === "1" || Boolean(opts.clockStart ?? env.KILN_CLOCK_START),
+    seed: opts.seed ?? (env.KILN_SEED || undefined),
     resettable: Boolean(opts.resettable) || env.KILN_RESETTABLE === "1",
     clockStartMs: clockStartOf(opts.clockStart ?? env.KILN_CLOCK_START),
     s3: s3Of(opts, env),

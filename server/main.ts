@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { hideOwnProcEntries } from "../runtime-sandbox/isolation";
@@ -23,6 +23,8 @@ import { handleUnhandledRejections } from "./unhandled-rejections";
 import { RequestGate } from "./http/gate";
 import type { SecretKey } from "./secrets/secret-key";
 import { Snapshots } from "./snapshots/controller";
+import { applySeed, loadSeed } from "./snapshots/seed";
+import { readSavedToken } from "./accounts/service";
 
 export type Services = Awaited<ReturnType<typeof startAreas<typeof AREAS>>>;
 
@@ -81,6 +83,8 @@ export async function startKiln(config: Config, out: { print: (line: string) => 
 async function boot(config: Config, out: { print: (line: string) => void; log?: Logger }, undo: (() => unknown)[]): Promise<RunningKiln> {
   const log = out.log ?? createLogger();
   const trace = startupTrace();
+  // A seed is checked whole (with every file it names) before anything is opened.
+  let seed = config.seed ? loadSeed(config.seed) : null;
   // What a stop is waiting for, named when it takes too long (RunningKiln.stopPhase).
   let phase = "running";
   if (config.ephemeral) {
@@ -125,13 +129,27 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
     },
     closing: () => state.closing(),
   });
+  // A seed goes into a fresh data dir (checked whole first); a failed one leaves no state behind.
+  const seeding = { done: false };
+  if (seed) {
+    const why = snapshots.unavailable();
+    if (why) throw new Error(`--seed: ${why}`);
+    if (existsSync(join(config.dataDir, "control", "PG_VERSION"))) {
+      // Seeded at an earlier start: its snapshot is the reset point; the seed is not applied twice.
+      if (!snapshots.has("seed")) throw new Error(`--seed ${config.seed}: the data dir ${config.dataDir} already holds state that was not seeded; seed a new data dir (or --ephemeral)`);
+      snapshots.resetPoint = "seed";
+      seed = null;
+    } else {
+      undo.push(() => seeding.done || snapshots.removeState());
+    }
+  }
   let state = await openState({ config, clock, log, secretKey, address, snapshots, print: out.print, trace, setPhase: (p) => (phase = p) });
   undo.push(() => state.stop());
   const transport: Transport = { config, log, guard: state.guard, deps: state.services, renderError: (err, req) => renderError(log, err, req), gate };
   // A restore starts the areas again: the listeners they open come back on the ports they first got.
   config.pgPort = state.services.databaseWire.port;
   if (state.services.smtpAddress) config.smtpPort = Number(state.services.smtpAddress.split(":").pop());
-  if (config.resettable) {
+  if (config.resettable && !config.seed) {
     await snapshots.takeResetPoint("start");
     trace("reset point kept");
   }
@@ -143,11 +161,45 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
     }
     return null;
   };
+  // A seed is applied through the API once it listens, with the door closed to everyone else.
+  if (seed) gate.closeNow();
   const server = serveHttp(transport, buildRouter(config, () => clock.nowMs()), byHost);
   trace("listening");
   openCodeToSandboxUid(config);
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
   listening = { publicUrl: config.publicUrl ?? url, httpPort: server.port! };
+  if (seed) {
+    undo.push(() => stopHttp(server));
+    const pass = gate.pass();
+    const token = config.platformToken ?? readSavedToken(config.dataDir) ?? "";
+    try {
+      await applySeed(
+        seed,
+        async (method, path, body, bearer) => {
+          const headers: Record<string, string> = { authorization: `Bearer ${bearer ?? token}`, [pass.header]: pass.value };
+          let payload: BodyInit | undefined;
+          if (body instanceof FormData) payload = body;
+          else if (typeof body === "string") (payload = body), (headers["content-type"] = "application/yaml");
+          else if (body !== undefined) (payload = JSON.stringify(body)), (headers["content-type"] = "application/json");
+          const res = await fetch(url + path, { method, headers, body: payload });
+          const text = await res.text();
+          let parsed: unknown = text;
+          try {
+            parsed = text ? JSON.parse(text) : undefined;
+          } catch {}
+          return { status: res.status, body: parsed };
+        },
+        (ms) => new Promise((r) => setTimeout(r, ms)),
+      );
+    } finally {
+      pass.done();
+      gate.open();
+    }
+    trace("seed applied");
+    await snapshots.takeResetPoint("seed");
+    seeding.done = true;
+    undo.pop(); // the server is stopped by stop() itself
+  }
 
   let stopping: Promise<void> | null = null;
   const stop = () =>

@@ -4,16 +4,28 @@
  * a request arriving while it is closed waits until it opens again (then sees the new state), or gets
  * 503 with Retry-After if that takes longer than HOLD_MS. Open, it costs a counter.
  */
+const PASS_HEADER = "x-kiln-internal-pass";
+
 export class RequestGate {
   private inside = 0;
   private closed: { opened: Promise<void>; open: () => void } | null = null;
   private idle: (() => void) | null = null;
 
+  /** Requests Kiln sends itself while the door is closed (applying a seed at start). */
+  private passes = new Set<string>();
+
   constructor(private readonly holdMs = 10_000) {}
 
+  /** A header value that lets a request in while the door is closed; `done` withdraws it. */
+  pass(): { header: string; value: string; done(): void } {
+    const value = crypto.randomUUID();
+    this.passes.add(value);
+    return { header: PASS_HEADER, value, done: () => this.passes.delete(value) };
+  }
+
   /** null: go in now. Otherwise a promise: true once in, false when the hold ran out (answer 503). */
-  enter(): Promise<boolean> | null {
-    if (!this.closed) {
+  enter(request?: Request): Promise<boolean> | null {
+    if (!this.closed || (this.passes.size && this.passes.has(request?.headers.get(PASS_HEADER) ?? ""))) {
       this.inside++;
       return null;
     }
@@ -66,6 +78,13 @@ export class RequestGate {
       this.idle = null;
     }
     return true;
+  }
+
+  /** Closed at once, with nothing inside to wait for (Kiln is about to listen). */
+  closeNow(): void {
+    let open!: () => void;
+    const opened = new Promise<void>((r) => (open = r));
+    this.closed = { opened, open };
   }
 
   open(): void {

@@ -98,7 +98,7 @@ export function serveHttp(t: Transport, router: Router, byHost: HostRouter = () 
 
   const handle = async (request: Request, srv: Server<unknown>, sent: SentPath | null): Promise<Response> => {
     // Closed while a snapshot or restore swaps the state (gate.ts): wait, or 503 after the hold.
-    const wait = t.gate?.enter();
+    const wait = t.gate?.enter(request);
     if (wait && !(await wait))
       return finish(jsonResponse(503, { error: "Kiln is saving or restoring a snapshot; try again shortly" }, { "Retry-After": "1" }), false);
     try {

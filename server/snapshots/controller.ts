@@ -21,7 +21,7 @@ const QUIESCE_MS = 30_000;
 export class Snapshots {
   private files: SnapshotFiles;
   private chain: Promise<unknown> = Promise.resolve();
-  /** What `POST /_kiln/reset` restores: set once Kiln took it at start. */
+  /** What `POST /_kiln/reset` restores: the seed, or the state right after start; set once Kiln took it at start. */
   resetPoint: ResetPoint | null = null;
 
   constructor(
@@ -50,6 +50,15 @@ export class Snapshots {
   private check(): void {
     const why = this.unavailable();
     if (why) throw badRequest(why);
+  }
+
+  has(name: string): boolean {
+    return this.files.get(name) !== null;
+  }
+
+  /** A seed that failed at start leaves no state: the data dir's state entries go (snapshots stay). */
+  removeState(): void {
+    this.files.removeState();
   }
 
   list(): SnapshotMeta[] {
@@ -91,7 +100,7 @@ export class Snapshots {
 
   reset(own = 1): Promise<{ name: string; restored_at: string }> {
     this.check();
-    if (!this.resetPoint) throw badRequest("nothing to reset to: start Kiln with --seed <file> or --resettable to keep the state right after start");
+    if (!this.resetPoint) throw badRequest("nothing to reset to: start Kiln with --seed <file>, or with --resettable to keep the state right after start");
     return this.restore(this.resetPoint, own);
   }
 

@@ -94,6 +94,10 @@ export class SnapshotFiles {
     void rm(trash, { recursive: true, force: true }).catch(() => {});
   }
 
+  removeState(): void {
+    for (const e of this.stateEntries(this.dataDir)) rmSync(join(this.dataDir, e), { recursive: true, force: true });
+  }
+
   delete(name: string): boolean {
     const d = this.dir(name);
     if (!existsSync(join(d, META))) return false;

@@ -6,9 +6,14 @@ import { describe, expect, test } from "vitest";
 import { connect } from "../support/database-clients";
 import { activeDatabase, itemNames } from "../support/databases";
 import { deploy, settled, tgz } from "../support/functions";
-import { createProject, eventually, STORE, useKiln, type TestKiln } from "../support/kiln";
+import { existsSync, mkdtempSync, readdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startKiln as startWithSeed } from "../../testing/index.mjs";
+import { createProject, eventually, removeDir, ROOT, startKiln, STORE, TEST_SECRET_KEY, useKiln, type TestKiln } from "../support/kiln";
 
-const k = useKiln({ args: ["--controllable-clock", ...(STORE === "embedded" ? ["--resettable"] : [])] });
+// --resettable keeps a snapshot at start (a stop, a copy and a start of the state): slower to start.
+const k = useKiln({ args: ["--controllable-clock", ...(STORE === "embedded" ? ["--resettable"] : [])], startTimeoutMs: 90_000 });
 
 const clock = async () => (await k.api("GET", "/_kiln/clock", { token: null })).body as { now: string; offset_ms: number };
 const advance = async (seconds: number) => expect((await k.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds } })).status).toBe(200);
@@ -208,6 +213,78 @@ describe.runIf(STORE === "embedded")("snapshots of the whole platform", () => {
     // Snapshots survive a reset (they are not part of the state).
     expect((await k.api("GET", "/_kiln/snapshots")).body.data.map((s: any) => s.name)).toContain("kept");
   });
+});
+
+const FIXTURES = join(ROOT, "test/fixtures");
+
+async function callApi(url: string, token: string, method: string, path: string, body?: unknown) {
+  const res = await fetch(url + path, { method, headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) }, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await res.text();
+  let parsed: any = text;
+  try {
+    parsed = text ? JSON.parse(text) : undefined;
+  } catch {}
+  return { status: res.status, headers: res.headers, body: parsed, text };
+}
+
+describe.runIf(STORE === "embedded")("seeds", () => {
+  test("kiln start --seed applies projects, their manifest, SQL, end users, objects and functions; reset puts the seed back", async () => {
+    // Through kiln/testing's startKiln (its seed option), which waits longer for a start than
+    // test/support's 30 s: a seeded start builds a function and keeps the seed snapshot.
+    const seeded = await startWithSeed({ seed: join(FIXTURES, "seed/kiln.seed.yaml"), startTimeoutMs: 120_000, env: { KILN_SECRET_KEY: TEST_SECRET_KEY } });
+    const s = { url: seeded.url, api: (method: string, path: string, o: { token?: string; body?: unknown } = {}) => callApi(seeded.url, o.token ?? seeded.platformToken, method, path, o.body) } as unknown as TestKiln;
+    try {
+      const projects = (await s.api("GET", "/projects")).body.data;
+      expect(projects.map((p: any) => p.name)).toEqual(["shop"]);
+      const id = projects[0].id;
+      const sk = (await s.api("POST", `/projects/${id}/service-keys`, { body: { name: "t" } })).body.key;
+      const anon = (await s.api("GET", `/projects/${id}/anon-keys`)).body.data[0].key;
+      const db = (await s.api("GET", `/projects/${id}/databases/app`)).body;
+      expect(await itemNames(db.connection_string)).toEqual(["seeded one", "seeded two"]);
+      expect((await s.api("POST", "/auth/signin", { token: anon, body: { email: "alice@example.com", password: "correct horse" } })).status).toBe(200);
+      expect(await download(s, sk, "files", "readme.txt")).toEqual({ status: 200, text: "readme text\n" });
+      expect(await download(s, sk, "files", "docs/guide.txt")).toEqual({ status: 200, text: "nested text\n" });
+      const fns = (await s.api("GET", `/projects/${id}/functions`)).body.data;
+      expect(fns.map((f: any) => [f.name, f.status])).toEqual([["hello", "active"]]);
+      const inv = await s.api("POST", `/functions/${fns[0].id}/invoke`, { token: sk, body: { payload: {} } });
+      expect([inv.status, inv.body]).toEqual([200, { greeting: "hi" }]);
+      expect(JSON.stringify((await s.api("GET", `/projects/${id}/variables`)).body)).toContain("GREETING");
+      expect((await s.api("GET", "/_kiln/snapshots")).body.data.map((x: any) => x.name)).toEqual(["seed"]);
+
+      const c = connect(db.connection_string);
+      await c`delete from items`;
+      await c.end({ timeout: 1 });
+      const extra = await createProject(s);
+      const r = await s.api("POST", "/_kiln/reset");
+      expect([r.status, r.body.name]).toEqual([200, "seed"]);
+      expect(await itemNames(db.connection_string)).toEqual(["seeded one", "seeded two"]);
+      expect((await s.api("GET", `/projects/${extra.id}`)).status).toBe(404);
+    } finally {
+      await seeded.stop();
+    }
+  }, 240_000);
+
+  test("a bad seed stops the start with the file, the line and the problem, and leaves no state", async () => {
+    const bad: Array<[string, RegExp]> = [
+      [join(FIXTURES, "seed-bad-yaml.yaml"), /seed-bad-yaml\.yaml:6: projects\.0\.databases\.0\.sql\.0: no such file does-not-exist\.sql/],
+      [join(FIXTURES, "seed-bad-field.yaml"), /seed-bad-field\.yaml:5: projects\.0\.users\.0\.email: .*email/i],
+      [join(FIXTURES, "seed-bad-sql/kiln.seed.yaml"), /sql\/bad\.sql:3: .*syntax error/],
+    ];
+    for (const [file, message] of bad) {
+      const dataDir = mkdtempSync(join(tmpdir(), "kiln-test-"));
+      try {
+        const err = await startKiln({ dataDir, args: ["--seed", file], startTimeoutMs: 90_000 }).then(
+          () => null,
+          (e: Error) => e.message,
+        );
+        expect(err).toMatch(message);
+        // Nothing half-seeded: no control store, no databases.
+        expect(existsSync(join(dataDir, "control")) || existsSync(join(dataDir, "databases")), readdirSync(dataDir).join(",")).toBe(false);
+      } finally {
+        removeDir(dataDir);
+      }
+    }
+  }, 240_000);
 });
 
 describe.runIf(STORE === "postgres")("the production profile", () => {
