@@ -31,11 +31,17 @@ export class RequestGate {
     }
     const opened = this.closed.opened;
     return new Promise<boolean>((resolve) => {
-      const timer = setTimeout(() => resolve(false), this.holdMs);
+      let gaveUp = false;
+      const timer = setTimeout(() => {
+        gaveUp = true;
+        resolve(false);
+      }, this.holdMs);
       void opened.then(() => {
+        // Answered 503 already: it never comes in (and must not be counted inside).
+        if (gaveUp) return;
         clearTimeout(timer);
         // Closed again meanwhile (a second restore): wait for that one too.
-        const again = this.enter();
+        const again = this.enter(request);
         if (again === null) resolve(true);
         else void again.then(resolve);
       });

@@ -142,7 +142,7 @@ describe.runIf(STORE === "embedded")("snapshots of the whole platform", () => {
     expect((await k.api("GET", execution)).body.status).toBe("sleeping");
     await advance(3700);
     expect((await eventually(() => k.api("GET", execution), (r) => r.body.status === "completed", 30_000)).body.status).toBe("completed");
-  });
+  }, 240_000);
 
   test("requests during a restore finish first, then wait or get 503 with Retry-After; after it they see the restored state", async () => {
     expect((await save("during")).status).toBe(201);
@@ -161,7 +161,7 @@ describe.runIf(STORE === "embedded")("snapshots of the whole platform", () => {
     }
     expect((await k.api("GET", `/projects/${made.id}`)).status).toBe(404);
     expect((await k.api("DELETE", "/_kiln/snapshots/during")).status).toBe(204);
-  });
+  }, 120_000);
 
   test("list, delete 204 then 404, unknown names 404, name rules 400, duplicates 409, platform token only", async () => {
     const name = `s-${randomBytes(3).toString("hex")}`;
@@ -198,7 +198,7 @@ describe.runIf(STORE === "embedded")("snapshots of the whole platform", () => {
     expect((await k.api("GET", "/_kiln/snapshots")).body.data.map((s: any) => s.name)).not.toContain(name);
     // The reset point cannot be deleted.
     expect((await k.api("DELETE", "/_kiln/snapshots/start")).status).toBe(400);
-  });
+  }, 120_000);
 
   test("POST /_kiln/reset puts back the state right after start (--resettable)", async () => {
     expect((await save("kept")).status).toBe(201);
@@ -212,7 +212,7 @@ describe.runIf(STORE === "embedded")("snapshots of the whole platform", () => {
     expect((await clock()).offset_ms).toBe(0);
     // Snapshots survive a reset (they are not part of the state).
     expect((await k.api("GET", "/_kiln/snapshots")).body.data.map((s: any) => s.name)).toContain("kept");
-  });
+  }, 120_000);
 });
 
 const FIXTURES = join(ROOT, "test/fixtures");
