@@ -10,10 +10,12 @@ import { existsSync, mkdtempSync, readdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startKiln as startWithSeed } from "../../testing/index.mjs";
-import { createProject, eventually, removeDir, ROOT, startKiln, STORE, TEST_SECRET_KEY, useKiln, type TestKiln } from "../support/kiln";
+import { createProject, eventually, removeDir, ROOT, startKiln, STORE, TEST_SECRET_KEY, useCli, useKiln, type TestKiln } from "../support/kiln";
 
 // --resettable keeps a snapshot at start (a stop, a copy and a start of the state): slower to start.
 const k = useKiln({ args: ["--controllable-clock", ...(STORE === "embedded" ? ["--resettable"] : [])], startTimeoutMs: 90_000 });
+
+const cli = useCli(k, { passToken: true });
 
 const clock = async () => (await k.api("GET", "/_kiln/clock", { token: null })).body as { now: string; offset_ms: number };
 const advance = async (seconds: number) => expect((await k.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds } })).status).toBe(200);
@@ -198,6 +200,20 @@ describe.runIf(STORE === "embedded")("snapshots of the whole platform", () => {
     expect((await k.api("GET", "/_kiln/snapshots")).body.data.map((s: any) => s.name)).not.toContain(name);
     // The reset point cannot be deleted.
     expect((await k.api("DELETE", "/_kiln/snapshots/start")).status).toBe(400);
+  }, 120_000);
+
+  test("kiln snapshot save|list|restore|delete and kiln reset", async () => {
+    const saved = cli.json("snapshot", "save", "by-cli");
+    expect(saved).toMatchObject({ name: "by-cli" });
+    expect(cli.json("snapshot", "list").data.map((s: any) => s.name)).toContain("by-cli");
+    const made = await createProject(k);
+    expect(cli.json("snapshot", "restore", "by-cli")).toMatchObject({ name: "by-cli" });
+    expect((await k.api("GET", `/projects/${made.id}`)).status).toBe(404);
+    expect(cli.json("snapshot", "delete", "by-cli")).toEqual({ deleted: "by-cli" });
+    const gone = cli.run("--json", "snapshot", "restore", "by-cli");
+    expect(gone.code).not.toBe(0);
+    expect(JSON.parse(gone.err.trim())).toMatchObject({ status: 404 });
+    expect(cli.json("reset")).toMatchObject({ name: "start" });
   }, 120_000);
 
   test("POST /_kiln/reset puts back the state right after start (--resettable)", async () => {
