@@ -1,7 +1,8 @@
 // kiln/testing (issue 31): the example projects for each JavaScript test runner pass, each starting
 // one Kiln through the helper and resetting it between its tests (docs/testing.md).
 import { spawnSync } from "node:child_process";
-import { join, resolve } from "node:path";
+import { existsSync } from "node:fs";
+import { delimiter, join, resolve } from "node:path";
 import { expect, test } from "vitest";
 
 const ROOT = resolve(import.meta.dirname, "../..");
@@ -13,8 +14,15 @@ function run(cmd: string, args: string[], cwd: string) {
   return { status: r.status, out: `${r.stdout}\n${r.stderr}` };
 }
 
+/** Node itself: under `bunx --bun` the first `node` on PATH is Bun (a shim in a temporary folder). */
+const NODE =
+  (process.env.PATH ?? "")
+    .split(delimiter)
+    .map((d) => join(d, "node"))
+    .find((p) => existsSync(p) && spawnSync(p, ["-e", "process.stdout.write(process.versions.bun ? 'bun' : 'node')"], { encoding: "utf8" }).stdout === "node") ?? "node";
+
 const runners: Array<[string, string, string[], string, RegExp]> = [
-  ["node:test", "node", ["--test", "shop.test.mjs"], "node-test", /# pass 2\n# fail 0/],
+  ["node:test", NODE, ["--test", "shop.test.mjs"], "node-test", /# pass 2\n# fail 0/],
   ["bun test", join(BIN, "bun"), ["test", "./shop.test.ts"], "bun", /2 pass\s+0 fail/],
   ["vitest", join(BIN, "vitest"), ["run", "--config", "vitest.config.mjs"], "vitest", /Tests\s+.*2 passed/],
 ];
