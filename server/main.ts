@@ -204,6 +204,9 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   let stopping: Promise<void> | null = null;
   const stop = () =>
     (stopping ??= (async () => {
+      // A snapshot or restore under way finishes first: its new state is the one to stop.
+      phase = "a snapshot or restore in progress";
+      await snapshots.settled();
       // Streams that never end by themselves (live log tails) end first: in-flight requests finish.
       state.closing();
       phase = "in-flight HTTP requests";

@@ -113,6 +113,11 @@ export class Snapshots {
     this.resetPoint = point;
   }
 
+  /** Settles once no snapshot, restore or reset is running (Kiln's stop waits for it). */
+  settled(): Promise<unknown> {
+    return this.chain;
+  }
+
   private serial<T>(fn: () => Promise<T>): Promise<T> {
     const next = this.chain.then(fn);
     this.chain = next.catch(() => {});
