@@ -18,6 +18,7 @@ import { configCommand } from "./commands/config";
 import { schedulersCommand } from "./commands/schedulers";
 import { deploymentsCommand, logsCommand, metricsCommand, usageCommand } from "./commands/observability";
 import { locksCommand } from "./commands/locks";
+import { snapshotCommand } from "./commands/snapshots";
 import { storageCommand } from "./commands/storage";
 import { internalCommand } from "./internal";
 import { startCommand } from "./start";
@@ -57,6 +58,7 @@ export function buildProgram(): Command {
   storageCommand(program);
   configCommand(program);
   clockCommand(program);
+  snapshotCommand(program);
   authCommand(program);
   mailCommand(program);
   emulatorsCommand(program);

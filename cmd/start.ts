@@ -30,6 +30,8 @@ export function startCommand(program: Command): void {
     .option("--public-url <url>", "address used in links Kiln mails out (KILN_PUBLIC_URL; default: the listening address)")
     .option("--controllable-clock", "let tests move Kiln's clock forward via POST /_kiln/clock/advance and /_kiln/clock/set (KILN_CONTROLLABLE_CLOCK=1)")
     .option("--clock-start <instant>", "start the controllable clock at this RFC 3339 instant instead of now (implies --controllable-clock; KILN_CLOCK_START)")
+    .option("--seed <file>", "apply this seed at start (kiln.seed.yaml: projects with their manifest, SQL per database, end users, objects, functions; docs/testing.md) and keep it as the snapshot 'seed' that POST /_kiln/reset restores (KILN_SEED)")
+    .option("--resettable", "keep the state right after start as the snapshot 'start' that POST /_kiln/reset restores (KILN_RESETTABLE=1)")
     .option("--min-cli-version <v>", "answer 426 to CLIs older than this (or KILN_MIN_CLI_VERSION)")
     .action(async (opts, cmd: Command) => {
       const json = Boolean(cmd.optsWithGlobals().json);

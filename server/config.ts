@@ -98,6 +98,10 @@ export interface Config {
   allowUnsandboxedFunctions: boolean;
   /** Lets tests move time forward through /_kiln/clock. */
   controllableClock: boolean;
+  /** A seed file applied at start and kept as the snapshot `seed` (server/snapshots/seed.ts). */
+  seed?: string;
+  /** Keep the state right after start as the snapshot `start`, for POST /_kiln/reset (a seed is kept instead). */
+  resettable: boolean;
   /** Where the controllable clock starts (epoch ms), instead of the real time. */
   clockStartMs?: number;
   /** Object storage on an S3 endpoint instead of files under the data dir (production profile). */
@@ -129,6 +133,8 @@ export interface StartOptions {
   mailCatcher?: string;
   publicUrl?: string;
   controllableClock?: boolean;
+  seed?: string;
+  resettable?: boolean;
   clockStart?: string;
   s3Endpoint?: string;
   s3Bucket?: string;
@@ -212,6 +218,8 @@ export function resolveConfig(opts: StartOptions, env = process.env): Config {
     faults: parseFaults(env.KILN_FAULTS),
     validateResponses: env.KILN_VALIDATE_RESPONSES === "1",
     controllableClock: Boolean(opts.controllableClock) || env.KILN_CONTROLLABLE_CLOCK === "1" || Boolean(opts.clockStart ?? env.KILN_CLOCK_START),
+    seed: opts.seed ?? (env.KILN_SEED || undefined),
+    resettable: Boolean(opts.resettable) || env.KILN_RESETTABLE === "1",
     clockStartMs: clockStartOf(opts.clockStart ?? env.KILN_CLOCK_START),
     s3: s3Of(opts, env),
     s3SpoolMaxBytes: intEnv("KILN_S3_SPOOL_MAX_MB", 512) * 1024 * 1024,

@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { hideOwnProcEntries } from "../runtime-sandbox/isolation";
@@ -20,13 +20,20 @@ import { loadSecretKey } from "./secrets/secret-key";
 import { secureStoredSecrets } from "./secrets/store-secrets";
 import { openControlStore } from "./store/open-store";
 import { handleUnhandledRejections } from "./unhandled-rejections";
+import { RequestGate } from "./http/gate";
+import type { SecretKey } from "./secrets/secret-key";
+import { Snapshots } from "./snapshots/controller";
+import { applySeed, loadSeed } from "./snapshots/seed";
+import { readSavedToken } from "./accounts/service";
 
 export type Services = Awaited<ReturnType<typeof startAreas<typeof AREAS>>>;
 
 export interface RunningKiln {
   url: string;
   port: number;
-  services: Services;
+  /** The running areas' services (a snapshot restore replaces them). */
+  readonly services: Services;
+  snapshots: Snapshots;
   stop(): Promise<void>;
   /** What a stop in progress is waiting for (a phase and an area), for a stop that takes too long. */
   stopPhase(): string;
@@ -76,6 +83,8 @@ export async function startKiln(config: Config, out: { print: (line: string) => 
 async function boot(config: Config, out: { print: (line: string) => void; log?: Logger }, undo: (() => unknown)[]): Promise<RunningKiln> {
   const log = out.log ?? createLogger();
   const trace = startupTrace();
+  // A seed is checked whole (with every file it names) before anything is opened.
+  let seed = config.seed ? loadSeed(config.seed) : null;
   // What a stop is waiting for, named when it takes too long (RunningKiln.stopPhase).
   let phase = "running";
   if (config.ephemeral) {
@@ -102,70 +111,104 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   // The shared infrastructure, then every area in order (server/areas.ts).
   const clock = new PlatformClock((label, err) => log.error(`${label} failed`, err), config.clockStartMs);
   undo.push(() => clock.stop());
-  const store = await openControlStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: SCHEMA, warn: (m) => log.warn(m) });
-  undo.push(() => {
-    phase = "closing the control store";
-    return store.close();
-  });
-  trace("control store open");
-  const secured = await secureStoredSecrets(store, secretKey, (AREAS as readonly AnyArea[]).flatMap((a) => a.secrets ?? []));
-  if (secured.encrypted || secured.reencrypted)
-    log.info(`secret key ${secretKey.id}: encrypted ${secured.encrypted} stored secrets kept in plaintext, re-encrypted ${secured.reencrypted} written with a previous key`);
-  trace("stored secrets checked");
+  const gate = new RequestGate();
   let listening = { publicUrl: "", httpPort: 0 };
-  const platform: Platform = {
+  const address = { publicUrl: () => listening.publicUrl, httpPort: () => listening.httpPort };
+  const snapshots: Snapshots = new Snapshots({
     config,
     clock,
-    log,
-    store,
-    secretKey,
-    principals: new PrincipalCache(() => config.credentialCacheMs, () => clock.nowMs()),
-    address: { publicUrl: () => listening.publicUrl, httpPort: () => listening.httpPort },
-  };
-  const started: AnyArea[] = [];
-  const services = await startAreas(AREAS, platform, (area) => started.push(area));
-  undo.push(() => stopAreas(started, services, (p) => (phase = p)));
-
-  // Credentials and the guard sit over the areas that issue credentials and own projects.
-  const credentials = new Credentials(store, config, platform.principals, () => clock.nowMs(), (jwt) => services.endUsers.principalOf(jwt));
-  const guard = new Guard({ config, clock, log, credentials, projects: services.projects, tokenUsage: services.tokenUsage });
-
-  // What a project owns, set up with it and removed with it (dependents first).
-  for (const area of started) {
-    if (area.project?.setup) services.projects.registerSetup((tx, projectId) => area.project!.setup!(tx, projectId, services));
+    gate,
+    stopState: async () => {
+      const s = state;
+      await s.stop();
+    },
+    startState: async () => {
+      state = await openState({ config, clock, log, secretKey, address, snapshots, print: out.print, trace, setPhase: (p) => (phase = p) });
+      transport.deps = state.services;
+      transport.guard = state.guard;
+    },
+    closing: () => state.closing(),
+  });
+  // A seed goes into a fresh data dir (checked whole first); a failed one leaves no state behind.
+  const seeding = { done: false };
+  if (seed) {
+    const why = snapshots.unavailable();
+    if (why) throw new Error(`--seed: ${why}`);
+    if (existsSync(join(config.dataDir, "control", "PG_VERSION"))) {
+      // Seeded at an earlier start: its snapshot is the reset point; the seed is not applied twice.
+      if (!snapshots.has("seed")) throw new Error(`--seed ${config.seed}: the data dir ${config.dataDir} already holds state that was not seeded; seed a new data dir (or --ephemeral)`);
+      snapshots.resetPoint = "seed";
+      seed = null;
+    } else {
+      undo.push(() => seeding.done || snapshots.removeState());
+    }
   }
-  for (const area of [...started].reverse()) {
-    if (area.project?.cleanup) services.projects.registerCleanup(area.name, (projectId) => area.project!.cleanup!(projectId, services));
+  let state = await openState({ config, clock, log, secretKey, address, snapshots, print: out.print, trace, setPhase: (p) => (phase = p) });
+  undo.push(() => state.stop());
+  const transport: Transport = { config, log, guard: state.guard, deps: state.services, renderError: (err, req) => renderError(log, err, req), gate };
+  // A restore starts the areas again: the listeners they open come back on the ports they first got.
+  config.pgPort = state.services.databaseWire.port;
+  if (state.services.smtpAddress) config.smtpPort = Number(state.services.smtpAddress.split(":").pop());
+  if (config.resettable && !config.seed) {
+    await snapshots.takeResetPoint("start");
+    trace("reset point kept");
   }
 
-  await services.accounts.ensureDefault(config, out.print);
-  trace("default account");
-  for (const area of started) {
-    await area.resume?.(services);
-    if (area.resume) trace(`resumed ${area.name}`);
-  }
-  trace("state ready");
-
-  const transport: Transport = { config, log, guard, deps: services, renderError: (err, req) => renderError(log, err, req) };
-  const hostRouters = started.flatMap((a) => (a.hostRouter ? [a.hostRouter(services, guard)] : []));
   const byHost: HostRouter = (request, m) => {
-    for (const route of hostRouters) {
+    for (const route of state.hostRouters) {
       const res = route(request, m);
       if (res) return res;
     }
     return null;
   };
+  // A seed is applied through the API once it listens, with the door closed to everyone else.
+  if (seed) gate.closeNow();
   const server = serveHttp(transport, buildRouter(config, () => clock.nowMs()), byHost);
   trace("listening");
   openCodeToSandboxUid(config);
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
   listening = { publicUrl: config.publicUrl ?? url, httpPort: server.port! };
+  if (seed) {
+    undo.push(() => stopHttp(server));
+    const pass = gate.pass();
+    const token = config.platformToken ?? readSavedToken(config.dataDir) ?? "";
+    try {
+      await applySeed(
+        seed,
+        async (method, path, body, bearer) => {
+          const headers: Record<string, string> = { authorization: `Bearer ${bearer ?? token}`, [pass.header]: pass.value };
+          let payload: BodyInit | undefined;
+          if (body instanceof FormData) payload = body;
+          else if (typeof body === "string") (payload = body), (headers["content-type"] = "application/yaml");
+          else if (body !== undefined) (payload = JSON.stringify(body)), (headers["content-type"] = "application/json");
+          const res = await fetch(url + path, { method, headers, body: payload });
+          const text = await res.text();
+          let parsed: unknown = text;
+          try {
+            parsed = text ? JSON.parse(text) : undefined;
+          } catch {}
+          return { status: res.status, body: parsed };
+        },
+        (ms) => new Promise((r) => setTimeout(r, ms)),
+      );
+    } finally {
+      pass.done();
+      gate.open();
+    }
+    trace("seed applied");
+    await snapshots.takeResetPoint("seed");
+    seeding.done = true;
+    undo.pop(); // the server is stopped by stop() itself
+  }
 
   let stopping: Promise<void> | null = null;
   const stop = () =>
     (stopping ??= (async () => {
+      // A snapshot or restore under way finishes first: its new state is the one to stop.
+      phase = "a snapshot or restore in progress";
+      await snapshots.settled();
       // Streams that never end by themselves (live log tails) end first: in-flight requests finish.
-      for (const area of started) area.closing?.(services);
+      state.closing();
       phase = "in-flight HTTP requests";
       await stopHttp(server); // stop accepting; in-flight requests finish
       // What boot took, released in reverse: areas, the store, the clock, the data-dir lock.
@@ -177,7 +220,97 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
       for (const u of undo.splice(0).reverse()) await Promise.resolve().then(u).catch((e) => log.error("stopping failed", e));
       phase = "stopped";
     })());
-  return { url, port: server.port!, services, stop, stopPhase: () => phase };
+  return {
+    url,
+    port: server.port!,
+    get services() {
+      return state.services;
+    },
+    snapshots,
+    stop,
+    stopPhase: () => phase,
+  };
+}
+
+interface StateOptions {
+  config: Config;
+  clock: PlatformClock;
+  log: Logger;
+  secretKey: SecretKey;
+  address: Platform["address"];
+  snapshots: Snapshots;
+  print: (line: string) => void;
+  trace: (phase: string) => void;
+  setPhase: (p: string) => void;
+}
+
+/** The control store and every area on it: what boot starts, and what a snapshot restore stops and starts again. */
+interface State {
+  services: Services;
+  guard: Guard;
+  hostRouters: HostRouter[];
+  closing(): void;
+  stop(): Promise<void>;
+}
+
+async function openState(o: StateOptions): Promise<State> {
+  const { config, clock, log, secretKey, trace } = o;
+  const undo: (() => unknown)[] = [];
+  const stop = async () => {
+    for (const u of undo.splice(0).reverse()) await Promise.resolve().then(u).catch((e) => log.error("stopping failed", e));
+  };
+  try {
+    const store = await openControlStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: SCHEMA, warn: (m) => log.warn(m) });
+    undo.push(() => {
+      o.setPhase("closing the control store");
+      return store.close();
+    });
+    trace("control store open");
+    const secured = await secureStoredSecrets(store, secretKey, (AREAS as readonly AnyArea[]).flatMap((a) => a.secrets ?? []));
+    if (secured.encrypted || secured.reencrypted)
+      log.info(`secret key ${secretKey.id}: encrypted ${secured.encrypted} stored secrets kept in plaintext, re-encrypted ${secured.reencrypted} written with a previous key`);
+    trace("stored secrets checked");
+    const platform: Platform = {
+      config,
+      clock,
+      log,
+      store,
+      secretKey,
+      principals: new PrincipalCache(() => config.credentialCacheMs, () => clock.nowMs()),
+      address: o.address,
+      snapshots: o.snapshots,
+    };
+    const started: AnyArea[] = [];
+    let services: Services | null = null;
+    undo.push(() => services && stopAreas(started, services, o.setPhase));
+    services = await startAreas(AREAS, platform, (area) => started.push(area));
+    const s = services;
+
+    // Credentials and the guard sit over the areas that issue credentials and own projects.
+    const credentials = new Credentials(store, config, platform.principals, () => clock.nowMs(), (jwt) => s.endUsers.principalOf(jwt));
+    const guard = new Guard({ config, clock, log, credentials, projects: s.projects, tokenUsage: s.tokenUsage });
+
+    // What a project owns, set up with it and removed with it (dependents first).
+    for (const area of started) {
+      if (area.project?.setup) s.projects.registerSetup((tx, projectId) => area.project!.setup!(tx, projectId, s));
+    }
+    for (const area of [...started].reverse()) {
+      if (area.project?.cleanup) s.projects.registerCleanup(area.name, (projectId) => area.project!.cleanup!(projectId, s));
+    }
+
+    await s.accounts.ensureDefault(config, o.print);
+    trace("default account");
+    for (const area of started) {
+      await area.resume?.(s);
+      if (area.resume) trace(`resumed ${area.name}`);
+    }
+    trace("state ready");
+    const hostRouters = started.flatMap((a) => (a.hostRouter ? [a.hostRouter(s, guard)] : []));
+    return { services: s, guard, hostRouters, closing: () => started.forEach((a) => a.closing?.(s)), stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
 }
 
 /**

@@ -3,6 +3,7 @@ import type { Clock } from "./clock";
 import type { Config } from "./config";
 import type { Logger } from "./log";
 import type { SecretKey } from "./secrets/secret-key";
+import type { Snapshots } from "./snapshots/controller";
 import type { ControlStore } from "./store/store";
 
 /** Where Kiln answers, known once it listens (function addresses and email links carry it). */
@@ -27,4 +28,6 @@ export interface Platform {
   /** Verified credentials in memory; areas evict what they revoke. */
   principals: PrincipalCache;
   address: ListeningAddress;
+  /** Snapshots of the whole platform and reset (server/snapshots); they outlive the areas they restart. */
+  snapshots: Snapshots;
 }

@@ -129,6 +129,21 @@ export class PlatformClock {
     return run;
   }
 
+  /**
+   * A snapshot restore (server/snapshots): every timer is dropped (the areas that owned them were
+   * stopped and schedule again from the restored state) and the clock takes the offset it had when
+   * the snapshot was taken. This is the one way the clock moves back; see docs/testing.md.
+   */
+  restoreOffset(offset: number): Promise<void> {
+    const run = this.firing.then(() => {
+      this.timers = [];
+      this.offset = offset;
+      this.arm();
+    });
+    this.firing = run.catch(() => {});
+    return run;
+  }
+
   /** Drops every timer (Kiln is stopping). */
   stop(): void {
     this.stopped = true;

@@ -1,3 +1,4 @@
+import type { RequestGate } from "./gate";
 import type { Elysia } from "elysia";
 import * as z from "zod";
 import type { AuthedBy, AuthRule } from "../auth/principal";
@@ -184,6 +185,8 @@ export interface Transport {
   /** The object every area's `deps` view is cut from (server/area.ts). */
   deps: unknown;
   renderError(err: unknown, request: Request): Response;
+  /** Closed while a snapshot or restore swaps the state under the routes (server/http/gate.ts). */
+  gate?: RequestGate;
 }
 
 /** The routes of one area: handlers are typed with that area's dependencies. */

@@ -97,6 +97,17 @@ export function serveHttp(t: Transport, router: Router, byHost: HostRouter = () 
   };
 
   const handle = async (request: Request, srv: Server<unknown>, sent: SentPath | null): Promise<Response> => {
+    // Closed while a snapshot or restore swaps the state (gate.ts): wait, or 503 after the hold.
+    const wait = t.gate?.enter(request);
+    if (wait && !(await wait))
+      return finish(jsonResponse(503, { error: "Kiln is saving or restoring a snapshot; try again shortly" }, { "Retry-After": "1" }), false);
+    try {
+      return await handleInside(request, srv, sent);
+    } finally {
+      t.gate?.leave();
+    }
+  };
+  const handleInside = async (request: Request, srv: Server<unknown>, sent: SentPath | null): Promise<Response> => {
     meta.set(request, { ip: srv.requestIP(request)?.address ?? "unknown", arrivedAt: performance.now() });
     const verdict = judgeCliVersion(request.headers.get("x-service-cli-version"), KILN_VERSION, t.config.minCliVersion);
     if (verdict === "require_upgrade") {

@@ -33,6 +33,8 @@ export interface KilnOptions {
   postgresUrl?: string;
   /** Do not set KILN_PLATFORM_TOKEN (let Kiln generate one). */
   generatedToken?: boolean;
+  /** How long to wait for "Kiln listening" (default 30 s); a --resettable or --seed start does more. */
+  startTimeoutMs?: number;
   /** A command that runs Kiln (its argv follows), e.g. a mount namespace hiding host tools. */
   wrap?: string[];
   /** Run this compiled Kiln (dist/kiln, test/http/binary.test.ts) instead of Bun on cmd/kiln.ts. */
@@ -122,7 +124,8 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
   let stderr = "";
   proc.stderr!.on("data", (d) => (stderr += d));
   const url = await new Promise<string>((ok, fail) => {
-    const timer = setTimeout(() => fail(new Error(`kiln did not start in 30 s\n${stdout}\n${stderr}`)), 30_000);
+    const wait = opts.startTimeoutMs ?? 30_000;
+    const timer = setTimeout(() => fail(new Error(`kiln did not start in ${wait / 1000} s\n${stdout}\n${stderr}`)), wait);
     proc.stdout!.on("data", (d) => {
       stdout += d;
       const m = /Kiln listening on (http:\/\/\S+)/.exec(stdout);

@@ -1,0 +1,164 @@
+import type { Clock } from "../clock";
+import type { Config } from "../config";
+import type { RequestGate } from "../http/gate";
+import { badRequest, conflict, HttpError, notFound } from "../http/errors";
+import { SNAPSHOT_NAME, SnapshotFiles, type SnapshotMeta } from "./files";
+
+/** Snapshots Kiln takes itself: the seed applied at start, or the state right after start. */
+export const RESET_POINTS = ["seed", "start"] as const;
+export type ResetPoint = (typeof RESET_POINTS)[number];
+
+/** How long a snapshot or restore waits for the requests in flight before it gives up (409). */
+const QUIESCE_MS = 30_000;
+
+/**
+ * Snapshots of the whole platform (embedded profile). Every state Kiln has lives in the data dir, so
+ * one mechanism covers every area, present and future: close the request gate and wait for the
+ * requests in flight, stop the areas and the control store in-process (their drains finish
+ * background work; files are closed cleanly), copy or swap the data dir's state, and start the store
+ * and the areas again along the path boot takes. The HTTP listener stays up throughout.
+ */
+export class Snapshots {
+  private files: SnapshotFiles;
+  private chain: Promise<unknown> = Promise.resolve();
+  /** What `POST /_kiln/reset` restores: the seed, or the state right after start; set once Kiln took it at start. */
+  resetPoint: ResetPoint | null = null;
+
+  constructor(
+    private readonly opts: {
+      config: Config;
+      clock: Clock;
+      gate: RequestGate;
+      /** Stops every area and the control store, and starts them again (server/main.ts). */
+      stopState(): Promise<void>;
+      /** Ends responses that never finish by themselves (live log tails), so in-flight requests can end. */
+      closing(): void;
+      startState(): Promise<void>;
+    },
+  ) {
+    this.files = new SnapshotFiles(opts.config.dataDir);
+  }
+
+  /** Why snapshots cannot be taken of this Kiln (the production profile), or null. */
+  unavailable(): string | null {
+    const c = this.opts.config;
+    const outside = [c.databaseUrl && "the control store (--database-url)", c.postgresUrl && "managed databases (--postgres-url)", c.s3 && "storage objects (--s3-endpoint)"].filter(Boolean);
+    if (!outside.length) return null;
+    return `snapshots and reset need the embedded profile, where all state lives in the data dir; this Kiln keeps ${outside.join(", ")} on servers it cannot copy or put back as one`;
+  }
+
+  private check(): void {
+    const why = this.unavailable();
+    if (why) throw badRequest(why);
+  }
+
+  has(name: string): boolean {
+    return this.files.get(name) !== null;
+  }
+
+  /** A seed that failed at start leaves no state: the data dir's state entries go (snapshots stay). */
+  removeState(): void {
+    this.files.removeState();
+  }
+
+  list(): SnapshotMeta[] {
+    this.check();
+    return this.files.list();
+  }
+
+  save(name: string, own = 1): Promise<SnapshotMeta> {
+    this.check();
+    checkName(name, "create");
+    return this.serial(async () => {
+      if (this.files.get(name)) throw conflict(`snapshot '${name}' exists; delete it first`);
+      return this.swapping(own, () => this.files.save(name, this.opts.clock.now().toISOString(), this.opts.clock.offsetMs()));
+    });
+  }
+
+  restore(name: string, own = 1): Promise<{ name: string; restored_at: string }> {
+    this.check();
+    if (!SNAPSHOT_NAME.test(name)) throw notFound(`snapshot '${name}' not found`);
+    return this.serial(async () => {
+      const meta = this.files.get(name);
+      if (!meta) throw notFound(`snapshot '${name}' not found`);
+      await this.swapping(own, async () => {
+        await this.files.restore(name);
+        await this.opts.clock.restoreOffset(meta.clock_offset_ms);
+      });
+      return { name, restored_at: this.opts.clock.now().toISOString() };
+    });
+  }
+
+  delete(name: string): Promise<void> {
+    this.check();
+    if (!SNAPSHOT_NAME.test(name)) throw notFound(`snapshot '${name}' not found`);
+    return this.serial(async () => {
+      if ((RESET_POINTS as readonly string[]).includes(name) && this.resetPoint === name) throw badRequest(`snapshot '${name}' is what POST /_kiln/reset restores; it cannot be deleted`);
+      if (!this.files.delete(name)) throw notFound(`snapshot '${name}' not found`);
+    });
+  }
+
+  reset(own = 1): Promise<{ name: string; restored_at: string }> {
+    this.check();
+    if (!this.resetPoint) throw badRequest("nothing to reset to: start Kiln with --seed <file>, or with --resettable to keep the state right after start");
+    return this.restore(this.resetPoint, own);
+  }
+
+  /** At start (no request in flight): keeps the current state as a reset point. */
+  async takeResetPoint(point: ResetPoint): Promise<void> {
+    const why = this.unavailable();
+    if (why) throw new Error(`--resettable: ${why}`);
+    if (this.files.get(point)) this.files.delete(point);
+    await this.serial(() => this.swapping(0, () => this.files.save(point, this.opts.clock.now().toISOString(), this.opts.clock.offsetMs())));
+    this.resetPoint = point;
+  }
+
+  /** Settles once no snapshot, restore or reset is running (Kiln's stop waits for it). */
+  settled(): Promise<unknown> {
+    return this.chain;
+  }
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.chain.then(fn);
+    this.chain = next.catch(() => {});
+    return next;
+  }
+
+  /** With the gate closed and the state stopped: run `fn`, then start the state again (even if `fn` failed). */
+  private async swapping<T>(own: number, fn: () => Promise<T>): Promise<T> {
+    const { gate } = this.opts;
+    const t = phaseTimer();
+    if (!(await gate.close(own, QUIESCE_MS, () => this.opts.closing()))) throw new HttpError(409, { error: `requests still in flight after ${QUIESCE_MS / 1000} s; nothing was changed` });
+    t("quiesced");
+    try {
+      await this.opts.stopState();
+      t("areas and control store stopped");
+      try {
+        return await fn();
+      } finally {
+        t("files copied");
+        await this.opts.startState();
+        t("control store and areas started");
+      }
+    } finally {
+      gate.open();
+    }
+  }
+}
+
+/** `KILN_TRACE_SNAPSHOTS=1` prints how long each phase of a snapshot or restore took (bench/testing.ts). */
+function phaseTimer(): (phase: string) => void {
+  if (process.env.KILN_TRACE_SNAPSHOTS !== "1") return () => {};
+  let last = performance.now();
+  return (phase) => {
+    const now = performance.now();
+    console.error(`snapshot: ${phase} +${Math.round(now - last)} ms`);
+    last = now;
+  };
+}
+
+function checkName(name: string, verb: string): void {
+  if (!SNAPSHOT_NAME.test(name))
+    throw badRequest(`invalid request: body field 'name': a snapshot name is 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit (got '${name.slice(0, 80)}')`);
+  if ((RESET_POINTS as readonly string[]).includes(name)) throw badRequest(`invalid request: body field 'name': '${name}' is reserved for the snapshot Kiln takes at start; cannot ${verb} it`);
+}

@@ -1,0 +1,313 @@
+// Snapshots of the whole platform and reset (issue 31, docs/testing.md): a restore brings back every
+// kind of state, requests during a restore wait or get 503, and the name/auth/404 rules. The
+// production profile (the postgres project) answers 400.
+import { randomBytes } from "node:crypto";
+import { describe, expect, test } from "vitest";
+import { connect } from "../support/database-clients";
+import { activeDatabase, itemNames } from "../support/databases";
+import { deploy, settled, tgz } from "../support/functions";
+import { existsSync, mkdtempSync, readdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startKiln as startWithSeed } from "../../testing/index.mjs";
+import { createProject, eventually, removeDir, ROOT, startKiln, STORE, TEST_SECRET_KEY, useCli, useKiln, type TestKiln } from "../support/kiln";
+
+// --resettable keeps a snapshot at start (a stop, a copy and a start of the state): slower to start.
+const k = useKiln({ args: ["--controllable-clock", ...(STORE === "embedded" ? ["--resettable"] : [])], startTimeoutMs: 90_000 });
+
+const cli = useCli(k, { passToken: true });
+
+const clock = async () => (await k.api("GET", "/_kiln/clock", { token: null })).body as { now: string; offset_ms: number };
+const advance = async (seconds: number) => expect((await k.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds } })).status).toBe(200);
+const save = (name: string, token?: string | null) => k.api("POST", "/_kiln/snapshots", { body: { name }, token });
+const restore = (name: string, token?: string | null) => k.api("POST", `/_kiln/snapshots/${encodeURIComponent(name)}/restore`, { token });
+
+async function upload(kk: TestKiln, token: string, bucket: string, path: string, text: string) {
+  const form = new FormData();
+  form.set("file", new Blob([text], { type: "text/plain" }), path);
+  const res = await fetch(`${kk.url}/storage/${bucket}/${path}`, { method: "POST", headers: { authorization: `Bearer ${token}`, "x-upsert": "true" }, body: form });
+  expect([200, 201]).toContain(res.status);
+}
+async function download(kk: TestKiln, token: string, bucket: string, path: string) {
+  const res = await fetch(`${kk.url}/storage/${bucket}/${path}`, { headers: { authorization: `Bearer ${token}` } });
+  return { status: res.status, text: await res.text() };
+}
+
+async function deployDurable(kk: TestKiln, projectId: string, name: string, code: Buffer) {
+  const form = new FormData();
+  form.set("name", name);
+  form.set("runtime", "nodejs22.x");
+  form.set("code", new Blob([new Uint8Array(code)]), "code.tgz");
+  const res = await fetch(`${kk.url}/projects/${projectId}/durable-functions`, { method: "POST", headers: { authorization: `Bearer ${kk.token}` }, body: form });
+  const body = (await res.json()) as any;
+  expect(res.status).toBe(201);
+  return (await eventually(() => kk.api("GET", `/projects/${projectId}/durable-functions/${body.id}`), (r) => r.body.status !== "provisioning" && !r.body.pending_deployment_id, 60_000)).body;
+}
+
+const ECHO = { "index.js": `exports.handler = async (event) => { console.log("INVOKED " + event.mark); return { mark: event.mark }; };` };
+const FLOW = { "index.js": `exports.handler = async (event, step) => { await step.sleep("nap", "1h"); return await step.run("done", () => "woke"); };` };
+
+describe.runIf(STORE === "embedded")("snapshots of the whole platform", () => {
+  test("a restore brings back each kind of state: projects, rows, objects, end users, functions and their invocations, schedulers, durable executions, locks, log lines, the clock", async () => {
+    // The state before the snapshot.
+    const p = await createProject(k);
+    const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "backend" } })).body.key as string;
+    const anon = (await k.api("GET", `/projects/${p.id}/anon-keys`)).body.data[0].key as string;
+    const db = await activeDatabase(k, p.id);
+    const c = connect(db.connection_string);
+    await c`create table items (id int primary key, name text not null)`;
+    await c`insert into items values (1, 'before')`;
+    await c.end({ timeout: 1 });
+    expect((await k.api("POST", `/projects/${p.id}/storage/buckets`, { body: { name: "docs" } })).status).toBe(201);
+    await upload(k, sk, "docs", "a.txt", "version one");
+    expect((await k.api("POST", "/auth/signup", { token: anon, body: { email: "alice@example.com", password: "correct horse" } })).status).toBe(201);
+    const fn = await settled(k, p.id, (await deploy(k, p.id, { name: "echo", runtime: "nodejs22.x" }, tgz(ECHO))).body.id);
+    expect(fn.status).toBe("active");
+    expect((await k.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: { mark: "one" } } })).status).toBe(200);
+    const schedulers = `/projects/${p.id}/functions/${fn.id}/schedulers`;
+    const sched = await k.api("POST", schedulers, { body: { name: "nightly", enabled: true, schedule: { kind: "cron", cron_expression: "0 3 * * *" }, payload: { mark: "tick" } } });
+    expect(sched.status).toBe(201);
+    const flow = await deployDurable(k, p.id, "flow", tgz(FLOW));
+    const ex = await k.api("POST", `/durable-functions/${flow.id}/executions`, { token: sk, body: { input: {} } });
+    expect(ex.status).toBe(202);
+    const execution = `/projects/${p.id}/durable-functions/${flow.id}/executions/${ex.body.id}`;
+    expect((await eventually(() => k.api("GET", execution), (r) => ["sleeping", "failed", "completed"].includes(r.body.status), 30_000)).body.status).toBe("sleeping");
+    const lockToken = crypto.randomUUID();
+    const lockHeaders = (t?: string) => ({ "X-Service-Request-Id": crypto.randomUUID(), ...(t ? { "X-Service-Lock-Token": t } : {}) });
+    expect((await k.api("POST", "/locks/job/lease", { token: sk, body: { ttl_seconds: 3600 }, headers: lockHeaders(lockToken) })).status).toBe(200);
+    const logLines = async () => {
+      const r = await k.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function", ids: [fn.id] }, q: "INVOKED" } });
+      expect(r.status).toBe(200);
+      return (r.body.data as Array<{ body: unknown }>).map((e) => String(e.body)).filter((b) => b.includes("INVOKED")).sort();
+    };
+    expect(await eventually(logLines, (l) => l.length === 1, 10_000)).toEqual(["INVOKED one"]);
+    await advance(600);
+    const atSnapshot = await clock();
+
+    const snap = await save("before");
+    expect(snap.status).toBe(201);
+    expect(Object.keys(snap.body).sort()).toEqual(["created_at", "name", "size_bytes"]);
+    expect(snap.body.name).toBe("before");
+    expect(snap.body.size_bytes).toBeGreaterThan(0);
+    expect(Math.abs(Date.parse(snap.body.created_at) - Date.parse(atSnapshot.now))).toBeLessThan(30_000);
+
+    // Everything changes after it.
+    const later = await createProject(k);
+    const c2 = connect(db.connection_string);
+    await c2`update items set name = 'after' where id = 1`;
+    await c2`insert into items values (2, 'added')`;
+    await c2.end({ timeout: 1 });
+    await upload(k, sk, "docs", "a.txt", "version two");
+    await upload(k, sk, "docs", "b.txt", "new object");
+    expect((await k.api("POST", "/auth/signup", { token: anon, body: { email: "bob@example.com", password: "correct horse" } })).status).toBe(201);
+    const other = await settled(k, p.id, (await deploy(k, p.id, { name: "other", runtime: "nodejs22.x" }, tgz(ECHO))).body.id);
+    expect((await k.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: { mark: "two" } } })).status).toBe(200);
+    expect(await eventually(logLines, (l) => l.length === 2, 10_000)).toEqual(["INVOKED one", "INVOKED two"]);
+    expect((await k.api("DELETE", `${schedulers}/${sched.body.id}`)).status).toBe(204);
+    expect((await k.api("DELETE", "/locks/job/lease", { token: sk, headers: lockHeaders(lockToken) })).status).toBeLessThan(300);
+    await advance(7200); // the durable execution wakes and completes
+    expect((await eventually(() => k.api("GET", execution), (r) => r.body.status === "completed", 30_000)).body.status).toBe("completed");
+    expect((await clock()).offset_ms).toBeGreaterThan(atSnapshot.offset_ms + 7_000_000);
+
+    const restored = await restore("before");
+    expect(restored.status).toBe(200);
+    expect(Object.keys(restored.body).sort()).toEqual(["name", "restored_at"]);
+    expect(restored.body.name).toBe("before");
+
+    // Projects: the one made after the snapshot is gone.
+    expect((await k.api("GET", `/projects/${later.id}`)).status).toBe(404);
+    expect((await k.api("GET", `/projects/${p.id}`)).status).toBe(200);
+    // A database row, through the same connection string (the wire port is kept).
+    expect(await itemNames(db.connection_string)).toEqual(["before"]);
+    // Objects.
+    expect(await download(k, sk, "docs", "a.txt")).toEqual({ status: 200, text: "version one" });
+    expect((await download(k, sk, "docs", "b.txt")).status).toBe(404);
+    // End users.
+    expect((await k.api("POST", "/auth/signin", { token: anon, body: { email: "alice@example.com", password: "correct horse" } })).status).toBe(200);
+    expect((await k.api("POST", "/auth/signin", { token: anon, body: { email: "bob@example.com", password: "correct horse" } })).status).toBe(400);
+    // Functions and their invocations (log lines): the later function and invocation are gone, the first still runs.
+    expect((await k.api("GET", `/projects/${p.id}/functions/${other.id}`)).status).toBe(404);
+    expect(await logLines()).toEqual(["INVOKED one"]);
+    const again = await k.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: { mark: "three" } } });
+    expect([again.status, again.body]).toEqual([200, { mark: "three" }]);
+    // The scheduler.
+    expect((await k.api("GET", `${schedulers}/${sched.body.id}`)).status).toBe(200);
+    // The lock: held again by the same token.
+    const lock = await k.api("GET", "/locks/job", { token: sk, headers: lockHeaders() });
+    expect(lock.status).toBe(200);
+    expect(lock.body).toMatchObject({ held: true, fencing_token: 1 });
+    expect((await k.api("POST", "/locks/job/lease", { token: sk, body: { ttl_seconds: 60 }, headers: lockHeaders(crypto.randomUUID()) })).status).toBe(409);
+    // The clock: back at the snapshot's offset (the time moved after it is undone).
+    const now = await clock();
+    expect(now.offset_ms).toBe(atSnapshot.offset_ms);
+    // The durable execution sleeps again, and the restored timers wake it when the clock passes its wake time.
+    expect((await k.api("GET", execution)).body.status).toBe("sleeping");
+    await advance(3700);
+    expect((await eventually(() => k.api("GET", execution), (r) => r.body.status === "completed", 30_000)).body.status).toBe("completed");
+  }, 240_000);
+
+  test("requests during a restore finish first, then wait or get 503 with Retry-After; after it they see the restored state", async () => {
+    expect((await save("during")).status).toBe(201);
+    const made = await createProject(k);
+    const restoring = restore("during");
+    const during = await Promise.all(
+      Array.from({ length: 6 }, async (_, i) => {
+        await new Promise((r) => setTimeout(r, i * 15));
+        return k.api("GET", `/projects/${made.id}`);
+      }),
+    );
+    expect((await restoring).status).toBe(200);
+    for (const r of during) {
+      expect([200, 404, 503]).toContain(r.status);
+      if (r.status === 503) expect(r.headers.get("retry-after")).toBe("1");
+    }
+    expect((await k.api("GET", `/projects/${made.id}`)).status).toBe(404);
+    expect((await k.api("DELETE", "/_kiln/snapshots/during")).status).toBe(204);
+  }, 120_000);
+
+  test("list, delete 204 then 404, unknown names 404, name rules 400, duplicates 409, platform token only", async () => {
+    const name = `s-${randomBytes(3).toString("hex")}`;
+    expect((await save(name)).status).toBe(201);
+    expect((await save(name)).status).toBe(409);
+    const list = await k.api("GET", "/_kiln/snapshots");
+    expect(list.status).toBe(200);
+    const names = list.body.data.map((s: any) => s.name);
+    expect(names).toContain(name);
+    expect(names).toContain("start");
+    for (const bad of ["", "../x", ".hidden", "a b", "x".repeat(64), "seed", "start"]) {
+      const r = await save(bad);
+      expect([bad, r.status]).toEqual([bad, 400]);
+      expect(r.body.error).toMatch(/name/);
+    }
+    expect((await restore("nope")).status).toBe(404);
+    expect((await k.api("DELETE", "/_kiln/snapshots/nope")).status).toBe(404);
+    // Platform token only: none, a wrong one, a project's service key.
+    const p = await createProject(k);
+    const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "backend" } })).body.key as string;
+    for (const token of [null, "pk-wrong0123456789abcdef", sk]) {
+      const refused = token === sk ? [401, 403] : [401];
+      for (const r of [
+        await save("x", token),
+        await k.api("GET", "/_kiln/snapshots", { token }),
+        await restore(name, token),
+        await k.api("DELETE", `/_kiln/snapshots/${name}`, { token }),
+        await k.api("POST", "/_kiln/reset", { token }),
+      ])
+        expect(refused).toContain(r.status);
+    }
+    expect((await k.api("DELETE", `/_kiln/snapshots/${name}`)).status).toBe(204);
+    expect((await k.api("DELETE", `/_kiln/snapshots/${name}`)).status).toBe(404);
+    expect((await k.api("GET", "/_kiln/snapshots")).body.data.map((s: any) => s.name)).not.toContain(name);
+    // The reset point cannot be deleted.
+    expect((await k.api("DELETE", "/_kiln/snapshots/start")).status).toBe(400);
+  }, 120_000);
+
+  test("kiln snapshot save|list|restore|delete and kiln reset", async () => {
+    const saved = cli.json("snapshot", "save", "by-cli");
+    expect(saved).toMatchObject({ name: "by-cli" });
+    expect(cli.json("snapshot", "list").data.map((s: any) => s.name)).toContain("by-cli");
+    const made = await createProject(k);
+    expect(cli.json("snapshot", "restore", "by-cli")).toMatchObject({ name: "by-cli" });
+    expect((await k.api("GET", `/projects/${made.id}`)).status).toBe(404);
+    expect(cli.json("snapshot", "delete", "by-cli")).toEqual({ deleted: "by-cli" });
+    const gone = cli.run("--json", "snapshot", "restore", "by-cli");
+    expect(gone.code).not.toBe(0);
+    expect(JSON.parse(gone.err.trim())).toMatchObject({ status: 404 });
+    expect(cli.json("reset")).toMatchObject({ name: "start" });
+  }, 120_000);
+
+  test("POST /_kiln/reset puts back the state right after start (--resettable)", async () => {
+    expect((await save("kept")).status).toBe(201);
+    const p = await createProject(k);
+    await advance(3600);
+    const r = await k.api("POST", "/_kiln/reset");
+    expect(r.status).toBe(200);
+    expect(r.body.name).toBe("start");
+    expect((await k.api("GET", `/projects/${p.id}`)).status).toBe(404);
+    expect((await k.api("GET", "/projects")).body.total).toBe(0);
+    expect((await clock()).offset_ms).toBe(0);
+    // Snapshots survive a reset (they are not part of the state).
+    expect((await k.api("GET", "/_kiln/snapshots")).body.data.map((s: any) => s.name)).toContain("kept");
+  }, 120_000);
+});
+
+const FIXTURES = join(ROOT, "test/fixtures");
+
+async function callApi(url: string, token: string, method: string, path: string, body?: unknown) {
+  const res = await fetch(url + path, { method, headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) }, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await res.text();
+  let parsed: any = text;
+  try {
+    parsed = text ? JSON.parse(text) : undefined;
+  } catch {}
+  return { status: res.status, headers: res.headers, body: parsed, text };
+}
+
+describe.runIf(STORE === "embedded")("seeds", () => {
+  test("kiln start --seed applies projects, their manifest, SQL, end users, objects and functions; reset puts the seed back", async () => {
+    // Through kiln/testing's startKiln (its seed option), which waits longer for a start than
+    // test/support's 30 s: a seeded start builds a function and keeps the seed snapshot.
+    const seeded = await startWithSeed({ seed: join(FIXTURES, "seed/kiln.seed.yaml"), startTimeoutMs: 120_000, env: { KILN_SECRET_KEY: TEST_SECRET_KEY } });
+    const s = { url: seeded.url, api: (method: string, path: string, o: { token?: string; body?: unknown } = {}) => callApi(seeded.url, o.token ?? seeded.platformToken, method, path, o.body) } as unknown as TestKiln;
+    try {
+      const projects = (await s.api("GET", "/projects")).body.data;
+      expect(projects.map((p: any) => p.name)).toEqual(["shop"]);
+      const id = projects[0].id;
+      const sk = (await s.api("POST", `/projects/${id}/service-keys`, { body: { name: "t" } })).body.key;
+      const anon = (await s.api("GET", `/projects/${id}/anon-keys`)).body.data[0].key;
+      const db = (await s.api("GET", `/projects/${id}/databases/app`)).body;
+      expect(await itemNames(db.connection_string)).toEqual(["seeded one", "seeded two"]);
+      expect((await s.api("POST", "/auth/signin", { token: anon, body: { email: "alice@example.com", password: "correct horse" } })).status).toBe(200);
+      expect(await download(s, sk, "files", "readme.txt")).toEqual({ status: 200, text: "readme text\n" });
+      expect(await download(s, sk, "files", "docs/guide.txt")).toEqual({ status: 200, text: "nested text\n" });
+      const fns = (await s.api("GET", `/projects/${id}/functions`)).body.data;
+      expect(fns.map((f: any) => [f.name, f.status])).toEqual([["hello", "active"]]);
+      const inv = await s.api("POST", `/functions/${fns[0].id}/invoke`, { token: sk, body: { payload: {} } });
+      expect([inv.status, inv.body]).toEqual([200, { greeting: "hi" }]);
+      expect(JSON.stringify((await s.api("GET", `/projects/${id}/variables`)).body)).toContain("GREETING");
+      expect((await s.api("GET", "/_kiln/snapshots")).body.data.map((x: any) => x.name)).toEqual(["seed"]);
+
+      const c = connect(db.connection_string);
+      await c`delete from items`;
+      await c.end({ timeout: 1 });
+      const extra = await createProject(s);
+      const r = await s.api("POST", "/_kiln/reset");
+      expect([r.status, r.body.name]).toEqual([200, "seed"]);
+      expect(await itemNames(db.connection_string)).toEqual(["seeded one", "seeded two"]);
+      expect((await s.api("GET", `/projects/${extra.id}`)).status).toBe(404);
+    } finally {
+      await seeded.stop();
+    }
+  }, 240_000);
+
+  test("a bad seed stops the start with the file, the line and the problem, and leaves no state", async () => {
+    const bad: Array<[string, RegExp]> = [
+      [join(FIXTURES, "seed-bad-yaml.yaml"), /seed-bad-yaml\.yaml:6: projects\.0\.databases\.0\.sql\.0: no such file does-not-exist\.sql/],
+      [join(FIXTURES, "seed-bad-field.yaml"), /seed-bad-field\.yaml:5: projects\.0\.users\.0\.email: .*email/i],
+      [join(FIXTURES, "seed-bad-sql/kiln.seed.yaml"), /sql\/bad\.sql:3: .*syntax error/],
+    ];
+    for (const [file, message] of bad) {
+      const dataDir = mkdtempSync(join(tmpdir(), "kiln-test-"));
+      try {
+        const err = await startKiln({ dataDir, args: ["--seed", file], startTimeoutMs: 90_000 }).then(
+          () => null,
+          (e: Error) => e.message,
+        );
+        expect(err).toMatch(message);
+        // Nothing half-seeded: no control store, no databases.
+        expect(existsSync(join(dataDir, "control")) || existsSync(join(dataDir, "databases")), readdirSync(dataDir).join(",")).toBe(false);
+      } finally {
+        removeDir(dataDir);
+      }
+    }
+  }, 240_000);
+});
+
+describe.runIf(STORE === "postgres")("the production profile", () => {
+  test("snapshots and reset answer 400 saying why", async () => {
+    for (const r of [await save("x"), await k.api("GET", "/_kiln/snapshots"), await restore("x"), await k.api("DELETE", "/_kiln/snapshots/x"), await k.api("POST", "/_kiln/reset")]) {
+      expect(r.status).toBe(400);
+      expect(r.body.error).toMatch(/embedded profile/);
+    }
+  });
+});
