@@ -11,6 +11,7 @@ import { authCommand, mailCommand, usersCommand } from "./commands/end-users";
 import { databasesCommand } from "./commands/databases";
 import { emulatorsCommand } from "./commands/emulators";
 import { functionsCommand } from "./commands/functions";
+import { runtimesCommand } from "./commands/runtimes";
 import { durableCommand } from "./commands/durable";
 import { clockCommand } from "./commands/clock";
 import { configCommand } from "./commands/config";
@@ -45,6 +46,7 @@ export function buildProgram(): Command {
   usersCommand(program);
   databasesCommand(program);
   functionsCommand(program);
+  runtimesCommand(program);
   durableCommand(program);
   schedulersCommand(program);
   logsCommand(program);
