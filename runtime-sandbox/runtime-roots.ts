@@ -1,6 +1,6 @@
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { accessSync, constants, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 
 /**
@@ -30,14 +30,14 @@ export interface RootRecipe {
   packages: string[];
   /** The interpreter inside the root. */
   binary: string;
+  /** The suite it comes from, as people name it ("experimental" for ruby3.4, on top of sid). */
+  from?: string;
 }
 
 const DEBIAN = "http://deb.debian.org/debian";
 // The sandbox's own tools run inside the root: setpriv, unshare, umount and mount (namespace-sandbox.sh
 // after its pivot_root, and a root Kiln's drop to the sandbox uid), prlimit, and perl for the seccomp loader.
 const SANDBOX_TOOLS = ["util-linux", "mount", "perl-base", "ca-certificates"];
-// bookworm still ships setpriv as a package of its own.
-const toolsOf = (suite: string) => (suite === "bookworm" ? ["util-linux", "setpriv", ...SANDBOX_TOOLS.slice(1)] : SANDBOX_TOOLS);
 const py = (v: string, suite: string, mirrors: string[] = []): RootRecipe => ({
   kind: "python",
   version: v,
@@ -45,7 +45,7 @@ const py = (v: string, suite: string, mirrors: string[] = []): RootRecipe => ({
   mirrors,
   // pip comes as Debian's wheel (python3-pip-whl), run from the wheel: python3-pip would pull in the
   // suite's default python3, another minor version.
-  packages: [`python${v}-minimal`, `libpython${v}-stdlib`, "python3-pip-whl", ...toolsOf(suite)],
+  packages: [`python${v}-minimal`, `libpython${v}-stdlib`, "python3-pip-whl", ...SANDBOX_TOOLS],
   binary: `/usr/bin/python${v}`,
 });
 
@@ -62,6 +62,7 @@ export const ROOT_RECIPES: Record<string, RootRecipe> = {
     // apt takes only the named packages from experimental: the C library it was built against too.
     packages: ["ruby3.4/experimental", "libruby3.4/experimental", "libc6/experimental", "libc-gconv-modules-extra/experimental", ...SANDBOX_TOOLS],
     binary: "/usr/bin/ruby3.4",
+    from: "experimental",
   },
 };
 
@@ -71,6 +72,11 @@ export const NO_SOURCE: Record<string, string> = {
   "python3.12": "no Debian suite ships Python 3.12 (bookworm has 3.11, trixie 3.13)",
   "ruby4.0": "no Debian suite ships Ruby 4.0 (experimental stops at 3.4)",
 };
+
+/** The suite as people name it: "experimental" for a root of experimental packages on sid. */
+export function sourceName(r: RootRecipe): string {
+  return r.from ?? r.suite;
+}
 
 export function howToProvide(name: string): string {
   const manager = name.startsWith("python") ? "pyenv" : "rbenv";
@@ -140,8 +146,8 @@ export function ensureRoot(cache: string, name: string, probe: RootProbe, progre
 async function buildRoot(cache: string, name: string, probe: RootProbe, progress?: Progress): Promise<RootInfo | { missing: string }> {
   const recipe = ROOT_RECIPES[name]!;
   const what = `${recipe.kind === "python" ? "Python" : "Ruby"} ${recipe.version}`;
-  const mmdebstrap = ["/usr/bin/mmdebstrap", "/usr/local/bin/mmdebstrap"].find((p) => existsSync(p));
-  if (!mmdebstrap) return { missing: `${what} (Kiln builds its root from Debian's ${recipe.suite} with mmdebstrap, which is not installed: apt-get install mmdebstrap; or ${howToProvide(name)})` };
+  const mmdebstrap = ["/usr/bin/mmdebstrap", "/usr/local/bin/mmdebstrap"].find(isExecutable);
+  if (!mmdebstrap) return { missing: `${what} (Kiln builds its root from Debian's ${sourceName(recipe)} with mmdebstrap, which is not installed: apt-get install mmdebstrap; or ${howToProvide(name)})` };
   const dir = rootDir(cache, name);
   mkdirSync(runtimesDir(cache), { recursive: true });
   removeDeadBuilds(cache);
@@ -161,12 +167,11 @@ async function buildRoot(cache: string, name: string, probe: RootProbe, progress
     await runWithProgress(mmdebstrap, args, tmp, progress);
     // apt's lists and downloaded .debs are not part of the runtime.
     for (const d of ["var/cache/apt", "var/lib/apt/lists"]) rmSync(join(tmp, d), { recursive: true, force: true });
-    // The merged-/usr links come from base-files' maintainer scripts, which an extract never runs.
-    for (const l of ["bin", "sbin", "lib", "lib64"]) if (!existsSync(join(tmp, l)) && isDir(join(tmp, "usr", l))) symlinkSync(`usr/${l}`, join(tmp, l));
+    mergeUsr(tmp);
     progress?.({ phase: "checking the interpreter", bytes: du(tmp) });
     const version = await probe(tmp, recipe);
-    if (version.split(".").slice(0, 2).join(".") !== recipe.version) return { missing: `${what} (the root from ${recipe.suite} runs ${version})` };
-    const info: Omit<RootInfo, "dir"> = { name, version, binary: recipe.binary, suite: recipe.suite, packages: recipe.packages, bytes: du(tmp), builtAt: new Date().toISOString() };
+    if (version.split(".").slice(0, 2).join(".") !== recipe.version) return { missing: `${what} (the root from ${sourceName(recipe)} runs ${version})` };
+    const info: Omit<RootInfo, "dir"> = { name, version, binary: recipe.binary, suite: sourceName(recipe), packages: recipe.packages, bytes: du(tmp), builtAt: new Date().toISOString() };
     writeFileSync(join(tmp, MARKER), JSON.stringify({ ...info, seconds: (Date.now() - t0) / 1000 }));
     if (existsSync(dir) && !readRoot(dir)) rmSync(dir, { recursive: true, force: true });
     try {
@@ -176,9 +181,28 @@ async function buildRoot(cache: string, name: string, probe: RootProbe, progress
     }
     return readRoot(dir) ?? { missing: `${what} (the root in ${dir} is unusable)` };
   } catch (e) {
-    return { missing: `${what} (building its root from Debian ${recipe.suite} failed: ${(e as Error).message})` };
+    return { missing: `${what} (building its root from Debian ${sourceName(recipe)} failed: ${(e as Error).message})` };
   } finally {
     rmSync(tmp, { recursive: true, force: true });
+  }
+}
+
+/**
+ * The sandbox binds only the root's /usr, so the root must be merged-/usr: the links come from
+ * base-files' maintainer scripts, which an extract never runs, and bookworm's packages still ship
+ * files under /bin and /lib (its usrmerge is a conversion script): those are moved into /usr first.
+ */
+function mergeUsr(root: string): void {
+  for (const l of ["bin", "sbin", "lib", "lib64"]) {
+    const top = join(root, l);
+    const usr = join(root, "usr", l);
+    if (isDir(top) && !lstatSync(top).isSymbolicLink()) {
+      mkdirSync(usr, { recursive: true });
+      const r = spawnSync("cp", ["-a", "--remove-destination", `${top}/.`, `${usr}/`], { stdio: ["ignore", "ignore", "pipe"] });
+      if (r.status !== 0) throw new Error(`merging /${l} into /usr/${l}: ${String(r.stderr).trim()}`);
+      rmSync(top, { recursive: true, force: true });
+    }
+    if (!existsSync(top) && isDir(usr)) symlinkSync(`usr/${l}`, top);
   }
 }
 
@@ -316,6 +340,15 @@ export function rootLinks(root: string): Array<{ dest: string; target: string }>
     }
   }
   return out;
+}
+
+function isExecutable(p: string): boolean {
+  try {
+    accessSync(p, constants.X_OK);
+    return statSync(p).isFile();
+  } catch {
+    return false;
+  }
 }
 
 export function isDir(p: string): boolean {

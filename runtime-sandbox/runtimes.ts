@@ -2,7 +2,7 @@ import { execFile } from "node:child_process";
 import { accessSync, constants, existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { basename, delimiter, dirname, join } from "node:path";
-import { cachedRoot, ensureRoot, howToProvide, NO_SOURCE, ROOT_RECIPES, type Progress, type RootInfo, type RootRecipe } from "./runtime-roots";
+import { cachedRoot, ensureRoot, howToProvide, NO_SOURCE, ROOT_RECIPES, sourceName, type Progress, type RootInfo, type RootRecipe } from "./runtime-roots";
 
 /**
  * Runtime names → interpreters on this machine. Node comes from npm (`node@22`, `node@24`), installed
@@ -125,11 +125,11 @@ export async function listRuntimes(): Promise<Array<{ name: string; servedBy: st
     } else if (cached) {
       out.push({ name, servedBy: `Debian ${cached.suite} root, ${cached.binary} (${cached.version}, ${(cached.bytes / 1e6).toFixed(0)} MB)` });
     } else if (ROOT_RECIPES[name] && runtimeInstallAllowed()) {
-      out.push({ name, servedBy: `Debian ${ROOT_RECIPES[name]!.suite} root (built on first use, or: kiln runtimes install ${name})` });
+      out.push({ name, servedBy: `Debian ${sourceName(ROOT_RECIPES[name]!)} root (built on first use, or: kiln runtimes install ${name})` });
     } else {
       const r = await findInterpreter(spec);
       if (!isMissing(r)) out.push({ name, servedBy: `host ${r.command} (${r.version})` });
-      else if (ROOT_RECIPES[name]) out.push({ name, servedBy: null, missing: `${r.missing}; or a Debian ${ROOT_RECIPES[name]!.suite} root, which KILN_RUNTIME_INSTALL=off forbids building: kiln runtimes install ${name}` });
+      else if (ROOT_RECIPES[name]) out.push({ name, servedBy: null, missing: `${r.missing}; or a Debian ${sourceName(ROOT_RECIPES[name]!)} root, which KILN_RUNTIME_INSTALL=off forbids building: kiln runtimes install ${name}` });
       else out.push({ name, servedBy: null, missing: `${NO_SOURCE[name]}: ${howToProvide(name)}` });
     }
   }
@@ -140,7 +140,7 @@ export async function listRuntimes(): Promise<Array<{ name: string; servedBy: st
 export function needsProvisioning(name: string): string | null {
   const recipe = ROOT_RECIPES[name];
   if (!recipe || runtimePathOverride(name) || cachedRoot(cacheDir(), name) || !runtimeInstallAllowed()) return null;
-  return `installing its root filesystem from Debian ${recipe.suite} (${recipe.packages.join(", ")}) into ${cacheDir()}/runtimes`;
+  return `installing its root filesystem from Debian ${sourceName(recipe)} (${recipe.packages.join(", ")}) into ${cacheDir()}/runtimes`;
 }
 
 /**
@@ -184,7 +184,7 @@ async function resolveInterpreter(name: string, spec: RuntimeSpec, progress?: Pr
     const cached = cachedRoot(cacheDir(), name);
     const root = cached ?? (runtimeInstallAllowed() ? await ensureRoot(cacheDir(), name, probeRoot, progress) : null);
     if (root && !("missing" in root)) return fromRoot(root, recipe);
-    rootProblem = root ? root.missing : `a Debian ${recipe.suite} root, which KILN_RUNTIME_INSTALL=off forbids building (kiln runtimes install ${name})`;
+    rootProblem = root ? root.missing : `a Debian ${sourceName(recipe)} root, which KILN_RUNTIME_INSTALL=off forbids building (kiln runtimes install ${name})`;
   }
   const host = await findInterpreter(spec);
   if (!isMissing(host)) return withTools(host, "host interpreter");

@@ -6,7 +6,7 @@
 // provide the interpreter. Then pip inside a root from a local simple index, the isolation probes
 // per language on the roots, and a runtime whose root cannot be provisioned.
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -44,10 +44,31 @@ with zipfile.ZipFile(sys.argv[1], "w") as z:
     z.writestr("kilnpkg-1.0.dist-info/RECORD", "\\n".join(record) + "\\n")`,
   wheel,
 ]);
-// The index's pages are text/html (pip refuses a simple page of another type).
+// A local gem source: a one-file gem built and indexed here by the host's RubyGems (`gem build`,
+// `gem generate_index`: the static full index Bundler falls back to without a compact index).
+const gems = join(work, "gems");
+mkdirSync(join(work, "gemsrc/lib"), { recursive: true });
+mkdirSync(join(gems, "gems"), { recursive: true });
+writeFileSync(join(work, "gemsrc/lib/kilngem.rb"), 'module Kilngem\n  VALUE = "from the local gem source"\nend\n');
+writeFileSync(join(work, "gemsrc/kilngem.gemspec"), 'Gem::Specification.new do |s|\n  s.name = "kilngem"; s.version = "1.0.0"; s.summary = "t"; s.authors = ["kiln"]; s.files = ["lib/kilngem.rb"]; s.license = "MIT"\nend\n');
+execFileSync("gem", ["build", "kilngem.gemspec", "-o", join(gems, "gems/kilngem-1.0.0.gem")], { cwd: join(work, "gemsrc"), stdio: "ignore" });
+execFileSync("gem", ["generate_index", "-d", gems], { stdio: "ignore" });
+
+// The index's pages are text/html (pip refuses a simple page of another type); anything else is a
+// file of the gem source.
 const indexFiles = new Map<string, { type: string; body: Buffer }>();
+const indexRequests: string[] = [];
 const indexServer = createServer((req, res) => {
-  const f = indexFiles.get(req.url ?? "");
+  const url = (req.url ?? "").split("?")[0]!;
+  indexRequests.push(url);
+  let f = indexFiles.get(url);
+  if (!f && !url.includes("..")) {
+    try {
+      f = { type: "application/octet-stream", body: readFileSync(join(gems, url)) };
+    } catch {
+      // not there: 404
+    }
+  }
   res.writeHead(f ? 200 : 404, { "content-type": f?.type ?? "text/plain" }).end(f?.body ?? "not found");
 });
 await new Promise<void>((r) => indexServer.listen(0, "127.0.0.1", r));
@@ -134,7 +155,6 @@ describe.skipIf(!run)("runtimes on a machine with no bubblewrap and no host inte
         KILN_BUILD_ALLOW_HOSTS: `127.0.0.1:${index.port}`,
       },
     });
-    expect(k.stderr).toMatch(/functions are sandboxed: Linux namespaces through util-linux/);
     const p = await createProject(k);
     projectId = p.id;
     sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "backend" } })).body.key as string;
@@ -176,6 +196,21 @@ describe.skipIf(!run)("runtimes on a machine with no bubblewrap and no host inte
     expect(r.body).toEqual(["from the local index", [3, 13]]);
   });
 
+  test.each(["ruby3.3", "ruby3.4"] as const)("%s: Bundler inside the root installs the Gemfile from a local gem source into vendor/bundle", async (name) => {
+    const code = tgz({
+      "main.rb": 'require "bundler/setup"\nrequire "kilngem"\n\ndef handler(event:, context:)\n  [Kilngem::VALUE, RUBY_VERSION[0, 3], $LOADED_FEATURES.grep(/kilngem/).first]\nend\n',
+      Gemfile: `source "${index.url}"\ngem "kilngem"\n`,
+    });
+    const fn = await settled(k, projectId, (await deploy(k, projectId, { name: `gems-${name.replace(/\W/g, "-")}`, runtime: name }, code)).body.id);
+    const deps = (await k.api("GET", `/projects/${projectId}/functions/${fn.id}/deployments`)).body.data;
+    expect(deps[0].error).toBeNull();
+    expect(indexRequests).toContain("/gems/kilngem-1.0.0.gem");
+    const r = await k.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: {} } });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect(r.body.slice(0, 2)).toEqual(["from the local gem source", name.slice(4)]);
+    expect(r.body[2]).toMatch(/^\/var\/task\/vendor\/bundle\/ruby\/[\d.]+\/gems\/kilngem-1\.0\.0\/lib\/kilngem\.rb$/);
+  });
+
   test.each(["python3.14", "ruby3.3"] as const)("%s on its root: no Kiln environment, no writes outside /tmp, no loopback", async (name) => {
     const fn = await settled(k, projectId, (await deploy(k, projectId, { name: `probe-${name.replace(/\W/g, "-")}`, runtime: name }, tgz(PROBES[family(name) as "python" | "ruby"]))).body.id);
     expect(fn.status).toBe("active");
@@ -188,13 +223,16 @@ describe.skipIf(!run)("runtimes on a machine with no bubblewrap and no host inte
     expect(r.body.dataDir.err).toBeTruthy();
     expect(r.body.kilnPort.ok).toBeUndefined();
     expect(r.body.uid).toBe(1000);
+    expect(k.stderr).toMatch(/functions are sandboxed: Linux namespaces through util-linux/);
   });
 });
 
 describe.skipIf(!run)("a runtime whose root cannot be provisioned", () => {
   test("the build fails naming why (no mmdebstrap here), and says how to provide the interpreter", async () => {
-    // An empty cache and mmdebstrap hidden: python3.14 has to be built and cannot be.
+    // No runtimes in the cache and mmdebstrap hidden: python3.14 has to be built and cannot be. The
+    // rest of the cache (the database template) is the usual one: making it again takes long.
     const cache = mkdtempSync(join(work, "cache-"));
+    for (const e of readdirSync(cacheDir())) if (e !== "runtimes") symlinkSync(join(cacheDir(), e), join(cache, e));
     const hide = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", 'mount --bind /dev/null /usr/bin/mmdebstrap && exec "$@"', "hide"];
     const k = await startKiln({ wrap: hide, env: { KILN_LOG: "", KILN_CACHE_DIR: cache, KILN_RUNTIME_INSTALL: "on", KILN_NODE_INSTALL: "on", HOME: join(work, "home2"), PYENV_ROOT: join(work, "none") } });
     try {
