@@ -12,6 +12,8 @@
 #               SQLAlchemy), driven by Debian's /usr/bin/python3 in test/http/database-protocol.test.ts
 #   radosgw, ceph-mon, ceph-osd  Ceph's S3 gateway over a one-node cluster: the S3 server the blob-store
 #               tests start on loopback (test/support/s3-server.ts, docs/storage.md)
+#   mmdebstrap  builds the Python/Ruby runtime roots from Debian (runtime-sandbox/runtime-roots.ts): the
+#               pretest's `runtimes.ts prepare` and test/http/function-runtimes.test.ts
 #   jq          the README's walkthrough reads the credentials and keys it prints with jq (readme.test.ts)
 set -euo pipefail
 need=()
@@ -24,6 +26,7 @@ command -v ruby >/dev/null 2>&1 || need+=(ruby)
 /usr/bin/python3 -c 'import psycopg, asyncpg, sqlalchemy' >/dev/null 2>&1 || need+=(python3-psycopg python3-asyncpg python3-sqlalchemy)
 { command -v radosgw && command -v ceph-mon && command -v ceph-osd; } >/dev/null 2>&1 || need+=(radosgw ceph-mon ceph-osd)
 command -v jq >/dev/null 2>&1 || need+=(jq)
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing what the tests need from Debian: ${need[*]}" >&2
