@@ -180,7 +180,9 @@ async function resolveInterpreter(name: string, spec: RuntimeSpec, progress?: Pr
   if (override) return withTools(await checkHostInterpreter(spec, override), "--runtime-path");
   const recipe = ROOT_RECIPES[name];
   let rootProblem = "";
-  if (recipe) {
+  if (recipe && !(await sandboxWorks())) {
+    rootProblem = `a Debian ${sourceName(recipe)} root, which needs a sandbox (bubblewrap or util-linux namespaces) and none works here`;
+  } else if (recipe) {
     const cached = cachedRoot(cacheDir(), name);
     const root = cached ?? (runtimeInstallAllowed() ? await ensureRoot(cacheDir(), name, probeRoot, progress) : null);
     if (root && !("missing" in root)) return fromRoot(root, recipe);
@@ -226,8 +228,14 @@ function safeReaddir(d: string): string[] {
   }
 }
 
+/** Whether a sandbox works here: a root's /usr can only be put in place inside one (never for unsandboxed code). */
+async function sandboxWorks(): Promise<boolean> {
+  const { chooseIsolation } = await import("./isolation");
+  return chooseIsolation({ want: "auto", allowUnsandboxed: false }).isolation !== null;
+}
+
 /** Runs the root's interpreter once in the sandbox workers use: the root works here, and its version. */
-async function probeRoot(root: string, recipe: RootRecipe): Promise<string> {
+export async function probeRoot(root: string, recipe: RootRecipe): Promise<string> {
   const { chooseIsolation } = await import("./isolation");
   const { systemMountList } = await import("./mounts");
   const { isolation } = chooseIsolation({ want: (process.env.KILN_FUNCTION_SANDBOX as "auto") || "auto", allowUnsandboxed: false });
