@@ -37,7 +37,9 @@ export interface RootRecipe {
 const DEBIAN = "http://deb.debian.org/debian";
 // The sandbox's own tools run inside the root: setpriv, unshare, umount and mount (namespace-sandbox.sh
 // after its pivot_root, and a root Kiln's drop to the sandbox uid), prlimit, and perl for the seccomp loader.
-const SANDBOX_TOOLS = ["util-linux", "mount", "perl-base", "ca-certificates"];
+// libc-bin: the C.UTF-8 locale (/usr/lib/locale/C.utf8) the sandbox's LANG names; without it Perl
+// warns on every start and Ruby's default encoding falls back to US-ASCII.
+const SANDBOX_TOOLS = ["util-linux", "mount", "perl-base", "ca-certificates", "libc-bin"];
 const py = (v: string, suite: string, mirrors: string[] = []): RootRecipe => ({
   kind: "python",
   version: v,
@@ -60,7 +62,7 @@ export const ROOT_RECIPES: Record<string, RootRecipe> = {
     suite: "sid",
     mirrors: [`deb ${DEBIAN} sid main`, `deb ${DEBIAN} experimental main`],
     // apt takes only the named packages from experimental: the C library it was built against too.
-    packages: ["ruby3.4/experimental", "libruby3.4/experimental", "libc6/experimental", "libc-gconv-modules-extra/experimental", ...SANDBOX_TOOLS],
+    packages: ["ruby3.4/experimental", "libruby3.4/experimental", "libc6/experimental", "libc-gconv-modules-extra/experimental", "libc-bin/experimental", ...SANDBOX_TOOLS.filter((p) => p !== "libc-bin")],
     binary: "/usr/bin/ruby3.4",
     from: "experimental",
   },
