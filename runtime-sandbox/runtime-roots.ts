@@ -39,7 +39,8 @@ const DEBIAN = "http://deb.debian.org/debian";
 // after its pivot_root, and a root Kiln's drop to the sandbox uid), prlimit, and perl for the seccomp loader.
 // libc-bin: the C.UTF-8 locale (/usr/lib/locale/C.utf8) the sandbox's LANG names; without it Perl
 // warns on every start and Ruby's default encoding falls back to US-ASCII.
-const SANDBOX_TOOLS = ["util-linux", "mount", "perl-base", "ca-certificates", "libc-bin"];
+// dash: /bin/sh, for os.system, subprocess with shell=True, Ruby's system/backticks.
+const SANDBOX_TOOLS = ["util-linux", "mount", "perl-base", "ca-certificates", "libc-bin", "dash"];
 const py = (v: string, suite: string, mirrors: string[] = []): RootRecipe => ({
   kind: "python",
   version: v,

@@ -538,7 +538,7 @@ if (import.meta.main) {
         for (const { name, result } of all) {
           if (isMissing(result)) {
             failed = true;
-            console.error(`kiln: ${name} could not be installed: ${result.missing}`);
+            console.error(`kiln: warning: ${name} could not be installed: ${result.missing}`);
           } else console.log(`kiln: ${name} ready: Debian ${result.suite} root ${result.dir} (${result.version}, ${(result.bytes / 1e6).toFixed(0)} MB)`);
         }
         console.log(`kiln: runtime roots ${failed ? "not all prepared" : "prepared"} (${Math.round(performance.now() - t0)} ms)`);
@@ -568,7 +568,9 @@ if (import.meta.main) {
         }
       }
     }
-    if (await rootsDone) failed = true;
+    // A root that could not be built (a mirror down) fails the tests that use it (their build error
+    // names the missing root; the warning above says why), rather than the whole run here.
+    await rootsDone;
     console.log(`kiln: prepare took ${Math.round(performance.now() - t0)} ms`);
     process.exit(failed ? 1 : 0);
   });
