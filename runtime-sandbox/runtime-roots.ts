@@ -86,7 +86,8 @@ export function howToProvide(name: string): string {
   return `give Kiln an interpreter of exactly that version: kiln start --runtime-path ${name}=/path/to/${name} (KILN_RUNTIME_PATHS), or put it on PATH as ${name} or in ${manager} (${manager} install ${name.replace(/^\D+/, "")}); it serves both --function-runtime process and docker`;
 }
 
-const FORMAT = 1;
+// 2: Python roots carry the standard library's bytecode.
+const FORMAT = 2;
 const MARKER = "kiln-root.json";
 
 export interface RootInfo {
@@ -171,6 +172,10 @@ async function buildRoot(cache: string, name: string, probe: RootProbe, progress
     // apt's lists and downloaded .debs are not part of the runtime.
     for (const d of ["var/cache/apt", "var/lib/apt/lists"]) rmSync(join(tmp, d), { recursive: true, force: true });
     mergeUsr(tmp);
+    if (recipe.kind === "python") {
+      progress?.({ phase: "compiling the standard library", bytes: du(tmp) });
+      compileStdlib(tmp, recipe);
+    }
     progress?.({ phase: "checking the interpreter", bytes: du(tmp) });
     const version = await probe(tmp, recipe);
     if (version.split(".").slice(0, 2).join(".") !== recipe.version) return { missing: `${what} (the root from ${sourceName(recipe)} runs ${version})` };
@@ -207,6 +212,26 @@ function mergeUsr(root: string): void {
     }
     if (!existsSync(top) && isDir(usr)) symlinkSync(`usr/${l}`, top);
   }
+}
+
+/**
+ * Debian byte-compiles Python's standard library in its maintainer scripts, which an extract never
+ * runs, and the sandbox's /usr is read-only: without this every cold start compiles what it imports
+ * (measured: 5.5 s against 1.4 s for two sandboxed starts importing json, logging, asyncio). The
+ * root's own interpreter does it, started through the root's dynamic loader and libraries (this runs
+ * on the host, where its /usr is writable); `-s ROOT -p /` records the paths as the sandbox sees them.
+ */
+function compileStdlib(root: string, recipe: RootRecipe): void {
+  const loader = ["usr/lib64/ld-linux-x86-64.so.2", "usr/lib/ld-linux-aarch64.so.1"].map((l) => join(root, l)).find((l) => existsSync(l));
+  const libDirs = safeList(join(root, "usr/lib")).filter((d) => /-linux-gnu/.test(d)).map((d) => join(root, "usr/lib", d));
+  if (!loader || !libDirs.length) throw new Error("no dynamic loader in the root to byte-compile Python's standard library with");
+  const lib = join(root, "usr/lib", basename(recipe.binary));
+  const r = spawnSync(
+    loader,
+    ["--library-path", libDirs.join(":"), join(root, recipe.binary), "-m", "compileall", "-q", "-s", root, "-p", "/", "-x", "/(test|idlelib|tkinter|turtledemo|lib2to3|ensurepip)/", lib],
+    { env: { PYTHONHOME: join(root, "usr"), LANG: "C.UTF-8" }, stdio: ["ignore", "ignore", "pipe"], timeout: 10 * 60_000 },
+  );
+  if (r.status !== 0) throw new Error(`byte-compiling Python's standard library failed: ${String(r.stderr).trim().split("\n").pop() ?? r.status}`);
 }
 
 function runWithProgress(cmd: string, args: string[], dir: string, progress?: Progress): Promise<void> {
