@@ -12,6 +12,7 @@ import { databasesCommand } from "./commands/databases";
 import { emulatorsCommand } from "./commands/emulators";
 import { frontendsCommand } from "./commands/frontends";
 import { functionsCommand } from "./commands/functions";
+import { runtimesCommand } from "./commands/runtimes";
 import { durableCommand } from "./commands/durable";
 import { clockCommand } from "./commands/clock";
 import { configCommand } from "./commands/config";
@@ -47,6 +48,7 @@ export function buildProgram(): Command {
   usersCommand(program);
   databasesCommand(program);
   functionsCommand(program);
+  runtimesCommand(program);
   durableCommand(program);
   frontendsCommand(program);
   schedulersCommand(program);

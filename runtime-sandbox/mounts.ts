@@ -1,6 +1,7 @@
 import { existsSync, lstatSync, readlinkSync, realpathSync, statSync } from "node:fs";
 import { join, relative, resolve, sep } from "node:path";
 import { COMPILED, extractedDir } from "../server/embedded/embedded";
+import { rootLinks } from "./runtime-roots";
 import type { ResolvedRuntime } from "./runtimes";
 
 /**
@@ -31,8 +32,12 @@ export type Mount =
   /** /dev/null over a hidden file. */
   | { kind: "cover-file"; dest: string };
 
-/** /usr read-only, and the merged-/usr symlinks (/lib → usr/lib) or the real directories. */
-export function systemMountList(): Mount[] {
+/**
+ * /usr read-only, and the merged-/usr symlinks (/lib → usr/lib) or the real directories: the host's,
+ * or those of a runtime root Kiln provisioned (runtime-roots.ts), which then replaces the host's /usr.
+ */
+export function systemMountList(root?: string): Mount[] {
+  if (root) return [{ kind: "bind", src: join(root, "usr"), dest: "/usr" }, ...rootLinks(root).map((l): Mount => ({ kind: "symlink", target: l.target, dest: l.dest }))];
   const out: Mount[] = [{ kind: "bind", src: "/usr", dest: "/usr" }];
   for (const p of ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]) {
     try {
@@ -47,7 +52,10 @@ export function systemMountList(): Mount[] {
 }
 
 /** Host files a runtime reads: the dynamic linker's cache, TLS roots, time zone, alternatives. */
-const ETC_ALWAYS = ["/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/localtime", "/etc/alternatives"];
+const ETC_LINKER = ["/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives"];
+// With a runtime root, the linker's files are the root's (or none: its glibc searches its own
+// multiarch folders); TLS roots and the time zone stay the host's, so a custom CA still works.
+const ETC_HOST = ["/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/localtime"];
 const ETC_NETWORK = ["/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf", "/etc/host.conf", "/etc/services", "/etc/protocols"];
 
 /**
@@ -55,14 +63,19 @@ const ETC_NETWORK = ["/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/e
  * the bootstraps at /var/runtime and the code at /var/task, then the covers over hidden paths.
  */
 export function sandboxMounts(
-  s: { runtime: Pick<ResolvedRuntime, "mounts">; codeDir: string; network: boolean },
+  s: { runtime: Pick<ResolvedRuntime, "mounts" | "root">; codeDir: string; network: boolean },
   hiddenPaths: string[],
   opts: { networkEtc?: boolean; codeWritable?: boolean; extra?: Mount[] } = {},
 ): Mount[] {
   // Never the host root: only what the runtime needs, so Kiln's data dir, the user's home and
   // everything else simply does not exist inside.
-  const m: Mount[] = systemMountList();
-  for (const p of [...ETC_ALWAYS, ...(s.network && opts.networkEtc !== false ? ETC_NETWORK : [])]) {
+  const root = s.runtime.root;
+  const m: Mount[] = systemMountList(root);
+  for (const p of ETC_LINKER) {
+    const src = root ? join(root, p) : p;
+    if (existsSync(src)) m.push({ kind: "bind", src: realpathSync(src), dest: p });
+  }
+  for (const p of [...ETC_HOST, ...(s.network && opts.networkEtc !== false ? ETC_NETWORK : [])]) {
     if (existsSync(p)) m.push({ kind: "bind", src: realpathSync(p), dest: p });
   }
   m.push({ kind: "bind", src: join(SANDBOX_ETC, "passwd"), dest: "/etc/passwd" }, { kind: "bind", src: join(SANDBOX_ETC, "group"), dest: "/etc/group" });

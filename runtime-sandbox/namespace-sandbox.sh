@@ -77,7 +77,8 @@ mkdir "$R/.old"
 cd "$R"
 pivot_root . .old || die "pivot_root failed"
 umount -l /.old
-rmdir /.old
+# A runtime root Kiln provisioned has util-linux and mount but no coreutils: the empty /.old stays.
+rmdir /.old 2>/dev/null || true
 mount -o remount,bind,ro / 2>/dev/null || true
 cd "$chdir"
 unset OLDPWD

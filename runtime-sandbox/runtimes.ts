@@ -2,6 +2,7 @@ import { execFile } from "node:child_process";
 import { accessSync, constants, existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { basename, delimiter, dirname, join } from "node:path";
+import { cachedRoot, ensureRoot, howToProvide, NO_SOURCE, ROOT_RECIPES, sourceName, type Progress, type RootInfo, type RootRecipe } from "./runtime-roots";
 
 /**
  * Runtime names → interpreters on this machine. Node comes from npm (`node@22`, `node@24`), installed
@@ -24,6 +25,14 @@ export interface ResolvedRuntime {
   version: string;
   /** Directories the interpreter needs at run time (its prefix); the sandbox binds them read-only. */
   mounts: string[];
+  /** A root filesystem Kiln provisioned (runtime-roots.ts): its /usr replaces the host's in the sandbox. */
+  root?: string;
+  /** What serves it, for doctor and the build log: "Debian trixie root (…)", "host interpreter", "npm node@22". */
+  source?: string;
+  /** pip's command line in the build sandbox (Python). */
+  pip?: string[];
+  /** Bundler's command line in the build sandbox (Ruby). */
+  bundle?: string[];
 }
 
 export interface MissingRuntime {
@@ -57,7 +66,7 @@ export function cacheDir(): string {
   return process.env.KILN_CACHE_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "kiln");
 }
 
-export function isMissing(r: ResolvedRuntime | MissingRuntime): r is MissingRuntime {
+export function isMissing<T extends object>(r: T | MissingRuntime): r is MissingRuntime {
   return "missing" in r;
 }
 
@@ -68,7 +77,7 @@ const resolved = new Map<string, ResolvedRuntime & { checkedAt?: number }>();
 const RECHECK_MS = 1000;
 const nodeInstalls = new Map<string, Promise<ResolvedRuntime | MissingRuntime>>();
 
-export async function resolveRuntime(name: string): Promise<ResolvedRuntime | MissingRuntime> {
+export async function resolveRuntime(name: string, opts: { progress?: Progress } = {}): Promise<ResolvedRuntime | MissingRuntime> {
   const spec = RUNTIMES[name];
   if (!spec) return { missing: `unknown runtime "${name}" (known: ${RUNTIME_NAMES.join(", ")})` };
   const hit = resolved.get(name);
@@ -90,7 +99,7 @@ export async function resolveRuntime(name: string): Promise<ResolvedRuntime | Mi
     }
     r = await p;
   } else {
-    r = await findInterpreter(spec);
+    r = await resolveInterpreter(name, spec, opts.progress);
   }
   if (!isMissing(r)) resolved.set(name, r);
   return r;
@@ -108,10 +117,132 @@ export async function listRuntimes(): Promise<Array<{ name: string; servedBy: st
       else out.push({ name, servedBy: null, missing: `npm (needed once to install Node ${spec.major})` });
       continue;
     }
-    const r = await findInterpreter(spec);
-    out.push(isMissing(r) ? { name, servedBy: null, missing: r.missing } : { name, servedBy: `${r.command} (${r.version})` });
+    const override = runtimePathOverride(name);
+    const cached = cachedRoot(cacheDir(), name);
+    if (override) {
+      const r = await checkHostInterpreter(spec, override);
+      out.push(isMissing(r) ? { name, servedBy: null, missing: r.missing } : { name, servedBy: `--runtime-path ${r.command} (${r.version})` });
+    } else if (cached) {
+      out.push({ name, servedBy: `Debian ${cached.suite} root, ${cached.binary} (${cached.version}, ${(cached.bytes / 1e6).toFixed(0)} MB)` });
+    } else if (ROOT_RECIPES[name] && runtimeInstallAllowed()) {
+      out.push({ name, servedBy: `Debian ${sourceName(ROOT_RECIPES[name]!)} root (built on first use, or: kiln runtimes install ${name})` });
+    } else {
+      const r = await findInterpreter(spec);
+      if (!isMissing(r)) out.push({ name, servedBy: `host ${r.command} (${r.version})` });
+      else if (ROOT_RECIPES[name]) out.push({ name, servedBy: null, missing: `${r.missing}; or a Debian ${sourceName(ROOT_RECIPES[name]!)} root, which KILN_RUNTIME_INSTALL=off forbids building: kiln runtimes install ${name}` });
+      else out.push({ name, servedBy: null, missing: `${NO_SOURCE[name]}: ${howToProvide(name)}` });
+    }
   }
   return out;
+}
+
+/** What a first use of `name` would install now (for the build log), or null when nothing is needed. */
+export function needsProvisioning(name: string): string | null {
+  const recipe = ROOT_RECIPES[name];
+  if (!recipe || runtimePathOverride(name) || cachedRoot(cacheDir(), name) || !runtimeInstallAllowed()) return null;
+  return `installing its root filesystem from Debian ${sourceName(recipe)} (${recipe.packages.join(", ")}) into ${cacheDir()}/runtimes`;
+}
+
+/**
+ * Every runtime root not cached yet, built in parallel (`kiln runtimes install`, npm test's pretest).
+ * Ignores KILN_RUNTIME_INSTALL: this is the install.
+ */
+export async function prepareRuntimeRoots(names = Object.keys(ROOT_RECIPES), progress?: (name: string, p: { phase: string; bytes: number }) => void): Promise<Array<{ name: string; result: RootInfo | MissingRuntime }>> {
+  return Promise.all(
+    names.map(async (name) => {
+      if (!ROOT_RECIPES[name]) return { name, result: { missing: `${name} has no root to install: ${NO_SOURCE[name] ?? "not a runtime name"}` } };
+      const r = await ensureRoot(cacheDir(), name, probeRoot, progress && ((p) => progress(name, p)));
+      return { name, result: r };
+    }),
+  );
+}
+
+/** `--runtime-path name=/path` of `kiln start` (KILN_RUNTIME_PATHS: name=path,name=path). */
+function runtimePathOverride(name: string): string | null {
+  for (const pair of (process.env.KILN_RUNTIME_PATHS ?? "").split(",")) {
+    const i = pair.indexOf("=");
+    if (i > 0 && pair.slice(0, i).trim() === name) return pair.slice(i + 1).trim();
+  }
+  return null;
+}
+
+/** Runtime roots (and Node) may be fetched on first use unless KILN_RUNTIME_INSTALL or KILN_NODE_INSTALL is off. */
+export function runtimeInstallAllowed(): boolean {
+  return nodeInstallAllowed() && !/^(off|0|false|no)$/i.test(process.env.KILN_RUNTIME_INSTALL ?? "");
+}
+
+/**
+ * Python and Ruby: `--runtime-path`, else the provisioned root (built now if allowed), else a host
+ * interpreter of exactly that minor version, else what to do.
+ */
+async function resolveInterpreter(name: string, spec: RuntimeSpec, progress?: Progress): Promise<ResolvedRuntime | MissingRuntime> {
+  const override = runtimePathOverride(name);
+  if (override) return withTools(await checkHostInterpreter(spec, override), "--runtime-path");
+  const recipe = ROOT_RECIPES[name];
+  let rootProblem = "";
+  if (recipe && !(await sandboxWorks())) {
+    rootProblem = `a Debian ${sourceName(recipe)} root, which needs a sandbox (bubblewrap or util-linux namespaces) and none works here`;
+  } else if (recipe) {
+    const cached = cachedRoot(cacheDir(), name);
+    const root = cached ?? (runtimeInstallAllowed() ? await ensureRoot(cacheDir(), name, probeRoot, progress) : null);
+    if (root && !("missing" in root)) return fromRoot(root, recipe);
+    rootProblem = root ? root.missing : `a Debian ${sourceName(recipe)} root, which KILN_RUNTIME_INSTALL=off forbids building (kiln runtimes install ${name})`;
+  }
+  const host = await findInterpreter(spec);
+  if (!isMissing(host)) return withTools(host, "host interpreter");
+  if (recipe) return { missing: `${rootProblem}; no host interpreter either: ${host.missing}` };
+  return { missing: `${LABEL[spec.kind]} ${spec.major}.${spec.minor}: ${NO_SOURCE[name]}, and no host interpreter of that version was found (${host.missing}); ${howToProvide(name)}` };
+}
+
+function fromRoot(root: RootInfo, recipe: RootRecipe): ResolvedRuntime {
+  const r: ResolvedRuntime = { kind: recipe.kind, command: root.binary, version: root.version, mounts: [], root: root.dir, source: `Debian ${root.suite} root ${basename(root.dir)}` };
+  if (recipe.kind === "python") {
+    const whl = safeReaddir(join(root.dir, "usr/share/python-wheels")).find((f) => /^pip-.*\.whl$/.test(f));
+    if (whl) r.pip = [root.binary, `/usr/share/python-wheels/${whl}/pip`];
+  } else {
+    // Debian's Ruby ships Bundler as its default gem, with /usr/bin/bundle3.X.
+    const v = recipe.version;
+    r.bundle = [root.binary, existsSync(join(root.dir, `usr/bin/bundle${v}`)) ? `/usr/bin/bundle${v}` : "/usr/bin/bundle"];
+  }
+  return r;
+}
+
+function withTools(r: ResolvedRuntime | MissingRuntime, source: string): ResolvedRuntime | MissingRuntime {
+  if (isMissing(r)) return r;
+  return { ...r, source, ...(r.kind === "python" ? { pip: [r.command, "-m", "pip"] } : { bundle: ["bundle"] }) };
+}
+
+async function checkHostInterpreter(spec: RuntimeSpec, path: string): Promise<ResolvedRuntime | MissingRuntime> {
+  const want = `${spec.major}.${spec.minor}`;
+  const probe = await probeInterpreter(spec.kind, path);
+  if (!probe) return { missing: `${LABEL[spec.kind]} ${want} (--runtime-path ${path} does not run)` };
+  if (probe.version.split(".").slice(0, 2).join(".") !== want) return { missing: `${LABEL[spec.kind]} ${want} (--runtime-path ${path} is ${probe.version}, another version)` };
+  return { kind: spec.kind, command: probe.executable, version: probe.version, mounts: probe.prefixes };
+}
+
+function safeReaddir(d: string): string[] {
+  try {
+    return readdirSync(d);
+  } catch {
+    return [];
+  }
+}
+
+/** Whether a sandbox works here: a root's /usr can only be put in place inside one (never for unsandboxed code). */
+async function sandboxWorks(): Promise<boolean> {
+  const { chooseIsolation } = await import("./isolation");
+  return chooseIsolation({ want: "auto", allowUnsandboxed: false }).isolation !== null;
+}
+
+/** Runs the root's interpreter once in the sandbox workers use: the root works here, and its version. */
+export async function probeRoot(root: string, recipe: RootRecipe): Promise<string> {
+  const { chooseIsolation } = await import("./isolation");
+  const { systemMountList } = await import("./mounts");
+  const { isolation } = chooseIsolation({ want: (process.env.KILN_FUNCTION_SANDBOX as "auto") || "auto", allowUnsandboxed: false });
+  if (!isolation) throw new Error("no sandbox works on this machine to run the root in");
+  const code = recipe.kind === "python" ? ["-c", "import platform, ssl, json; print(platform.python_version())"] : ["-e", "require 'json'; puts RUBY_VERSION"];
+  const cmd = isolation.enclose({ mounts: systemMountList(root), network: false, tmpfsBytes: 16 << 20, hostname: "kiln-probe", chdir: "/" }, [recipe.binary, ...code]);
+  return (await run(cmd.argv[0]!, cmd.argv.slice(1), { timeoutMs: 60_000, env: { PATH: "/usr/bin:/bin", LANG: "C.UTF-8" } })).trim();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -382,15 +513,39 @@ function run(cmd: string, args: string[], o: { cwd?: string; timeoutMs?: number;
   });
 }
 
-// `bun runtime-sandbox/runtimes.ts prepare`: install the Node runtimes now (npm test's pretest).
+// `bun runtime-sandbox/runtimes.ts prepare [--npm-cache APP_DIR]...`: install the Node runtimes and
+// build the Python/Ruby roots now, in parallel (npm test's pretest), and fill the frontend npm cache
+// with each APP_DIR's package-lock.json (the test set-up's Next.js fixture), so builds later install
+// with no registry. `--no-roots` skips the roots.
 // No top-level await: importers (require included) never wait on this module.
 if (import.meta.main) {
-  if (process.argv[2] !== "prepare") {
-    console.error("usage: bun runtime-sandbox/runtimes.ts prepare");
+  const args = process.argv.slice(2);
+  const apps: string[] = [];
+  let roots = true;
+  for (let i = 1; i < args.length; i++) {
+    if (args[i] === "--npm-cache" && args[i + 1]) apps.push(args[++i]!);
+    else if (args[i] === "--no-roots") roots = false;
+    else args[0] = "";
+  }
+  if (args[0] !== "prepare") {
+    console.error("usage: bun runtime-sandbox/runtimes.ts prepare [--no-roots] [--npm-cache APP_DIR]...");
     process.exit(2);
   }
   const t0 = performance.now();
-  void prepareNodeRuntimes().then((all) => {
+  const rootsDone = roots
+    ? prepareRuntimeRoots().then((all) => {
+        let failed = false;
+        for (const { name, result } of all) {
+          if (isMissing(result)) {
+            failed = true;
+            console.error(`kiln: warning: ${name} could not be installed: ${result.missing}`);
+          } else console.log(`kiln: ${name} ready: Debian ${result.suite} root ${result.dir} (${result.version}, ${(result.bytes / 1e6).toFixed(0)} MB)`);
+        }
+        console.log(`kiln: runtime roots ${failed ? "not all prepared" : "prepared"} (${Math.round(performance.now() - t0)} ms)`);
+        return failed;
+      })
+    : Promise.resolve(false);
+  void prepareNodeRuntimes().then(async (all) => {
     let failed = false;
     for (const { name, result } of all) {
       if (isMissing(result)) {
@@ -399,6 +554,25 @@ if (import.meta.main) {
       } else console.log(`kiln: ${name} ready: ${result.command} (v${result.version})`);
     }
     console.log(`kiln: Node runtimes ${failed ? "not all prepared" : "prepared"} (${Math.round(performance.now() - t0)} ms)`);
+    if (apps.length) {
+      // runtime-sandbox/frontends/nextjs/npm-cache.ts, loaded by name: it imports this module, and a
+      // static import would close a cycle (test/unit/import-cycles.test.ts).
+      const npmCacheModule = "./frontends/nextjs/npm-cache";
+      const { prepareNpmCache } = (await import(npmCacheModule)) as { prepareNpmCache: (app: string) => Promise<string> };
+      for (const app of apps) {
+        const t1 = performance.now();
+        try {
+          console.log(`kiln: ${await prepareNpmCache(app)} (${Math.round(performance.now() - t1)} ms)`);
+        } catch (e) {
+          failed = true;
+          console.error(`kiln: ${(e as Error).message}`);
+        }
+      }
+    }
+    // A root that could not be built (a mirror down) fails the tests that use it (their build error
+    // names the missing root; the warning above says why), rather than the whole run here.
+    await rootsDone;
+    console.log(`kiln: prepare took ${Math.round(performance.now() - t0)} ms`);
     process.exit(failed ? 1 : 0);
   });
 }

@@ -75,6 +75,7 @@ export function planBuild(
 
 // Below this, node does not start (it hangs in start-up with a smaller RLIMIT_DATA).
 const NODE_MIN_DATA_MB = 96;
+const NODE24_CODE_RANGE_MB = 512;
 
 export interface LaunchPlan extends Launch {
   /** Which limits are enforced and how, for the pool's one-time report. */
@@ -102,7 +103,10 @@ export function planLaunch(s: LaunchSpec, o: { isolation: Isolation; hiddenPaths
   if (pl) {
     limits.push(pl, "--core=0");
     if (!o.cgroupMemory) {
-      const mb = s.runtime.kind === "node" ? Math.max(NODE_MIN_DATA_MB, s.limits.memoryMb) : s.limits.memoryMb;
+      // Node 24's V8 reserves a 512 MB code range at start-up, which RLIMIT_DATA counts ("Failed to
+      // reserve virtual memory for CodeRange" below it); the heap stays bounded by --max-old-space-size.
+      const codeRange = s.runtime.kind === "node" && Number(s.runtime.version.split(".")[0]) >= 24 ? NODE24_CODE_RANGE_MB : 0;
+      const mb = s.runtime.kind === "node" ? Math.max(NODE_MIN_DATA_MB, s.limits.memoryMb) + codeRange : s.limits.memoryMb;
       limits.push(`--data=${mb * 1024 * 1024}`);
       notes.push("memory: RLIMIT_DATA (no writable memory cgroup)");
     }

@@ -1,8 +1,8 @@
-import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, posix } from "node:path";
 import { runInstaller, type BuildLog, type BuildOptions } from "../../runtime-sandbox/build-runner";
 import { checkCodeLoads } from "../../runtime-sandbox/load-check";
-import { isMissing, resolveRuntime } from "../../runtime-sandbox/runtimes";
+import { isMissing, needsProvisioning, resolveRuntime } from "../../runtime-sandbox/runtimes";
 import { extractSource, RESERVED_PATH, runtimeFamily, type FunctionBuildConfig } from "./archive";
 
 // Loaded with the first build (the deployment queue imports it then), with tar and the runtime resolver.
@@ -76,8 +76,21 @@ export async function buildFunction(root: string, build: StoredBuildConfig, o: B
   await log("info", `build: runtime ${build.runtime}, function root ${build.function_root}, install root ${build.install_root}`);
   if (build.reserved_path || existsSync(join(root, RESERVED_PATH)))
     return `reserved path: the top-level path ${RESERVED_PATH} is reserved and must not be in the source archive`;
-  const runtime = await resolveRuntime(build.runtime);
-  if (isMissing(runtime)) return `runtime ${build.runtime} is not available on this machine: install ${runtime.missing}`;
+  // A runtime root not cached yet is built now (once per machine), and the build log says so.
+  const provisioning = needsProvisioning(build.runtime);
+  if (provisioning) await log("info", `runtime ${build.runtime}: first use on this machine, ${provisioning} (later deploys reuse it)`);
+  let lastPhase = "";
+  const runtime = await resolveRuntime(build.runtime, {
+    progress: provisioning
+      ? (p) => {
+          if (p.phase === lastPhase) return;
+          lastPhase = p.phase;
+          void log("info", `runtime ${build.runtime}: ${p.phase} (${(p.bytes / 1e6).toFixed(1)} MB)`);
+        }
+      : undefined,
+  });
+  if (isMissing(runtime)) return `runtime ${build.runtime} is not available on this machine: ${runtime.missing}`;
+  if (provisioning) await log("info", `runtime ${build.runtime}: installed (${runtime.version}, ${runtime.source ?? runtime.command})`);
   if (!build.entry) {
     const expected = runtimeFamily(build.runtime) === "node" ? "index.js or index.mjs" : runtimeFamily(build.runtime) === "python" ? "main.py" : "main.rb";
     return `no entry file: expected ${expected} in the function root (${build.function_root})`;
@@ -95,12 +108,17 @@ export async function buildFunction(root: string, build: StoredBuildConfig, o: B
     const reqs = readFileSync(join(installDir, "requirements.txt"), "utf8").split("\n").filter((l) => l.trim() && !l.trim().startsWith("#"));
     if (reqs.length > 0) {
       await log("info", "installing Python dependencies (pip install --target python_deps)");
-      const failed = await runInstaller([runtime.command, "-m", "pip", "install", "--disable-pip-version-check", "-r", "requirements.txt", "--target", "python_deps"], root, installDir, runtime, o, log);
-      if (failed) return `dependency installation failed: ${failed.replace(runtime.command, "pip")}`;
+      const pip = runtime.pip ?? [runtime.command, "-m", "pip"];
+      const failed = await runInstaller([...pip, "install", "--disable-pip-version-check", "--no-cache-dir", "-r", "requirements.txt", "--target", "python_deps"], root, installDir, runtime, o, log);
+      if (failed) return `dependency installation failed: ${failed.replace(pip.join(" "), "pip").replace(runtime.command, "pip")}`;
     }
   } else if (family === "ruby" && existsSync(join(installDir, "Gemfile"))) {
     await log("info", "installing Ruby dependencies (bundle install)");
-    const failed = await runInstaller(["bundle", "install", "--path", "vendor/bundle"], root, installDir, runtime, o, log);
+    // What `bundle config set --local path vendor/bundle` writes (`--path` is deprecated in Bundler 2
+    // and gone in 4): the function's own `require "bundler/setup"` finds the gems through it too.
+    mkdirSync(join(installDir, ".bundle"), { recursive: true });
+    writeFileSync(join(installDir, ".bundle", "config"), '---\nBUNDLE_PATH: "vendor/bundle"\n');
+    const failed = await runInstaller([...(runtime.bundle ?? ["bundle"]), "install"], root, installDir, runtime, o, log);
     if (failed) return `dependency installation failed: ${failed}`;
   }
   // Loaded as invoke.ts's worker loads it (same entry path and PYTHONPATH), without project variables.

@@ -10,6 +10,7 @@ import { join } from "node:path";
 import Docker from "dockerode";
 import { describe, expect, inject, test } from "vitest";
 import { dockerOptions } from "../../runtime-sandbox/container";
+import { ROOT_RECIPES } from "../../runtime-sandbox/runtime-roots";
 import { deploy, settled, tgz, processesTagged } from "../support/functions";
 import { BUN, createProject, eventually, KILN, ROOT, startKiln, useKiln, type TestKiln } from "../support/kiln";
 
@@ -41,6 +42,24 @@ async function workersOf(k: TestKiln, functionId?: string) {
 const k = useKiln({ env: { KILN_FUNCTION_MEMORY_MB: "192" } });
 
 describe("the container runtime", () => {
+  // Issue 30: the same root filesystem serves a runtime in both profiles (bound as the container's /usr).
+  test("the Python and Ruby runtime roots serve containers too, on the exact version", async () => {
+    const p = await createProject(k);
+    const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
+    const code = {
+      python: { "main.py": "import platform, sys\n\ndef handler(event, context):\n    return [platform.python_version(), sys.executable]\n" },
+      ruby: { "main.rb": "def handler(event:, context:)\n  [RUBY_VERSION, RbConfig.ruby]\nend\n" },
+    };
+    for (const runtime of Object.keys(ROOT_RECIPES)) {
+      const fn = await settled(k, p.id, (await deploy(k, p.id, { name: `root-${runtime.replace(/\W/g, "-")}`, runtime }, tgz(code[runtime.startsWith("python") ? "python" : "ruby"]))).body.id);
+      expect(fn.status, runtime).toBe("active");
+      const r = await k.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: {} } });
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      expect(r.body[0].startsWith(`${runtime.replace(/^\D+/, "")}.`), `${runtime}: ${r.body[0]}`).toBe(true);
+      expect(r.body[1]).toBe(ROOT_RECIPES[runtime]!.binary);
+    }
+  });
+
   test("a function runs in a container with the engine's limits; the warm container is reused", async () => {
     const p = await createProject(k);
     const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;

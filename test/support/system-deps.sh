@@ -14,6 +14,8 @@
 #               tests start on loopback (test/support/s3-server.ts, docs/storage.md)
 #   chromium    Debian's Chromium (/usr/bin/chromium), driven headless by playwright-core in the browser
 #               tests of the OAuth sign-in pages (test/support/browser.ts); npm's browser downloads are not used
+#   mmdebstrap  builds the Python/Ruby runtime roots from Debian (runtime-sandbox/runtime-roots.ts): the
+#               pretest's `runtimes.ts prepare` and test/http/function-runtimes.test.ts
 #   jq          the README's walkthrough reads the credentials and keys it prints with jq (readme.test.ts)
 set -euo pipefail
 need=()
@@ -27,6 +29,7 @@ command -v ruby >/dev/null 2>&1 || need+=(ruby)
 { command -v radosgw && command -v ceph-mon && command -v ceph-osd; } >/dev/null 2>&1 || need+=(radosgw ceph-mon ceph-osd)
 command -v jq >/dev/null 2>&1 || need+=(jq)
 [ -x /usr/bin/chromium ] || need+=(chromium)
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing what the tests need from Debian: ${need[*]}" >&2
