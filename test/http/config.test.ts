@@ -358,13 +358,13 @@ describe("apply", () => {
       auth: { access_token_ttl_seconds: 10, allowed_redirect_urls: ["ftp://x"] },
       functions: [{ name: "hello", schedulers: [{ name: "s", schedule: { kind: "cron", cron_expression: "* * *" } }], invocation_mode: "grpc" }],
       storage: { buckets: [{ name: "avatars", policies: [{ name: "p", operation: "SELECT", definition: "owner_id = = (" }] }] },
-      frontends: [],
+      webhooks: [],
     };
     const r = await apply(rich.p.id, bad);
     expect(r.status, r.text).toBe(422);
     expect(typeof r.body.error).toBe("string");
     const paths = r.body.errors.map((e: any) => e.path);
-    for (const p of ["version", "variables.0.name", "variables.1.value", "auth.access_token_ttl_seconds", "auth.allowed_redirect_urls.0", "functions.0.invocation_mode", "frontends"]) expect(paths, r.text).toContain(p);
+    for (const p of ["version", "variables.0.name", "variables.1.value", "auth.access_token_ttl_seconds", "auth.allowed_redirect_urls.0", "functions.0.invocation_mode", "webhooks"]) expect(paths, r.text).toContain(p);
     for (const e of r.body.errors) expect(typeof e.message).toBe("string");
     // Checks past the schema (duplicates, cron, policy definitions) are reported once the schema passes.
     const semantic = await apply(
@@ -497,7 +497,7 @@ describe("apply", () => {
     const doc = (await k.api("GET", "/openapi.json", { token: null })).body;
     const path = doc.paths["/projects/{projectId}/config"];
     const manifest = path.get.responses["200"].content["application/json"].schema;
-    expect(Object.keys(manifest.properties)).toEqual(["version", "project", "variables", "auth", "functions", "durable_functions", "databases", "storage"]);
+    expect(Object.keys(manifest.properties)).toEqual(["version", "project", "variables", "auth", "oauth", "functions", "durable_functions", "databases", "storage", "frontends"]);
     expect(path.put.requestBody.content["application/yaml"].schema.properties.version).toBeTruthy();
     expect(path.put.responses["422"]).toBeTruthy();
     expect(path.put.responses["413"]).toBeUndefined();
