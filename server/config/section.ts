@@ -5,7 +5,10 @@ import type { PlanName } from "../config";
 import type { BackupsService } from "../databases/backups";
 import type { DatabasesService } from "../databases/service";
 import type { AuthConfigService } from "../end-users/config";
+import type { DomainsService } from "../frontends/domains";
+import type { FrontendsService } from "../frontends/service";
 import type { FunctionsService } from "../functions/service";
+import type { OAuthConfigsService } from "../oauth/configs";
 import type { ProjectRecord } from "../projects/record";
 import type { ProjectsService } from "../projects/service";
 import type { SchedulersService } from "../schedulers/service";
@@ -25,6 +28,9 @@ export interface ConfigDeps {
   schedulers: SchedulersService;
   buckets: BucketsService;
   storagePolicies: PoliciesService;
+  oauthConfigs: OAuthConfigsService;
+  frontends: FrontendsService;
+  domains: DomainsService;
 }
 
 /** What a section sees of one export or apply. */

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import YAML from "yaml";
 import { activeDatabase, advance } from "../support/databases";
 import { deploy, tgz } from "../support/functions";
-import { BUN, createProject, createToken, KILN, removeDir, ROOT, type TestKiln, useKiln } from "../support/kiln";
+import { BUN, createProject, createToken, eventually, KILN, removeDir, ROOT, type TestKiln, useKiln } from "../support/kiln";
 
 const k = useKiln();
 
@@ -115,7 +115,9 @@ describe("export", () => {
     expect(a.status).toBe(200);
     expect(a.type).toMatch(/^application\/json/);
     const m = JSON.parse(a.text);
-    expect(Object.keys(m)).toEqual(["version", "project", "variables", "auth", "functions", "durable_functions", "databases", "storage"]);
+    expect(Object.keys(m)).toEqual(["version", "project", "variables", "auth", "oauth", "functions", "durable_functions", "databases", "storage", "frontends"]);
+    expect(m.oauth).toEqual([]);
+    expect(m.frontends).toEqual([]);
     expect(m.version).toBe(1);
     expect(m.project).toEqual({ all_regions: false, selected_regions: ["local"] });
     // Entries by name; variable values for the platform token.
@@ -356,13 +358,13 @@ describe("apply", () => {
       auth: { access_token_ttl_seconds: 10, allowed_redirect_urls: ["ftp://x"] },
       functions: [{ name: "hello", schedulers: [{ name: "s", schedule: { kind: "cron", cron_expression: "* * *" } }], invocation_mode: "grpc" }],
       storage: { buckets: [{ name: "avatars", policies: [{ name: "p", operation: "SELECT", definition: "owner_id = = (" }] }] },
-      frontends: [],
+      webhooks: [],
     };
     const r = await apply(rich.p.id, bad);
     expect(r.status, r.text).toBe(422);
     expect(typeof r.body.error).toBe("string");
     const paths = r.body.errors.map((e: any) => e.path);
-    for (const p of ["version", "variables.0.name", "variables.1.value", "auth.access_token_ttl_seconds", "auth.allowed_redirect_urls.0", "functions.0.invocation_mode", "frontends"]) expect(paths, r.text).toContain(p);
+    for (const p of ["version", "variables.0.name", "variables.1.value", "auth.access_token_ttl_seconds", "auth.allowed_redirect_urls.0", "functions.0.invocation_mode", "webhooks"]) expect(paths, r.text).toContain(p);
     for (const e of r.body.errors) expect(typeof e.message).toBe("string");
     // Checks past the schema (duplicates, cron, policy definitions) are reported once the schema passes.
     const semantic = await apply(
@@ -495,12 +497,153 @@ describe("apply", () => {
     const doc = (await k.api("GET", "/openapi.json", { token: null })).body;
     const path = doc.paths["/projects/{projectId}/config"];
     const manifest = path.get.responses["200"].content["application/json"].schema;
-    expect(Object.keys(manifest.properties)).toEqual(["version", "project", "variables", "auth", "functions", "durable_functions", "databases", "storage"]);
+    expect(Object.keys(manifest.properties)).toEqual(["version", "project", "variables", "auth", "oauth", "functions", "durable_functions", "databases", "storage", "frontends"]);
     expect(path.put.requestBody.content["application/yaml"].schema.properties.version).toBeTruthy();
     expect(path.put.responses["422"]).toBeTruthy();
     expect(path.put.responses["413"]).toBeUndefined();
     expect(Object.keys(path.put.responses["200"].content["application/json"].schema.properties)).toEqual(["results", "skipped", "missing", "summary"]);
   });
+});
+
+describe("oauth and frontends sections", () => {
+  const SECRET = "GOCSPX-manifest-secret-0123456789";
+  const callback = (provider: string) => `http://localhost:7070/auth/oauth/${provider}/callback`;
+
+  test("oauth: exported without secrets; export → apply unchanged; updates keep the stored secret; a create without its secret is an error entry", async () => {
+    const p = await createProject(k);
+    const base = `/projects/${p.id}/oauth/configs`;
+    await post(base, { provider: "google", client_id: "google-client", client_secret: SECRET, redirect_url: callback("google") });
+    await post(base, { provider: "device", client_id: "tv-app" });
+    const masked = (await k.api("GET", `${base}/google`)).body.client_secret;
+    expect(masked).toMatch(/^GOCS…/);
+
+    const text = await exportText(p.id);
+    const m = JSON.parse(text);
+    // Providers in the catalogue's order, device clients by client_id; never a secret, masked or not.
+    expect(m.oauth).toEqual([
+      { provider: "google", client_id: "google-client", enabled: true, redirect_url: callback("google"), scopes: ["openid", "email", "profile"], issuer: null },
+      { provider: "device", client_id: "tv-app", enabled: true },
+    ]);
+    expect(text).not.toContain("client_secret");
+    expect(text).not.toContain("GOCS");
+    expect(text).not.toContain("0123456789");
+    expect((await exported(p.id, { query: "?format=yaml" })).text).not.toContain("GOCS");
+
+    const same = await apply(p.id, text, { type: "application/json" });
+    expect(same.status, same.text).toBe(200);
+    expect(actions(same.body)).toEqual({ "project regions": "unchanged", auth: "unchanged", "oauth google": "unchanged", "oauth device/tv-app": "unchanged" });
+
+    // An update through the manifest: fields change, the secret stays; a device client listed anew is
+    // created, one left out is deleted; a redirect provider without its secret cannot be created.
+    const upd = {
+      version: 1,
+      oauth: [
+        { provider: "google", client_id: "google-client-2", enabled: false, redirect_url: callback("google"), scopes: ["openid", "email"] },
+        { provider: "github", client_id: "gh-client", redirect_url: callback("github") },
+        { provider: "device", client_id: "kiosk", enabled: false },
+      ],
+    };
+    const dry = await apply(p.id, upd, { dryRun: true });
+    expect(dry.status, dry.text).toBe(200);
+    expect(actions(dry.body)).toEqual({ "oauth google": "updated", "oauth github": "error", "oauth device/kiosk": "created", "oauth device/tv-app": "deleted" });
+    expect(dry.body.results.find((r: any) => r.name === "google").notice).toBe('client_id: "google-client" → "google-client-2"; enabled: true → false; scopes: ["openid","email","profile"] → ["openid","email"]');
+    expect(dry.body.results.find((r: any) => r.name === "github").notice).toMatch(/client_secret is write-only.*kiln auth oauth configs create github --client-secret/);
+    expect(dry.body.summary).toMatchObject({ created: 1, updated: 1, deleted: 1, errors: 1 });
+    expect(await exportText(p.id)).toBe(text);
+
+    const r = await apply(p.id, upd);
+    expect(r.status, r.text).toBe(200);
+    expect(r.body).toEqual(dry.body);
+    const google = (await k.api("GET", `${base}/google`)).body;
+    expect(google).toMatchObject({ client_id: "google-client-2", enabled: false, scopes: ["openid", "email"], client_secret: masked });
+    expect((await k.api("GET", `${base}/github`)).status).toBe(404);
+    expect((await k.api("GET", base)).body.configs.map((c: any) => `${c.provider}/${c.client_id}`).sort()).toEqual(["device/kiosk", "google/google-client-2"]);
+    // What the apply left is what the next export shows, and applying it again changes nothing.
+    const after = JSON.parse(await exportText(p.id));
+    expect(after.oauth).toEqual([
+      { provider: "google", client_id: "google-client-2", enabled: false, redirect_url: callback("google"), scopes: ["openid", "email"], issuer: null },
+      { provider: "device", client_id: "kiosk", enabled: false },
+    ]);
+    expect((await apply(p.id, after)).body.summary).toMatchObject({ created: 0, updated: 0, deleted: 0, errors: 0 });
+
+    // The OAuth area's rules, at validation: a redirect URL it refuses, a device client with scopes, a
+    // provider listed twice, a secret in the manifest: 422, nothing applied.
+    const bad = await apply(p.id, {
+      version: 1,
+      oauth: [
+        { provider: "google", client_id: "x", redirect_url: "not a url" },
+        { provider: "google", client_id: "y", redirect_url: callback("google") },
+        { provider: "device", client_id: "kiosk", scopes: ["openid"] },
+        { provider: "apple", client_id: "z", client_secret: "s3cret" },
+      ],
+    });
+    expect(bad.status, bad.text).toBe(422);
+    const paths = bad.body.errors.map((e: any) => e.path);
+    expect(paths).toEqual(expect.arrayContaining(["oauth.0.redirect_url", "oauth.3.client_secret"]));
+    expect(bad.text).not.toContain("s3cret\"");
+    const bad2 = await apply(p.id, { version: 1, oauth: [{ provider: "google", client_id: "x", redirect_url: callback("google") }, { provider: "google", client_id: "y", redirect_url: callback("google") }, { provider: "device", client_id: "kiosk", scopes: ["openid"] }] });
+    expect(bad2.status, bad2.text).toBe(422);
+    expect(bad2.body.errors).toEqual([
+      { path: "oauth.1", message: "provider google is listed twice" },
+      { path: "oauth.2.scopes", message: "a device client takes only client_id and enabled" },
+    ]);
+    expect((await k.api("GET", `${base}/google`)).body.client_id).toBe("google-client-2");
+  }, 60_000);
+
+  test("frontends: settings and custom domain exported without TLS material; never created or deleted (skipped/missing); changes that need a deploy or a certificate are error entries", async () => {
+    const p = await createProject(k);
+    const form = new FormData();
+    form.append("name", "site");
+    form.append("variables", "API_URL");
+    form.set("archive", new Blob([new Uint8Array(tgz({ "dist/index.html": "<h1>hi</h1>" }))]), "site.tgz");
+    const res = await fetch(`${k.url}/projects/${p.id}/frontends`, { method: "POST", headers: { authorization: `Bearer ${k.token}` }, body: form });
+    expect(res.status, await res.clone().text()).toBe(201);
+    const id = ((await res.json()) as any).id;
+    const f = (await eventually(() => k.api("GET", `/projects/${p.id}/frontends/${id}`), (r) => r.status === 200 && r.body.status !== "provisioning" && !r.body.pending_deployment_id, 60_000)).body;
+    expect(f.status).toBe("active");
+
+    const text = await exportText(p.id);
+    const m = JSON.parse(text);
+    expect(m.frontends).toEqual([{ name: "site", framework: "static", app_root: f.app_root ?? null, variable_scope: "scoped", variables: ["API_URL"], custom_domain: null }]);
+    expect(Object.keys(m.frontends[0])).toEqual(["name", "framework", "app_root", "variable_scope", "variables", "custom_domain"]);
+    expect(await exportText(p.id)).toBe(text);
+
+    // export → apply: unchanged, nothing skipped or missing.
+    const same = await apply(p.id, text, { type: "application/json" });
+    expect(same.status, same.text).toBe(200);
+    expect(actions(same.body)).toEqual({ "project regions": "unchanged", auth: "unchanged", "frontends site": "unchanged" });
+    expect(same.body.summary).toMatchObject({ unchanged: 3, skipped: 0, missing: 0, errors: 0 });
+
+    // An entry for a frontend the project lacks: skipped; the project's unlisted frontend: missing; neither changes.
+    const cover = await apply(p.id, { version: 1, frontends: [{ name: "ghost", variable_scope: "all" }] });
+    expect(cover.status, cover.text).toBe(200);
+    expect(cover.body.skipped).toEqual([{ type: "frontend", name: "ghost", reason: expect.stringMatching(/never creates frontends/) }]);
+    expect(cover.body.missing).toEqual([{ type: "frontend", name: "site" }]);
+    expect(cover.body.results).toEqual([]);
+    expect(cover.body.summary).toMatchObject({ skipped: 1, missing: 1, errors: 0 });
+    expect((await k.api("GET", `/projects/${p.id}/frontends`)).body.data.map((x: any) => x.name)).toEqual(["site"]);
+
+    // A changed setting takes a deployment and a new custom domain its certificate: error entries
+    // naming the command; nothing changes. Detaching when none is attached is no step at all.
+    const change = await apply(p.id, { version: 1, frontends: [{ name: "site", variable_scope: "all", custom_domain: { domain: "www.example.com", tls: { mode: "byoc" } } }] });
+    expect(change.status, change.text).toBe(200);
+    expect(actions(change.body)).toEqual({ "frontends site": "error", "frontend_domains site": "error" });
+    const notices = Object.fromEntries(change.body.results.map((r: any) => [r.section, r.notice]));
+    expect(notices.frontends).toMatch(/^variable_scope: "scoped" → "all": .*kiln frontends deploy site/);
+    expect(notices.frontend_domains).toMatch(/www\.example\.com.*kiln frontends domain set site www\.example\.com/);
+    expect(change.body.summary).toMatchObject({ errors: 2 });
+    expect(await exportText(p.id)).toBe(text);
+    const none = await apply(p.id, { version: 1, frontends: [{ name: "site", custom_domain: null }] });
+    expect(actions(none.body)).toEqual({ "frontends site": "unchanged" });
+
+    // Certificate or key material in a manifest: 422 (unknown fields), nothing applied.
+    const bad = await apply(p.id, { version: 1, frontends: [{ name: "site", custom_domain: { domain: "www.example.com", tls: { mode: "byoc", private_key_pem: "-----BEGIN" } } }, { name: "site" }] });
+    expect(bad.status, bad.text).toBe(422);
+    expect(bad.body.errors.map((e: any) => e.path)).toEqual(["frontends.0.custom_domain.tls.private_key_pem"]);
+    const dup = await apply(p.id, { version: 1, frontends: [{ name: "site" }, { name: "site" }] });
+    expect(dup.status).toBe(422);
+    expect(dup.body.errors).toEqual([{ path: "frontends.1.name", message: "frontend 'site' is listed twice" }]);
+  }, 120_000);
 });
 
 describe("concurrent applies", () => {

@@ -155,6 +155,44 @@ describe("custom domains", () => {
     expect((await httpsGet("shop.example.test", ca.cert)).authorized).toBe(false);
   });
 
+  it("in the configuration manifest: the domain and tls.mode without certificate or key; unchanged on a round trip; null detaches", async () => {
+    const p2 = await createProject(k);
+    const site = await deployFrontend(k, p2.id, "cfg");
+    const cert = issue("cfg.example.test", ["cfg.example.test"], { issuer: ca });
+    const attached = await k.api("POST", `/projects/${p2.id}/frontends/${site.id}/domain`, body("cfg.example.test", { certificate_pem: cert.cert, private_key_pem: cert.key, certificate_chain_pem: ca.cert }));
+    expect(attached.status, attached.text).toBe(201);
+    const exported = await fetch(`${k.url}/projects/${p2.id}/config?format=yaml`, { headers: { authorization: `Bearer ${k.token}` } });
+    const text = await exported.text();
+    expect(exported.status, text).toBe(200);
+    expect(text).toContain("custom_domain:\n      domain: cfg.example.test\n      tls:\n        mode: byoc\n");
+    expect(text).not.toMatch(/BEGIN|PRIVATE|certificate|fingerprint/);
+    const put = (manifest: string | object) =>
+      fetch(`${k.url}/projects/${p2.id}/config`, {
+        method: "PUT",
+        headers: { authorization: `Bearer ${k.token}`, "content-type": typeof manifest === "string" ? "application/yaml" : "application/json" },
+        body: typeof manifest === "string" ? manifest : JSON.stringify(manifest),
+      }).then(async (r) => ({ status: r.status, body: (await r.json()) as any }));
+    const same = await put(text);
+    expect(same.status).toBe(200);
+    expect(same.body.results.filter((r: any) => r.section.startsWith("frontend"))).toEqual([
+      { section: "frontends", name: "cfg", action: "unchanged" },
+      { section: "frontend_domains", name: "cfg", action: "unchanged" },
+    ]);
+    // Another domain needs its own certificate: an error entry, the attached one stays.
+    const other = await put({ version: 1, frontends: [{ name: "cfg", custom_domain: { domain: "www.cfg.example.test", tls: { mode: "byoc" } } }] });
+    expect(other.body.results[1]).toMatchObject({ section: "frontend_domains", action: "error", notice: expect.stringMatching(/kiln frontends domain set cfg www\.cfg\.example\.test/) });
+    expect((await k.api("GET", `/projects/${p2.id}/frontends/${site.id}/domain`)).body.domain).toBe("cfg.example.test");
+    // null: detached (what DELETE .../domain does).
+    const off = await put({ version: 1, frontends: [{ name: "cfg", custom_domain: null }] });
+    expect(off.body.results).toEqual([
+      { section: "frontends", name: "cfg", action: "unchanged" },
+      { section: "frontend_domains", name: "cfg", action: "deleted" },
+    ]);
+    await eventually(() => k.api("GET", `/projects/${p2.id}/frontends/${site.id}/domain`), (g) => g.text === "null");
+    const after = await fetch(`${k.url}/projects/${p2.id}/config`, { headers: { authorization: `Bearer ${k.token}` } }).then((r) => r.json() as any);
+    expect(after.frontends[0].custom_domain).toBeNull();
+  });
+
   it("is SUPERAGENT only: 403 on HOBBY", async () => {
     const acct = await k.api("POST", "/admin/accounts", { token: k.adminToken, body: { plan: "hobby" } });
     const hp = await createProject(k, undefined, acct.body.platform_token);
