@@ -37,10 +37,11 @@ export default defineConfig({
           // suites (a client of the same API), archives and the sandbox, HTTP conventions, body limits,
           // the OpenAPI document, mail, the OAuth emulators' login page in a browser (the emulators keep
           // nothing in the store), OAuth sign-in in a browser (the pages; oauth-flow.test runs the same
-          // flows over HTTP on both stores); storage runs on PostgreSQL in the s3 project below.
+          // flows over HTTP on both stores); the web console in a browser (a client of the public API,
+          // whose routes the other files test on both stores); storage runs on PostgreSQL in the s3 project below.
           exclude: [
             ...blackBox.exclude,
-            ...["cli", "storage-cli", "durable-cli", "function-archives", "function-sandbox", "conventions", "limits", "openapi", "mail-delivery", "oauth-emulators-browser", "oauth-browser", "storage", "storage-memory"].map((f) => `test/http/${f}.test.ts`),
+            ...["cli", "storage-cli", "durable-cli", "function-archives", "function-sandbox", "conventions", "limits", "openapi", "mail-delivery", "oauth-emulators-browser", "oauth-browser", "console", "storage", "storage-memory"].map((f) => `test/http/${f}.test.ts`),
           ],
           env: { KILN_TEST_STORE: "postgres" },
           globalSetup: ["test/support/global-postgres.ts"],
