@@ -12,7 +12,7 @@ export async function buildConsole(): Promise<string> {
   if (!out.success) throw new Error(`console build failed: ${out.logs.map(String).join("\n")}`);
   const js = (await out.outputs[0]!.text()).replaceAll("</script", "<\\/script");
   const css = readFileSync(STYLE, "utf8");
-  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>Kiln console</title><style>${css}</style></head><body><div id="app"></div><script type="module">${js}</script></body></html>`;
+  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>Kiln console</title><link rel="icon" href="data:,"><style>${css}</style></head><body><div id="app"></div><script type="module">${js}</script></body></html>`;
 }
 
 /**

@@ -4,7 +4,7 @@
 // test-results/console/ (git-ignored) for review.
 import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { afterAll, beforeAll, beforeEach, describe, expect, test } from "vitest";
 import { useBrowser, type Page } from "../support/browser";
 import { connect } from "../support/database-clients";
 import { activeDatabase } from "../support/databases";
@@ -30,6 +30,9 @@ beforeAll(async () => {
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
 }, 90_000);
 
+// Each test answers for its own page's errors only.
+beforeEach(() => void problems.splice(0));
+
 afterAll(async () => {
   await page?.close().catch(() => {});
 });
@@ -48,7 +51,7 @@ test("/_console serves one self-contained page; /_console/ sends people there", 
   expect(res.headers.get("content-type")).toContain("text/html");
   const html = await res.text();
   // Nothing fetched from elsewhere: no external script, style or font.
-  expect(html).not.toMatch(/<script[^>]+src=|<link[^>]+href=|https?:\/\/(?!127\.0\.0\.1)[a-z]/i);
+  expect(html).not.toMatch(/<script[^>]+src=|<link[^>]+href="(?!data:)|https?:\/\/(?!127\.0\.0\.1)[a-z]/i);
   const slash = await fetch(`${k.url}/_console/`, { redirect: "manual" });
   expect([slash.status, slash.headers.get("location")]).toEqual([308, "/_console"]);
 });
@@ -92,6 +95,11 @@ describe("sign-in", () => {
 
 describe("pages and journeys", () => {
   let projectId = "";
+  // Signed in as the sign-in tests leave it, also when they are skipped (-t).
+  beforeAll(async () => {
+    await page.goto(`${k.url}/_console`);
+    await page.evaluate((t) => sessionStorage.setItem("kiln.console.token", t), k.token);
+  });
 
   test("projects: create one, then its keys, access tokens and variables", async () => {
     await open("#/");
@@ -136,11 +144,13 @@ describe("pages and journeys", () => {
   test("functions: deploy an archive, see the build log, invoke with a JSON body, read its logs", async () => {
     await open(`#/p/${projectId}/functions`);
     await page.getByLabel("Name").fill("hello");
-    await page.getByLabel("Handler (optional)").fill("index.handler");
+    await page.getByLabel("Handler (optional)").fill("handler");
     const code = tgz({ "index.js": readFileSync(join(import.meta.dirname, "..", "..", "docs", "examples", "hello", "index.js"), "utf8") });
     await page.getByLabel("Source archive").setInputFiles({ name: "hello.tgz", mimeType: "application/gzip", buffer: code });
     await page.getByRole("button", { name: "Deploy" }).click();
-    await page.getByRole("heading", { name: "Function hello" }).waitFor();
+    await page.locator("h2, [role=alert]").first().waitFor();
+    expect(await page.locator("[role=alert]").allTextContents()).toEqual([]);
+    await page.getByRole("heading", { name: /^Function hello/ }).waitFor();
     const fn = (await k.api("GET", `/projects/${projectId}/functions`)).body.data[0];
     await eventually(() => k.api("GET", `/projects/${projectId}/functions/${fn.id}`), (r) => r.body.status !== "provisioning" && !r.body.pending_deployment_id, 60_000);
     await page.getByRole("button", { name: "Refresh" }).first().click();
@@ -187,7 +197,7 @@ describe("pages and journeys", () => {
     try {
       await c`create table items (name text primary key, qty int not null)`;
       await c`insert into items values ('apple', 7), ('pear', 2), ('plum', 9)`;
-      await c`grant select on items to anon`;
+      await c`grant select on items to anonymous`;
     } finally {
       await c.end({ timeout: 1 });
     }
@@ -227,7 +237,7 @@ describe("pages and journeys", () => {
     await page.getByLabel("File", { exact: true }).setInputFiles({ name: "note.txt", mimeType: "text/plain", buffer: content });
     await page.getByLabel(/^Object name/).fill("u1/note.txt");
     await page.getByRole("button", { name: "Upload" }).click();
-    await page.getByRole("cell", { name: "u1/note.txt" }).waitFor();
+    await page.getByRole("cell", { name: "u1/note.txt", exact: true }).waitFor();
 
     const download = page.waitForEvent("download");
     await page.getByRole("button", { name: "Download u1/note.txt" }).click();

@@ -90,5 +90,6 @@ function render(problem: string | null = null): void {
   document.title = `Kiln console${parts.length ? ` · ${parts.filter((p, i) => i !== 1 || parts[0] !== "p").join(" · ")}` : ""}`;
 }
 
-window.addEventListener("hashchange", () => render());
+// A sign-in link opened in a tab already showing the console changes only the fragment.
+window.addEventListener("hashchange", () => (/(?:^#|&)code=/.test(location.hash) ? redeemLinkCode().then(render) : render()));
 redeemLinkCode().then(render);
