@@ -73,6 +73,7 @@ export function databasesPage(projectId: string): HTMLElement {
           ],
           "Run",
           async (d) => {
+            results.replaceChildren();
             const body: Record<string, unknown> = { table: d.table };
             const filters = parseJson("filters", d.filters, undefined);
             if (filters !== undefined) body.filters = filters;

@@ -38,7 +38,7 @@ function route(path: string, method: string, op: any): HTMLElement {
   const el = h("details", { class: "route" }, h("summary", {}, h("span", { class: "method" }, method.toUpperCase()), h("code", {}, path), " ", h("span", { class: "muted" }, op.summary ?? "")));
   // Built when opened: a few hundred routes' schemas rendered up front would slow the page down.
   el.addEventListener("toggle", () => {
-    if (el.open && el.childElementCount === 1) el.append(...routeBody(path, method, op, pathParams, queryParams, body));
+    if (el.open && el.childElementCount === 1) el.append(...routeBody(path, method, op, pathParams, queryParams, body).filter((x): x is HTMLElement => x !== null));
   });
   return el;
 }

@@ -22,7 +22,7 @@ export function functionsPage(projectId: string): HTMLElement {
       );
     });
 
-  const show = (functionId: string) =>
+  const show = (functionId: string): Promise<void> =>
     detail.run(async () => {
       const [f, deployments] = await Promise.all([api("GET", `/projects/${projectId}/functions/${functionId}`), api("GET", `/projects/${projectId}/functions/${functionId}/deployments`)]);
       const buildLog = slot();
@@ -31,13 +31,14 @@ export function functionsPage(projectId: string): HTMLElement {
       return h(
         "section",
         { "aria-label": `function ${f.name}` },
-        h("h2", {}, `Function ${f.name}`, " ", button("Refresh", () => show(functionId))),
+        h("h2", {}, `Function ${f.name}`, " ", button("Refresh", async () => void (await Promise.all([load(), show(functionId)])))),
         h("p", {}, `${f.status} · ${f.runtime} · handler ${f.handler} · `, h("code", {}, f.invoke_url)),
         h("h3", {}, "Invoke"),
         form(
           [h("label", {}, "JSON payload", h("textarea", { name: "payload" }, '{"name":"ada"}'))],
           "Invoke",
           async (d) => {
+            response.replaceChildren();
             let payload: unknown;
             try {
               payload = d.payload?.trim() ? JSON.parse(d.payload) : null;
@@ -53,7 +54,7 @@ export function functionsPage(projectId: string): HTMLElement {
             try {
               body = JSON.parse(text);
             } catch {}
-            response.replaceChildren(h("p", {}, `${res.status} in ${ms} ms`), h("div", { class: "invoke-response" }, json(body)), timings.length ? h("pre", {}, timings.join("\n")) : null);
+            response.replaceChildren(h("p", {}, `${res.status} in ${ms} ms`), h("div", { class: "invoke-response" }, json(body)), timings.length ? h("pre", {}, timings.join("\n")) : "");
           },
         ),
         response,
