@@ -1,4 +1,4 @@
-import { randomBytes } from "node:crypto";
+import { randomBytes, timingSafeEqual } from "node:crypto";
 
 /** How long the sign-in code printed at start stays usable (on Kiln's clock). */
 export const SIGN_IN_CODE_TTL_MS = 15 * 60_000;
@@ -24,7 +24,9 @@ export class ConsoleSignIn {
 
   /** True once for the right code within its lifetime. */
   redeem(code: string): boolean {
-    if (!this.code || code !== this.code || this.now() > this.expiresAt) return false;
+    if (!this.code || this.now() > this.expiresAt) return false;
+    const [a, b] = [Buffer.from(code), Buffer.from(this.code)];
+    if (a.length !== b.length || !timingSafeEqual(a, b)) return false;
     this.code = null;
     return true;
   }
