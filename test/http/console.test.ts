@@ -37,7 +37,9 @@ afterAll(async () => {
   await page?.close().catch(() => {});
 });
 
+/** A fresh load of the page at `hash` (going to the same address again would change nothing). */
 async function open(hash: string) {
+  await page.goto("about:blank");
   await page.goto(`${k.url}/_console${hash}`);
   await page.waitForFunction(() => !document.querySelector("main")?.textContent?.includes("Loading…"), null, { timeout: 15_000 }).catch(() => {});
 }
@@ -258,6 +260,59 @@ describe("pages and journeys", () => {
     await page.getByText(/moved forward 3600 s/).waitFor();
     expect((await k.api("GET", "/_kiln/clock", { token: null })).body.offset_ms).toBeGreaterThanOrEqual(3_600_000);
     await shot("clock");
+    noProblems();
+  });
+
+  test("end users: create, search, paginate, delete", async () => {
+    await open(`#/p/${projectId}/users`);
+    await page.getByLabel("Email", { exact: true }).fill("ada@example.com");
+    await page.getByLabel("Password").fill("long enough pass");
+    await page.getByRole("button", { name: "Create end user" }).click();
+    await page.getByRole("cell", { name: "ada@example.com", exact: true }).waitFor();
+    // The API's refusal of a second user with the same email, as the API words it.
+    await page.getByLabel("Email", { exact: true }).fill("ada@example.com");
+    await page.getByRole("button", { name: "Create end user" }).click();
+    await page.getByRole("alert").waitFor();
+    expect(await page.getByRole("alert").textContent()).toMatch(/^4\d\d: /);
+    problems.splice(0);
+    for (let i = 0; i < 50; i++) {
+      const r = await k.api("POST", `/projects/${projectId}/users`, { body: { email: `u${i}@example.com`, password: "long enough pass" } });
+      expect(r.status, r.text).toBe(201);
+    }
+    await open(`#/p/${projectId}/users`);
+    await page.getByText(/page 1 \(51 in all\)/).waitFor();
+    await page.getByRole("link", { name: "Next →" }).click();
+    await page.getByText(/page 2 \(51 in all\)/).waitFor();
+    await open(`#/p/${projectId}/users?search=ada`);
+    await page.getByRole("button", { name: "Delete ada@example.com" }).waitFor();
+    await shot("users");
+    page.once("dialog", (d) => d.accept());
+    await page.getByRole("button", { name: "Delete ada@example.com" }).click();
+    await page.getByText("No end user matches.").waitFor();
+    noProblems();
+  });
+
+  test("schedulers: create one for a function, advance the clock, see its run", async () => {
+    await open(`#/p/${projectId}/schedulers`);
+    await page.getByLabel("Name").fill("hourly");
+    await page.getByLabel("Function").selectOption("hello");
+    await page.getByLabel("Cron schedule").fill("0 * * * *");
+    await page.getByLabel(/^Payload/).fill('{"name":"cron"}');
+    await page.getByRole("button", { name: "Create scheduler" }).click();
+    await page.locator("button:text('Runs of hourly'), [role=alert]").first().waitFor();
+    expect(await page.locator("[role=alert]").allTextContents()).toEqual([]);
+    await page.getByRole("button", { name: "Runs of hourly" }).waitFor();
+    await open("#/clock");
+    await page.getByLabel("Seconds").fill("3700");
+    await page.getByRole("button", { name: "Advance" }).click();
+    await page.getByText(/moved forward \d+ s/).waitFor();
+    const s = (await k.api("GET", `/projects/${projectId}/schedulers`)).body.data[0];
+    await eventually(() => k.api("GET", `/projects/${projectId}/functions/${s.function_id}/schedulers/${s.id}/runs`), (r) => r.body.data.some((x: any) => x.finished_at), 30_000);
+    await open(`#/p/${projectId}/schedulers`);
+    await page.getByRole("button", { name: "Runs of hourly" }).click();
+    await page.getByRole("heading", { name: "Runs of hourly" }).waitFor();
+    expect(await page.getByText("No runs yet.").count()).toBe(0);
+    await shot("schedulers");
     noProblems();
   });
 

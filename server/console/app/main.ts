@@ -7,7 +7,9 @@ import { functionsPage } from "./functions";
 import { logsPage } from "./logs";
 import { projectPage, projectPath, projectsPage } from "./projects";
 import { current, go } from "./router";
+import { schedulersPage } from "./schedulers";
 import { storagePage } from "./storage";
+import { usersPage } from "./users";
 
 const app = document.getElementById("app")!;
 
@@ -47,6 +49,8 @@ const PROJECT_TABS: [string, string][] = [
   ["/databases", "Databases"],
   ["/storage", "Storage"],
   ["/logs", "Logs"],
+  ["/users", "End users"],
+  ["/schedulers", "Schedulers"],
 ];
 
 function layout(content: HTMLElement, projectId?: string, tab?: string): HTMLElement {
@@ -81,7 +85,13 @@ function render(problem: string | null = null): void {
     const id = parts[1];
     const tab = parts[2] ? `/${parts[2]}` : "";
     const body =
-      tab === "/functions" ? functionsPage(id) : tab === "/databases" ? databasesPage(id) : tab === "/storage" ? storagePage(id, params) : tab === "/logs" ? logsPage(id, params) : projectPage(id);
+      tab === "/functions" ? functionsPage(id) : tab === "/databases" ? databasesPage(id) : tab === "/storage" ? storagePage(id, params) : tab === "/logs"
+                ? logsPage(id, params)
+                : tab === "/users"
+                  ? usersPage(id, params)
+                  : tab === "/schedulers"
+                    ? schedulersPage(id)
+                    : projectPage(id);
     page = layout(body, id, tab);
   } else if (parts[0] === "clock") page = layout(clockPage());
   else if (parts[0] === "api") page = layout(explorerPage());
