@@ -1,10 +1,13 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 
 /** The console's sources (plain TypeScript, no framework) and where `npm run build:console` puts the bundle. */
-const APP = join(import.meta.dir, "app", "main.ts");
-const STYLE = join(import.meta.dir, "app", "style.css");
-export const BUNDLE_FILE = join(import.meta.dir, "dist", "console.html");
+// import.meta.url, not import.meta.dir: unit tests load the areas under vitest's transform.
+const HERE = dirname(fileURLToPath(import.meta.url));
+const APP = join(HERE, "app", "main.ts");
+const STYLE = join(HERE, "app", "style.css");
+export const BUNDLE_FILE = join(HERE, "dist", "console.html");
 
 /** Bundles the app with Bun's bundler into one self-contained HTML page (script and style inline: nothing fetched). */
 export async function buildConsole(): Promise<string> {
