@@ -52,5 +52,7 @@ export function startCommand(program: Command): void {
       stopOnSignals(() => running.stop(), { ms: config.stopTimeoutMs, waitingFor: running.stopPhase });
       if (json) console.log(JSON.stringify({ listening: running.url }));
       else console.log(`Kiln listening on ${running.url}`);
+      const code = running.services.consoleSignIn.current();
+      if (!json && code) console.log(`Console: ${running.url}/_console#code=${code} (a one-time sign-in link, valid 15 minutes)`);
     });
 }

@@ -2,6 +2,7 @@ import { accessTokensArea } from "./access-tokens/area";
 import { accountsArea } from "./accounts/area";
 import type { CheckOrder } from "./area";
 import { configArea } from "./config/area";
+import { consoleArea } from "./console/area";
 import { databasesArea } from "./databases/area";
 import { deploymentsArea } from "./deployments/area";
 import { durableArea } from "./durable/area";
@@ -58,6 +59,7 @@ export const AREAS = [
   configArea,
   testingArea,
   mcpArea,
+  consoleArea,
 ] as const;
 
 /** A compile error here names an area listed before something it needs. */

@@ -46,6 +46,15 @@ export class AccountsService {
     return r?.is_default === true;
   }
 
+  /** A new platform token of the instance's default account (the console's one-time sign-in). */
+  async issueDefaultToken(): Promise<string> {
+    const [account] = await this.store.query<{ id: string }>(`select id from accounts where is_default`);
+    if (!account) throw new Error("the default account does not exist yet");
+    const token = newSecret("pk");
+    await this.addToken(account.id, token, this.store);
+    return token;
+  }
+
   private async addToken(accountId: string, token: string, tx: Sql): Promise<void> {
     await tx.query(
       `insert into platform_tokens (id, account_id, token_hash, token_prefix, created_at) values ($1, $2, $3, $4, $5)

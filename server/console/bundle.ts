@@ -1,0 +1,44 @@
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/** The console's sources (plain TypeScript, no framework) and where `npm run build:console` puts the bundle. */
+// import.meta.url, not import.meta.dir: unit tests load the areas under vitest's transform.
+const HERE = dirname(fileURLToPath(import.meta.url));
+const APP = join(HERE, "app", "main.ts");
+const STYLE = join(HERE, "app", "style.css");
+export const BUNDLE_FILE = join(HERE, "dist", "console.html");
+
+/** Bundles the app with Bun's bundler into one self-contained HTML page (script and style inline: nothing fetched). */
+export async function buildConsole(): Promise<string> {
+  const out = await Bun.build({ entrypoints: [APP], target: "browser", minify: true, format: "esm" });
+  if (!out.success) throw new Error(`console build failed: ${out.logs.map(String).join("\n")}`);
+  const js = (await out.outputs[0]!.text()).replaceAll("</script", "<\\/script");
+  const css = readFileSync(STYLE, "utf8");
+  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>Kiln console</title><link rel="icon" href="data:,"><style>${css}</style></head><body><div id="app"></div><script type="module">${js}</script></body></html>`;
+}
+
+/**
+ * The page served at /_console/: the file built at package time (postinstall, `npm run build:console`)
+ * when it is there, else built once in memory from the sources (a checkout that skipped the script).
+ */
+let page: Promise<string> | null = null;
+export function consolePage(): Promise<string> {
+  page ??= builtIsCurrent() ? Promise.resolve(readFileSync(BUNDLE_FILE, "utf8")) : buildConsole();
+  page.catch(() => (page = null));
+  return page;
+}
+
+/** The built page exists and no source changed after it (a checkout editing the console sees its edits). */
+function builtIsCurrent(): boolean {
+  if (!existsSync(BUNDLE_FILE)) return false;
+  const built = statSync(BUNDLE_FILE).mtimeMs;
+  const dir = dirname(APP);
+  return readdirSync(dir).every((f) => statSync(join(dir, f)).mtimeMs <= built);
+}
+
+if (import.meta.main) {
+  mkdirSync(dirname(BUNDLE_FILE), { recursive: true });
+  writeFileSync(BUNDLE_FILE, await buildConsole());
+  console.log(`console built: ${BUNDLE_FILE}`);
+}

@@ -1,0 +1,334 @@
+// The web console (/_console/) in headless Chromium against a real Kiln: sign-in (the start line's
+// one-time link and the token form), every page loading with no browser console errors, and one
+// journey per area done through the page alone. A screenshot of each page goes to
+// test-results/console/ (git-ignored) for review.
+import { mkdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, beforeEach, describe, expect, test } from "vitest";
+import { useBrowser, type Page } from "../support/browser";
+import { connect } from "../support/database-clients";
+import { activeDatabase } from "../support/databases";
+import { tgz } from "../support/functions";
+import { createProject, eventually, useKiln } from "../support/kiln";
+
+const k = useKiln({ args: ["--controllable-clock"] });
+const browser = useBrowser();
+const SHOTS = join(import.meta.dirname, "..", "..", "test-results", "console");
+mkdirSync(SHOTS, { recursive: true });
+
+let page: Page;
+/** Errors the page logged or threw; every test ends with none. */
+const problems: string[] = [];
+
+beforeAll(async () => {
+  page = await (await browser.get()).page();
+  page.on("console", (m) => {
+    // A failed API call the page shows as an error box is logged by Chromium as a failed resource load;
+    // the tests that provoke one clear it. Anything else is a fault of the page.
+    if (m.type() === "error") problems.push(m.text());
+  });
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+}, 90_000);
+
+// Each test answers for its own page's errors only.
+beforeEach(() => void problems.splice(0));
+
+afterAll(async () => {
+  await page?.close().catch(() => {});
+});
+
+/** A fresh load of the page at `hash` (going to the same address again would change nothing). */
+async function open(hash: string) {
+  await page.goto("about:blank");
+  await page.goto(`${k.url}/_console${hash}`);
+  await page.waitForFunction(() => !document.querySelector("main")?.textContent?.includes("Loading…"), null, { timeout: 15_000 }).catch(() => {});
+}
+
+const shot = (name: string) => page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
+const noProblems = () => expect(problems.splice(0)).toEqual([]);
+
+test("/_console serves one self-contained page; /_console/ sends people there", async () => {
+  const res = await fetch(`${k.url}/_console`);
+  expect(res.status).toBe(200);
+  expect(res.headers.get("content-type")).toContain("text/html");
+  const html = await res.text();
+  // Nothing fetched from elsewhere: no external script, style or font.
+  expect(html).not.toMatch(/<script[^>]+src=|<link[^>]+href="(?!data:)|https?:\/\/(?!127\.0\.0\.1)[a-z]/i);
+  const slash = await fetch(`${k.url}/_console/`, { redirect: "manual" });
+  expect([slash.status, slash.headers.get("location")]).toEqual([308, "/_console"]);
+});
+
+describe("sign-in", () => {
+  test("the start line's one-time link signs in, leaves the URL and cannot be used twice", async () => {
+    const link = /Console: (http:\/\/\S+\/_console#code=[A-Za-z0-9_-]+)/.exec(k.stdout)?.[1];
+    expect(link, k.stdout).toBeTruthy();
+    await page.goto(link!);
+    await page.getByRole("heading", { name: "Projects" }).waitFor();
+    expect(page.url()).not.toContain("code=");
+    const token = await page.evaluate(() => sessionStorage.getItem("kiln.console.token"));
+    expect(token).toMatch(/^pk-/);
+    // The token it got is a working platform token of this Kiln's account.
+    expect((await k.api("GET", "/projects", { token })).status).toBe(200);
+    noProblems();
+
+    await page.evaluate(() => sessionStorage.clear());
+    await page.goto(link!);
+    await page.getByRole("alert").waitFor();
+    expect(await page.getByRole("alert").textContent()).toContain("invalid or used sign-in code");
+    problems.splice(0); // the refused exchange's 400, shown above
+  });
+
+  test("the token form shows the API's refusal, then signs in with the platform token", async () => {
+    await page.evaluate(() => sessionStorage.clear());
+    await open("");
+    await page.getByLabel("Platform token").fill("pk-wrongwrongwrongwrong");
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("alert").waitFor();
+    expect(await page.getByRole("alert").textContent()).toMatch(/^401: /);
+    problems.splice(0);
+    await shot("sign-in");
+    await page.getByLabel("Platform token").fill(k.token);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("heading", { name: "Projects" }).waitFor();
+    expect(await page.evaluate(() => sessionStorage.getItem("kiln.console.token"))).toBe(k.token);
+    noProblems();
+  });
+});
+
+describe("pages and journeys", () => {
+  let projectId = "";
+  // Signed in as the sign-in tests leave it, also when they are skipped (-t).
+  beforeAll(async () => {
+    await page.goto(`${k.url}/_console`);
+    await page.evaluate((t) => sessionStorage.setItem("kiln.console.token", t), k.token);
+  });
+
+  test("projects: create one, then its keys, access tokens and variables", async () => {
+    await open("#/");
+    await page.getByLabel("Name").fill("console-demo");
+    await page.getByRole("button", { name: "Create project" }).click();
+    await page.getByRole("heading", { name: "Service keys" }).waitFor();
+    projectId = /#\/p\/([^/?]+)/.exec(page.url())![1]!;
+    expect((await k.api("GET", `/projects/${projectId}`)).body.name).toBe("console-demo");
+
+    const forms = page.locator("form");
+    await forms.nth(0).getByLabel("Name").fill("laptop");
+    await page.getByRole("button", { name: "Create service key" }).click();
+    await page.getByText(/Service key laptop \(shown once/).waitFor();
+    const shownKey = await page.locator(".notice code").textContent();
+    expect(shownKey).toMatch(/^sk-/);
+    // The key shown works against the API.
+    expect((await k.api("GET", `/projects/${projectId}/storage/buckets`, { token: shownKey! })).status).not.toBe(401);
+
+    await forms.nth(2).getByLabel("Name").fill("ci");
+    await forms.nth(2).getByLabel("Scope").selectOption("read_only");
+    await page.getByRole("button", { name: "Create access token" }).click();
+    await page.getByRole("button", { name: "Revoke ci" }).waitFor();
+    await forms.nth(3).getByLabel("Name").fill("GREETING");
+    await forms.nth(3).getByLabel("Value").fill("hello");
+    await page.getByRole("button", { name: "Set variable" }).click();
+    await page.getByRole("button", { name: "Delete GREETING" }).waitFor();
+    const vars = (await k.api("GET", `/projects/${projectId}/variables`)).body.data;
+    expect(vars.map((v: any) => [v.name, v.value])).toEqual([["GREETING", "hello"]]);
+    await shot("project");
+
+    // The list shows it; a second project is deleted from the list.
+    const other = await createProject(k, "to-delete");
+    await open("#/");
+    await page.getByRole("link", { name: "console-demo" }).waitFor();
+    page.once("dialog", (d) => d.accept());
+    await page.getByRole("button", { name: "Delete to-delete" }).click();
+    await eventually(() => k.api("GET", `/projects/${other.id}`), (r) => r.status === 404 || r.body.status === "deleting", 15_000);
+    await shot("projects");
+    noProblems();
+  });
+
+  test("functions: deploy an archive, see the build log, invoke with a JSON body, read its logs", async () => {
+    await open(`#/p/${projectId}/functions`);
+    await page.getByLabel("Name").fill("hello");
+    await page.getByLabel("Handler (optional)").fill("handler");
+    const code = tgz({ "index.js": readFileSync(join(import.meta.dirname, "..", "..", "docs", "examples", "hello", "index.js"), "utf8") });
+    await page.getByLabel("Source archive").setInputFiles({ name: "hello.tgz", mimeType: "application/gzip", buffer: code });
+    await page.getByRole("button", { name: "Deploy" }).click();
+    await page.locator("h2, [role=alert]").first().waitFor();
+    expect(await page.locator("[role=alert]").allTextContents()).toEqual([]);
+    await page.getByRole("heading", { name: /^Function hello/ }).waitFor();
+    const fn = (await k.api("GET", `/projects/${projectId}/functions`)).body.data[0];
+    await eventually(() => k.api("GET", `/projects/${projectId}/functions/${fn.id}`), (r) => r.body.status !== "provisioning" && !r.body.pending_deployment_id, 60_000);
+    await page.getByRole("button", { name: "Refresh" }).first().click();
+    await page.getByText(/^active · nodejs22\.x/).waitFor();
+
+    await page.getByRole("button", { name: /^Build log/ }).first().click();
+    await page.locator("pre").first().waitFor();
+
+    await page.getByLabel("JSON payload").fill('{"name":"ada"}');
+    await page.getByRole("button", { name: "Invoke" }).click();
+    await page.locator(".invoke-response").waitFor();
+    expect(JSON.parse((await page.locator(".invoke-response pre").textContent())!)).toEqual({ hello: "ada" });
+
+    // Not JSON: the page says so and sends nothing.
+    await page.getByLabel("JSON payload").fill("{nope");
+    await page.getByRole("button", { name: "Invoke" }).click();
+    await page.getByText(/the payload is not JSON/).waitFor();
+
+    await eventually(async () => (await k.api("POST", `/projects/${projectId}/logs/search`, { body: { resource: { type: "function" }, q: '"hello ada"' } })).body.data.length, (n) => n > 0, 15_000);
+    await page.getByRole("button", { name: "Refresh logs" }).click();
+    await page.getByText(/hello ada/).first().waitFor();
+    await shot("functions");
+    noProblems();
+  });
+
+  test("logs: search with the query grammar", async () => {
+    await open(`#/p/${projectId}/logs`);
+    await page.getByLabel("Query").fill('"hello ada" -level:error');
+    await page.getByRole("button", { name: "Search" }).click();
+    await page.getByRole("cell", { name: "hello ada" }).first().waitFor();
+    // A query the grammar refuses: the API's message, as the API words it.
+    await page.getByLabel("Query").fill("level:(");
+    await page.getByRole("button", { name: "Search" }).click();
+    await page.getByRole("alert").waitFor();
+    expect(await page.getByRole("alert").textContent()).toMatch(/^400: /);
+    problems.splice(0);
+    await shot("logs");
+    noProblems();
+  });
+
+  test("databases: tables and their exposure, a query with rows in a grid, branches", async () => {
+    const db = await activeDatabase(k, projectId, "shop");
+    const c = connect(db.connection_string);
+    try {
+      await c`create table items (name text primary key, qty int not null)`;
+      await c`insert into items values ('apple', 7), ('pear', 2), ('plum', 9)`;
+      await c`grant select on items to anonymous`;
+    } finally {
+      await c.end({ timeout: 1 });
+    }
+    await open(`#/p/${projectId}/databases`);
+    await page.getByRole("link", { name: "shop" }).click();
+    await page.getByRole("heading", { name: "Database shop" }).waitFor();
+    await page.getByText(/Exposed to the anon key or end users with no row check: public\.items/).waitFor();
+
+    await page.getByLabel("Table").fill("items");
+    await page.getByLabel(/^Filters/).fill('[{"column":"qty","operator":"gte","value":5}]');
+    await page.getByRole("button", { name: "Run" }).click();
+    await page.getByText(/^2 rows/).waitFor();
+    const cells = await page.locator(".query-results td").allTextContents();
+    expect(cells.sort()).toEqual(["7", "9", "apple", "plum"]);
+
+    await page.getByLabel("Table").fill("nope");
+    await page.getByLabel(/^Filters/).fill("");
+    await page.getByRole("button", { name: "Run" }).click();
+    await page.getByRole("alert").waitFor();
+    expect(await page.getByRole("alert").textContent()).toMatch(/^4\d\d: /);
+    problems.splice(0);
+
+    await page.locator("form").filter({ has: page.getByRole("button", { name: "Create branch" }) }).getByLabel("Name").fill("dev");
+    await page.getByRole("button", { name: "Create branch" }).click();
+    await page.getByRole("button", { name: "Delete branch dev" }).waitFor();
+    await shot("databases");
+    noProblems();
+  });
+
+  test("storage: a bucket, upload, list, download, delete", async () => {
+    await open(`#/p/${projectId}/storage`);
+    await page.getByLabel("Name").fill("avatars");
+    await page.getByRole("button", { name: "Create bucket" }).click();
+    await page.getByRole("link", { name: "avatars" }).click();
+    await page.getByRole("heading", { name: "Bucket avatars" }).waitFor();
+    const content = Buffer.from("hello from the console\n");
+    await page.getByLabel("File", { exact: true }).setInputFiles({ name: "note.txt", mimeType: "text/plain", buffer: content });
+    await page.getByLabel(/^Object name/).fill("u1/note.txt");
+    await page.getByRole("button", { name: "Upload" }).click();
+    await page.getByRole("cell", { name: "u1/note.txt", exact: true }).waitFor();
+
+    const download = page.waitForEvent("download");
+    await page.getByRole("button", { name: "Download u1/note.txt" }).click();
+    const file = await (await download).path();
+    expect(readFileSync(file!)).toEqual(content);
+    await shot("storage");
+
+    await page.getByRole("button", { name: "Delete u1/note.txt" }).click();
+    await page.getByText("No objects here.").waitFor();
+    noProblems();
+  });
+
+  test("clock: advance it from the page", async () => {
+    await open("#/clock");
+    await page.getByText(/moved forward 0 s/).waitFor();
+    await page.getByLabel("Seconds").fill("3600");
+    await page.getByRole("button", { name: "Advance" }).click();
+    await page.getByText(/moved forward 3600 s/).waitFor();
+    expect((await k.api("GET", "/_kiln/clock", { token: null })).body.offset_ms).toBeGreaterThanOrEqual(3_600_000);
+    await shot("clock");
+    noProblems();
+  });
+
+  test("end users: create, search, paginate, delete", async () => {
+    await open(`#/p/${projectId}/users`);
+    await page.getByLabel("Email", { exact: true }).fill("ada@example.com");
+    await page.getByLabel("Password").fill("long enough pass");
+    await page.getByRole("button", { name: "Create end user" }).click();
+    await page.getByRole("cell", { name: "ada@example.com", exact: true }).waitFor();
+    // The API's refusal of a second user with the same email, as the API words it.
+    await page.getByLabel("Email", { exact: true }).fill("ada@example.com");
+    await page.getByRole("button", { name: "Create end user" }).click();
+    await page.getByRole("alert").waitFor();
+    expect(await page.getByRole("alert").textContent()).toMatch(/^4\d\d: /);
+    problems.splice(0);
+    for (let i = 0; i < 50; i++) {
+      const r = await k.api("POST", `/projects/${projectId}/users`, { body: { email: `u${i}@example.com`, password: "long enough pass" } });
+      expect(r.status, r.text).toBe(201);
+    }
+    await open(`#/p/${projectId}/users`);
+    await page.getByText(/page 1 \(51 in all\)/).waitFor();
+    await page.getByRole("link", { name: "Next →" }).click();
+    await page.getByText(/page 2 \(51 in all\)/).waitFor();
+    await open(`#/p/${projectId}/users?search=ada`);
+    await page.getByRole("button", { name: "Delete ada@example.com" }).waitFor();
+    await shot("users");
+    page.once("dialog", (d) => d.accept());
+    await page.getByRole("button", { name: "Delete ada@example.com" }).click();
+    await page.getByText("No end user matches.").waitFor();
+    noProblems();
+  });
+
+  test("schedulers: create one for a function, advance the clock, see its run", async () => {
+    await open(`#/p/${projectId}/schedulers`);
+    await page.getByLabel("Name").fill("hourly");
+    await page.getByLabel("Function").selectOption("hello");
+    await page.getByLabel("Cron schedule").fill("0 * * * *");
+    await page.getByLabel(/^Payload/).fill('{"name":"cron"}');
+    await page.getByRole("button", { name: "Create scheduler" }).click();
+    await page.locator("button:text('Runs of hourly'), [role=alert]").first().waitFor();
+    expect(await page.locator("[role=alert]").allTextContents()).toEqual([]);
+    await page.getByRole("button", { name: "Runs of hourly" }).waitFor();
+    await open("#/clock");
+    await page.getByLabel("Seconds").fill("3700");
+    await page.getByRole("button", { name: "Advance" }).click();
+    await page.getByText(/moved forward \d+ s/).waitFor();
+    const s = (await k.api("GET", `/projects/${projectId}/schedulers`)).body.data[0];
+    await eventually(() => k.api("GET", `/projects/${projectId}/functions/${s.function_id}/schedulers/${s.id}/runs`), (r) => r.body.data.some((x: any) => x.finished_at), 30_000);
+    await open(`#/p/${projectId}/schedulers`);
+    await page.getByRole("button", { name: "Runs of hourly" }).click();
+    await page.getByRole("heading", { name: "Runs of hourly" }).waitFor();
+    expect(await page.getByText("No runs yet.").count()).toBe(0);
+    await shot("schedulers");
+    noProblems();
+  });
+
+  test("API explorer: every route of /openapi.json, tried with the signed-in token", async () => {
+    await open("#/api");
+    const doc = (await k.api("GET", "/openapi.json", { token: null })).body;
+    const count = Object.values<any>(doc.paths).reduce((n, ops) => n + Object.keys(ops).length, 0);
+    await page.getByText(`${count} routes`).waitFor();
+    await page.getByLabel("Filter").fill("/projects/{projectId}/variables");
+    await page.getByRole("button", { name: "Filter" }).click();
+    await page.locator("summary", { hasText: /^GET\/projects\/\{projectId\}\/variables / }).click();
+    await page.getByLabel("projectId").fill(projectId);
+    await page.getByRole("button", { name: "Try GET /projects/{projectId}/variables" }).click();
+    await page.getByText(/^200 OK in/).waitFor();
+    expect(await page.locator("details[open] pre").last().textContent()).toContain("GREETING");
+    await shot("api-explorer");
+    noProblems();
+  });
+});
