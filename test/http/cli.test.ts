@@ -349,6 +349,11 @@ describe("kiln CLI: one grammar", () => {
     doctor: ["doctor", "--docker-host", "unix:///nonexistent/kiln-test.sock"],
     "functions base-image": ["functions", "base-image", "--no-such-option"],
     "internal prepare-template": ["internal", "prepare-template", "--no-such-option"],
+    // The runtime cache is this machine's: an unknown name fails install; list and prune (which would
+    // change the cache) only on a bad option.
+    "runtimes install": ["runtimes", "install", "no-such-runtime"],
+    "runtimes list": ["runtimes", "list", "--no-such-option"],
+    "runtimes prune": ["runtimes", "prune", "--no-such-option"],
   };
 
   test("every command accepts --json, and a failing call prints {\"error\"} as JSON on stderr with a non-zero exit", { timeout: 240_000 }, async () => {
