@@ -16,7 +16,7 @@ const fmt = (v: number | null, unit: string) => (v === null ? "no data" : unit =
 
 /** A bar per window for one metric: an inline SVG, no library (the values are four numbers). */
 function barChart(title: string, unit: string, values: (number | null)[]): SVGElement {
-  const W = 420, H = 180, top = 24, bottom = 28, left = 10;
+  const W = 420, H = 200, top = 44, bottom = 28, left = 10;
   const max = Math.max(unit === "ratio" ? 1 : 0, ...values.map((v) => v ?? 0)) || 1;
   const el = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": `${title}: ${values.map((v, i) => `${WINDOWS[i]} ${fmt(v, unit)}`).join(", ")}` });
   el.appendChild(svg("text", { x: left, y: 16, "font-size": 13, "font-weight": 700 }, title));
