@@ -10,7 +10,7 @@ export function locksPage(projectId: string, params: URLSearchParams): HTMLEleme
   // Lock routes want a request id on every call (the API's idempotency and log correlation).
   const call = async (method: string, key: string) =>
     api(method, `/locks/${enc(key)}`, { bearer: await serviceKey(projectId), headers: { "X-Service-Request-Id": crypto.randomUUID() } });
-  const inspect = (key: string) =>
+  const inspect = (key: string): Promise<void> =>
     out.run(async () => {
       const s = await call("GET", key);
       return h(
