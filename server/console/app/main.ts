@@ -1,10 +1,13 @@
 import { api, session } from "./api";
 import { clockPage } from "./clock";
 import { databasesPage } from "./databases";
+import { durablePage } from "./durable";
 import { errorBox, field, form, h } from "./dom";
 import { explorerPage } from "./explorer";
 import { functionsPage } from "./functions";
+import { locksPage } from "./locks";
 import { logsPage } from "./logs";
+import { metricsPage } from "./metrics";
 import { projectPage, projectPath, projectsPage } from "./projects";
 import { current, go } from "./router";
 import { schedulersPage } from "./schedulers";
@@ -51,6 +54,9 @@ const PROJECT_TABS: [string, string][] = [
   ["/logs", "Logs"],
   ["/users", "End users"],
   ["/schedulers", "Schedulers"],
+  ["/durable", "Durable executions"],
+  ["/metrics", "Metrics"],
+  ["/locks", "Locks"],
 ];
 
 function layout(content: HTMLElement, projectId?: string, tab?: string): HTMLElement {
@@ -91,7 +97,13 @@ function render(problem: string | null = null): void {
                   ? usersPage(id, params)
                   : tab === "/schedulers"
                     ? schedulersPage(id)
-                    : projectPage(id);
+                    : tab === "/durable"
+                      ? durablePage(id, params)
+                      : tab === "/metrics"
+                        ? metricsPage(id)
+                        : tab === "/locks"
+                          ? locksPage(id, params)
+                          : projectPage(id);
     page = layout(body, id, tab);
   } else if (parts[0] === "clock") page = layout(clockPage());
   else if (parts[0] === "api") page = layout(explorerPage());

@@ -1,0 +1,91 @@
+import { api, enc } from "./api";
+import { h, json, slot, table, when } from "./dom";
+import { projectPath } from "./projects";
+
+const STATUSES = ["", "queued", "running", "sleeping", "completed", "failed", "stopped"];
+
+/** Steps in journal order, each a bar on one time axis (started → finished, or → wake_at for a sleep). */
+function timeline(e: any): HTMLElement {
+  const steps: any[] = e.steps ?? [];
+  const t = (s: string | null | undefined) => (s ? Date.parse(s) : NaN);
+  const start = t(e.created_at);
+  const ends = steps.flatMap((s) => [t(s.finished_at), t(s.wake_at), t(s.started_at)]).concat(t(e.finished_at), t(e.updated_at)).filter((x) => !Number.isNaN(x));
+  const span = Math.max(1, Math.max(start, ...ends) - start);
+  const pct = (x: number) => `${(((x - start) / span) * 100).toFixed(2)}%`;
+  return h(
+    "ol",
+    { class: "timeline", "aria-label": "steps" },
+    steps.map((s, i) => {
+      const from = t(s.started_at);
+      const to = t(s.finished_at) || t(s.wake_at) || from;
+      let bar: HTMLElement | null = null;
+      if (!Number.isNaN(from)) {
+        // Through the CSSOM: the CSP refuses style attributes.
+        bar = h("span", { class: `bar ${s.status}`, title: `${s.name}: ${s.status}` });
+        bar.style.left = pct(from);
+        bar.style.width = `max(2px, ${(((to - from) / span) * 100).toFixed(2)}%)`;
+      }
+      return h(
+        "li",
+        { class: "step" },
+        h("div", { class: "axis" }, bar),
+        h("strong", {}, `${i + 1}. ${s.name}`),
+        ` · ${s.type} · ${s.status} · ${s.attempts} attempt${s.attempts === 1 ? "" : "s"} · started ${when(s.started_at)}`,
+        s.finished_at ? ` · finished ${when(s.finished_at)}` : null,
+        s.wake_at ? ` · wakes ${when(s.wake_at)}` : null,
+        s.error ? h("div", { class: "error" }, s.error) : null,
+        s.output !== undefined && s.output !== null ? h("details", {}, h("summary", {}, `Output of ${s.name}`), json(s.output)) : null,
+      );
+    }),
+  );
+}
+
+/** Durable functions of the project; one's executions (newest first, by status); an execution's steps on a timeline. */
+export function durablePage(projectId: string, params: URLSearchParams): HTMLElement {
+  const fnId = params.get("function");
+  const execId = params.get("execution");
+  const status = params.get("status") ?? "";
+  const here = (q: Record<string, string>) => `${projectPath(projectId, "/durable")}?${new URLSearchParams(q)}`;
+  const fns = slot();
+  fns.run(async () => {
+    const r = await api("GET", `/projects/${projectId}/durable-functions?limit=100`);
+    return table(["Name", "Runtime", "Status", "Updated"], r.data.map((f: any) => [h("a", { href: here({ function: f.id }) }, f.name), f.runtime, f.status, when(f.updated_at)]), "No durable functions yet (kiln deploy --durable, or POST /projects/{id}/durable-functions).");
+  });
+  const execs = slot();
+  const detail = slot();
+  if (fnId) {
+    const base = `/projects/${projectId}/durable-functions/${enc(fnId)}/executions`;
+    execs.run(async () => {
+      const r = await api("GET", `${base}?limit=50${status ? `&status=${enc(status)}` : ""}`);
+      return [
+        h("h2", {}, "Executions"),
+        h(
+          "nav",
+          { "aria-label": "status" },
+          STATUSES.map((s) => h("a", { href: here({ function: fnId, ...(s ? { status: s } : {}) }), "aria-current": s === status ? "page" : null }, s || "all")),
+        ),
+        table(
+          ["Execution", "Status", "Created", "Finished", "Error"],
+          r.data.map((e: any) => [h("a", { href: here({ function: fnId, execution: e.id }) }, e.id), e.status, when(e.created_at), when(e.finished_at), e.error ?? ""]),
+          "No executions.",
+        ),
+      ];
+    });
+    if (execId)
+      detail.run(async () => {
+        const e = await api("GET", `${base}/${enc(execId)}`);
+        return [
+          h("h2", {}, `Execution ${e.id}`),
+          h("p", {}, `${e.status} · created ${when(e.created_at)}${e.finished_at ? ` · finished ${when(e.finished_at)}` : ""}${e.wake_at ? ` · wakes ${when(e.wake_at)}` : ""}${e.rerun_of ? ` · re-run of ${e.rerun_of}` : ""}`),
+          e.error ? h("div", { class: "error" }, e.error) : null,
+          h("h3", {}, "Input"),
+          json(e.input),
+          h("h3", {}, "Steps"),
+          (e.steps ?? []).length ? timeline(e) : h("p", { class: "muted" }, "No steps yet."),
+          h("h3", {}, "Output"),
+          json(e.output),
+        ];
+      });
+  }
+  return h("section", {}, h("h1", {}, "Durable executions"), fns, execs, detail);
+}
