@@ -506,10 +506,10 @@ describe("the log store", () => {
         const u = new URL(f.site_url);
         expect((await fetch(`http://127.0.0.1:${u.port}/`, { headers: { host: u.host } })).status).toBe(200);
       }
-      // A minute on: both projects' minutes are complete (and written to the store).
-      await advance(kk, 60);
+      // An hour on: both projects' minutes are complete, and the hourly metrics sweep wrote them to the store.
+      await advance(kk, 3600);
       expect(bodies(await doomed.search({ q: "line" }))).toEqual(["doomed line"]);
-      const metrics = (id: string) => kk.api("POST", `/projects/${id}/metrics/query`, { body: { time_range: { window: "1h" }, queries: [{ id: "n", metric: "request_count" }] } });
+      const metrics = (id: string) => kk.api("POST", `/projects/${id}/metrics/query`, { body: { time_range: { window: "24h" }, queries: [{ id: "n", metric: "request_count" }] } });
       expect((await metrics(doomed.p.id)).body.results[0].values).toEqual([{ dimensions: {}, value: 2 }]);
       const tail = await openTail(kk, doomed.p.id, {});
       expect(tail.res.status).toBe(200);
