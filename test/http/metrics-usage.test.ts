@@ -257,6 +257,7 @@ describe("metrics retention", () => {
 });
 
 describe("project usage", () => {
+  const cli = useCli(k, { passToken: true });
   test("frontends: each frontend's requests of the month, written hours and the current minute together, most first, named even once deleted", async () => {
     const p = await createProject(k);
     const deployFrontend = async (name: string) => {
@@ -291,6 +292,9 @@ describe("project usage", () => {
       { frontend_id: b.id, frontend_name: "beta", requests: 5 },
     ]);
     expect(usage.body.metrics[1]).toMatchObject({ metric: "Frontend Requests", total: 11 });
+    const printed = cli.run("usage", "--project", p.id, "--month", month);
+    expect(printed.code, printed.err).toBe(0);
+    expect(printed.out).toMatch(new RegExp(`^alpha\\s+${a.id}\\s+6\\nbeta\\s+${b.id}\\s+5$`, "m"));
     // A deleted frontend's requests stay in the month's usage, under its name.
     expect((await k.api("DELETE", `/projects/${p.id}/frontends/${b.id}`)).status).toBeLessThan(300);
     expect((await k.api("GET", `/projects/${p.id}/usage?month=${month}`)).body.frontends).toEqual(usage.body.frontends);
