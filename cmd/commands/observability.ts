@@ -112,6 +112,7 @@ export function usageCommand(program: Command): void {
         output(g.json, r, () => {
           console.log(`usage of ${r.month}`);
           printTable(r.metrics, ["metric", "total", "all_time"], "usage metrics");
+          printTable(r.frontends, ["frontend_name", "frontend_id", "requests"], "frontend requests");
           if (o.daily) {
             const days = r.metrics[0].daily.map((d: any, i: number) => Object.fromEntries([["day", d.timestamp.slice(0, 10)], ...r.metrics.map((m: any) => [m.metric, m.daily[i].value])]));
             printTable(days, ["day", ...r.metrics.map((m: any) => m.metric)], "days");

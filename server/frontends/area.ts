@@ -55,8 +55,13 @@ export const frontendsArea = defineArea({
     const domains = new DomainsService({ store, clock, log, config, address, secretKey, tlsPort: async () => (await tlsStarted.catch(() => {}), tls.port) });
     const serveDeps: ServeDeps = {
       region,
-      record: (projectId, status, ms) => metrics.record(projectId, "frontend", region, status, ms),
+      record: (s, status, ms) => metrics.record(s.frontend.project_id, "frontend", region, status, ms, s.frontend),
       accessLog: (s, level, line) => logs.ingest.frontendRequest(s.frontend, s.deploymentId, region, level, line),
+    };
+    // Usage names each frontend as it is now (its last recorded name only once its row is gone).
+    metrics.frontendNames = async (projectId) => {
+      const rows = await store.query(`select id, name from frontends where project_id = $1`, [projectId]);
+      return new Map(rows.map((r) => [r.id as string, r.name as string]));
     };
     /** Custom domain → frontend id, refreshed whenever the listener is. */
     let domainRoutes = new Map<string, string>();

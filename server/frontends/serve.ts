@@ -3,7 +3,7 @@ import { serveFile } from "./static-serve";
 
 export interface ServeDeps {
   region: string;
-  record: (projectId: string, status: number, latencyMs: number) => void;
+  record: (s: Served, status: number, latencyMs: number) => void;
   accessLog: (s: Served, level: string, line: string) => void;
 }
 
@@ -38,7 +38,7 @@ export async function serveSite(d: ServeDeps, s: Served | null, request: Request
     res = text(502, `the frontend's server failed: ${(err as Error).message}\n`);
   }
   const ms = performance.now() - arrivedAt;
-  d.record(s.frontend.project_id, res.status, ms);
+  d.record(s, res.status, ms);
   d.accessLog(s, res.status >= 500 ? "error" : res.status >= 400 ? "warn" : "info", `${request.method} ${pathname}${search} ${res.status} ${ms.toFixed(1)}ms`);
   return res;
 }

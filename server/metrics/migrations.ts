@@ -32,4 +32,18 @@ export const METRICS_MIGRATIONS: Migration[] = [
       );
     `,
   },
+  {
+    // Frontend Requests broken down by frontend (the usage resource's `frontends`), written with usage_hours.
+    id: "metrics/002-usage-frontend-hours",
+    sql: `
+      create table usage_frontend_hours (
+        project_id text not null,
+        frontend_id text not null,
+        frontend_name text not null,
+        hour timestamptz not null,
+        requests double precision not null,
+        primary key (project_id, frontend_id, hour)
+      );
+    `,
+  },
 ];

@@ -51,6 +51,21 @@ export async function countUsage(tx: Sql, projectId: string, values: Partial<Rec
       );
 }
 
+/** Requests to one frontend in one platform-clock minute, held until that minute is written. */
+interface FrontendMinute {
+  project_id: string;
+  frontend_id: string;
+  frontend_name: string;
+  minute: number;
+  requests: number;
+}
+
+export interface FrontendUsage {
+  frontend_id: string;
+  frontend_name: string;
+  requests: number;
+}
+
 interface MinuteAgg {
   project_id: string;
   resource_type: string;
@@ -102,6 +117,12 @@ const floorTo = (ms: number, unit: number) => Math.floor(ms / unit) * unit;
  */
 export class MetricsService {
   private minutes = new Map<string, MinuteAgg>();
+  private frontendMinutes = new Map<string, FrontendMinute>();
+  /**
+   * Set by the frontends area: the current names of a project's frontends by id (deleted ones
+   * included while their row is kept); usage falls back to the last name recorded.
+   */
+  frontendNames: ((projectId: string, ids: string[]) => Promise<Map<string, string>>) | null = null;
   private readonly instanceId = newId();
   private chain: Promise<unknown> = Promise.resolve();
   private readonly loop: FlushLoop;
@@ -124,8 +145,14 @@ export class MetricsService {
   }
 
   /** A finished request (an invocation): counted in memory, never awaited. */
-  record(projectId: string, resourceType: ResourceType, region: string, status: number, latencyMs: number): void {
+  record(projectId: string, resourceType: ResourceType, region: string, status: number, latencyMs: number, frontend?: { id: string; name: string }): void {
     const minute = floorTo(this.d.clock.nowMs(), MINUTE_MS);
+    if (frontend) {
+      const fk = `${minute}\u0000${projectId}\u0000${frontend.id}`;
+      const f = this.frontendMinutes.get(fk);
+      if (f) f.requests++;
+      else this.frontendMinutes.set(fk, { project_id: projectId, frontend_id: frontend.id, frontend_name: frontend.name, minute, requests: 1 });
+    }
     const key = `${minute}\u0000${projectId}\u0000${resourceType}\u0000${region}`;
     let m = this.minutes.get(key);
     if (!m) this.minutes.set(key, (m = { project_id: projectId, resource_type: resourceType, region, minute, requests: 0, server_errors: 0, max: 0, buckets: new Array(BUCKETS).fill(0) }));
@@ -148,7 +175,8 @@ export class MetricsService {
     const current = floorTo(now, MINUTE_MS);
     const done = [...this.minutes.entries()].filter(([, m]) => all || m.minute < current);
     // Others read how far this instance has written: say so whenever that moved (a new minute), and now and then.
-    const heartbeat = done.length > 0 || all || current !== this.lastHeartbeatMinute || performance.now() - this.lastHeartbeat >= HEARTBEAT_MS;
+    const doneFrontends = [...this.frontendMinutes.entries()].filter(([, f]) => all || f.minute < current);
+    const heartbeat = done.length > 0 || doneFrontends.length > 0 || all || current !== this.lastHeartbeatMinute || performance.now() - this.lastHeartbeat >= HEARTBEAT_MS;
     if (!heartbeat) return;
     const usage = new Map<string, { project: string; metric: string; hour: number; value: number }>();
     for (const [, m] of done) {
@@ -159,6 +187,14 @@ export class MetricsService {
       const u = usage.get(k);
       if (u) u.value += m.requests;
       else usage.set(k, { project: m.project_id, metric, hour, value: m.requests });
+    }
+    const perFrontend = new Map<string, { project: string; id: string; name: string; hour: number; requests: number }>();
+    for (const [, f] of doneFrontends) {
+      const hour = floorTo(f.minute, HOUR_MS);
+      const k = `${f.project_id}\u0000${f.frontend_id}\u0000${hour}`;
+      const u = perFrontend.get(k);
+      if (u) (u.requests += f.requests), (u.name = f.frontend_name);
+      else perFrontend.set(k, { project: f.project_id, id: f.frontend_id, name: f.frontend_name, hour, requests: f.requests });
     }
     // Everything before this instant is in the store (the minutes not yet complete are not).
     const flushedThrough = all ? now : current;
@@ -177,6 +213,12 @@ export class MetricsService {
            on conflict (project_id, metric, hour) do update set value = usage_hours.value + excluded.value`,
           [u.project, u.metric, iso(u.hour), u.value],
         );
+      for (const u of perFrontend.values())
+        await tx.query(
+          `insert into usage_frontend_hours (project_id, frontend_id, frontend_name, hour, requests) values ($1, $2, $3, $4, $5)
+           on conflict (project_id, frontend_id, hour) do update set requests = usage_frontend_hours.requests + excluded.requests, frontend_name = excluded.frontend_name`,
+          [u.project, u.id, u.name, iso(u.hour), u.requests],
+        );
       await tx.query(
         `insert into metric_instances (instance_id, flushed_through, seen_at) values ($1, $2, $3)
          on conflict (instance_id) do update set flushed_through = excluded.flushed_through, seen_at = excluded.seen_at`,
@@ -184,6 +226,7 @@ export class MetricsService {
       );
     });
     for (const [k] of done) this.minutes.delete(k);
+    for (const [k] of doneFrontends) this.frontendMinutes.delete(k);
     this.lastHeartbeat = performance.now();
     this.lastHeartbeatMinute = current;
   }
@@ -260,12 +303,12 @@ export class MetricsService {
   }
 
   /** GET /projects/{id}/usage: a UTC month's series (daily and hourly up to now), its total and all time. */
-  async usage(projectId: string, month: string): Promise<{ project_id: string; month: string; metrics: UsageSeries[]; frontends: Array<{ frontend_id: string; frontend_name: string; requests: number }> }> {
+  async usage(projectId: string, month: string): Promise<{ project_id: string; month: string; metrics: UsageSeries[]; frontends: FrontendUsage[] }> {
     const [y, mo] = month.split("-").map(Number) as [number, number];
     const start = Date.UTC(y, mo - 1, 1);
     const end = Date.UTC(y, mo, 1);
     const now = this.d.clock.nowMs();
-    const { hours, allTime } = await this.serial(async () => {
+    const { hours, allTime, frontends } = await this.serial(async () => {
       const rows = await this.d.store.query(`select metric, hour, value from usage_hours where project_id = $1 and hour >= $2 and hour < $3`, [projectId, iso(start), iso(end)]);
       const totals = await this.d.store.query(`select metric, sum(value) as value from usage_hours where project_id = $1 group by metric`, [projectId]);
       const hours = new Map<string, number>();
@@ -280,7 +323,22 @@ export class MetricsService {
         add(allTime, metric, m.requests);
         if (m.minute >= start && m.minute < end) add(hours, `${metric}\u0000${floorTo(m.minute, HOUR_MS)}`, m.requests);
       }
-      return { hours, allTime };
+      // Per frontend: the month's hours written, the last name written (from its latest hour), then what is held.
+      const perFrontend = await this.d.store.query(
+        `select frontend_id, sum(requests) as requests,
+                (select u2.frontend_name from usage_frontend_hours u2 where u2.project_id = $1 and u2.frontend_id = u.frontend_id order by u2.hour desc limit 1) as frontend_name
+         from usage_frontend_hours u where project_id = $1 and hour >= $2 and hour < $3 group by frontend_id`,
+        [projectId, iso(start), iso(end)],
+      );
+      const frontends = new Map<string, FrontendUsage>();
+      for (const r of perFrontend) frontends.set(r.frontend_id as string, { frontend_id: r.frontend_id as string, frontend_name: r.frontend_name as string, requests: Number(r.requests) });
+      for (const f of this.frontendMinutes.values()) {
+        if (f.project_id !== projectId || f.minute < start || f.minute >= end) continue;
+        const u = frontends.get(f.frontend_id);
+        if (u) (u.requests += f.requests), (u.frontend_name = f.frontend_name);
+        else frontends.set(f.frontend_id, { frontend_id: f.frontend_id, frontend_name: f.frontend_name, requests: f.requests });
+      }
+      return { hours, allTime, frontends };
     });
     const lastHour = Math.min(end, floorTo(now, HOUR_MS) + HOUR_MS);
     const lastDay = Math.min(end, floorTo(now, DAY_MS) + DAY_MS);
@@ -297,7 +355,12 @@ export class MetricsService {
       for (const [k, v] of hours) if (k.startsWith(`${key}\u0000`)) total += v;
       return { metric: name, total, all_time: allTime.get(key) ?? 0, daily, hourly };
     });
-    return { project_id: projectId, month, metrics, frontends: [] };
+    if (frontends.size > 0 && this.frontendNames) {
+      const current = await this.frontendNames(projectId, [...frontends.keys()]);
+      for (const f of frontends.values()) f.frontend_name = current.get(f.frontend_id) ?? f.frontend_name;
+    }
+    const byRequests = [...frontends.values()].sort((a, b) => b.requests - a.requests || (a.frontend_name < b.frontend_name ? -1 : a.frontend_name > b.frontend_name ? 1 : 0) || (a.frontend_id < b.frontend_id ? -1 : 1));
+    return { project_id: projectId, month, metrics, frontends: byRequests };
   }
 
   /** Per-minute rows older than KILN_METRICS_RETENTION_DAYS go, hourly on the platform clock (usage counters stay). */
@@ -320,8 +383,10 @@ export class MetricsService {
   async removeProject(projectId: string): Promise<void> {
     await this.serial(async () => {
       for (const [k, m] of this.minutes) if (m.project_id === projectId) this.minutes.delete(k);
+      for (const [k, f] of this.frontendMinutes) if (f.project_id === projectId) this.frontendMinutes.delete(k);
       await this.d.store.query(`delete from metric_minutes where project_id = $1`, [projectId]);
       await this.d.store.query(`delete from usage_hours where project_id = $1`, [projectId]);
+      await this.d.store.query(`delete from usage_frontend_hours where project_id = $1`, [projectId]);
     });
   }
 

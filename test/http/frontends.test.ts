@@ -268,6 +268,34 @@ describe("frontends", () => {
     expect(ok).toBeGreaterThan(20);
     expect([...seen].sort()).toEqual(["one", "two"]);
   });
+
+  it("counts each frontend's requests in the project's usage (spec: Project usage, frontends)", async () => {
+    const p = await createProject(k);
+    const a = await settled(k, p.id, (await deployFrontend(k, p.id, { name: "alpha" }, site("a"))).body.id);
+    const b = await settled(k, p.id, (await deployFrontend(k, p.id, { name: "beta" }, site("b"))).body.id);
+    // Every answer counts, a 404 of a missing file too; the site of another project does not count here.
+    for (let i = 0; i < 3; i++) expect((await siteFetch(a.site_url, "/")).status).toBe(200);
+    expect((await siteFetch(a.site_url, "/missing.png")).status).toBe(404);
+    for (let i = 0; i < 7; i++) expect((await siteFetch(b.site_url, i % 2 ? "/style.css" : "/")).status).toBe(200);
+    const usage = await k.api("GET", `/projects/${p.id}/usage`);
+    expect(usage.status).toBe(200);
+    // Most requests first; counts are exact (the current minute is read from memory, not yet written).
+    expect(usage.body.frontends).toEqual([
+      { frontend_id: b.id, frontend_name: "beta", requests: 7 },
+      { frontend_id: a.id, frontend_name: "alpha", requests: 4 },
+    ]);
+    expect(usage.body.metrics.find((m: any) => m.metric === "Frontend Requests").total).toBe(11);
+    // A tie is ordered by name.
+    for (let i = 0; i < 3; i++) expect((await siteFetch(a.site_url, "/")).status).toBe(200);
+    const tie = (await k.api("GET", `/projects/${p.id}/usage`)).body.frontends;
+    expect(tie.map((f: any) => [f.frontend_name, f.requests])).toEqual([["alpha", 7], ["beta", 7]]);
+    // Another month has none.
+    const [y, m] = (usage.body.month as string).split("-").map(Number) as [number, number];
+    const before = m === 1 ? `${y - 1}-12` : `${y}-${String(m - 1).padStart(2, "0")}`;
+    const other = await k.api("GET", `/projects/${p.id}/usage?month=${before}`);
+    expect(other.status).toBe(200);
+    expect(other.body).toMatchObject({ month: before, frontends: [] });
+  });
 });
 
 describe("frontend deployment queue", () => {

@@ -461,7 +461,7 @@ describe("a log store that cannot serve; stopping", () => {
  * Rows of a project left in Kiln's stores: log lines, per-minute metrics and usage counters. Read
  * after Kiln stopped (an embedded database has one user at a time).
  */
-async function storedRows(kk: TestKiln, projectId: string): Promise<{ log_lines: number; metric_minutes: number; usage_hours: number }> {
+async function storedRows(kk: TestKiln, projectId: string): Promise<{ log_lines: number; metric_minutes: number; usage_hours: number; usage_frontend_hours: number }> {
   const count = "select count(*)::int as n from %s where project_id = $1";
   if (STORE === "embedded") {
     // The embedded log store's files, read as Kiln reads them at open.
@@ -470,7 +470,7 @@ async function storedRows(kk: TestKiln, projectId: string): Promise<{ log_lines:
     const control = new PGlite(join(kk.dataDir, "control"));
     try {
       const n = async (db: PGlite, table: string) => (await db.query<{ n: number }>(count.replace("%s", table), [projectId])).rows[0]!.n;
-      return { log_lines: logs.lineCount(projectId), metric_minutes: await n(control, "metric_minutes"), usage_hours: await n(control, "usage_hours") };
+      return { log_lines: logs.lineCount(projectId), metric_minutes: await n(control, "metric_minutes"), usage_hours: await n(control, "usage_hours"), usage_frontend_hours: await n(control, "usage_frontend_hours") };
     } finally {
       await logs.close();
       await control.close();
@@ -479,7 +479,7 @@ async function storedRows(kk: TestKiln, projectId: string): Promise<{ log_lines:
   const sql = postgres(kk.databaseUrl!, { max: 1, onnotice: () => {} });
   try {
     const n = async (table: string) => ((await sql.unsafe(count.replace("%s", table), [projectId])) as unknown as Array<{ n: number }>)[0]!.n;
-    return { log_lines: await n("log_lines"), metric_minutes: await n("metric_minutes"), usage_hours: await n("usage_hours") };
+    return { log_lines: await n("log_lines"), metric_minutes: await n("metric_minutes"), usage_hours: await n("usage_hours"), usage_frontend_hours: await n("usage_frontend_hours") };
   } finally {
     await sql.end();
   }
@@ -496,11 +496,21 @@ describe("the log store", () => {
       ids.kept = kept.p.id;
       await doomed.invoke({ lines: [{ out: "log", text: "doomed line" }] });
       await kept.invoke({ lines: [{ out: "log", text: "kept line" }] });
-      // A minute on: both projects' minutes are complete (and written to the store).
-      await advance(kk, 60);
+      // And one request to a static site of each (usage per frontend).
+      for (const p of [doomed.p, kept.p]) {
+        const form = new FormData();
+        form.set("name", "site");
+        form.set("archive", new Blob([new Uint8Array(tgz({ "dist/index.html": "<h1>site</h1>" }))]), "site.tgz");
+        const created = (await (await fetch(`${kk.url}/projects/${p.id}/frontends`, { method: "POST", headers: { authorization: `Bearer ${kk.token}` }, body: form })).json()) as any;
+        const f = (await eventually(() => kk.api("GET", `/projects/${p.id}/frontends/${created.id}`), (r) => r.body.status === "active", 60_000)).body;
+        const u = new URL(f.site_url);
+        expect((await fetch(`http://127.0.0.1:${u.port}/`, { headers: { host: u.host } })).status).toBe(200);
+      }
+      // An hour on: both projects' minutes are complete, and the hourly metrics sweep wrote them to the store.
+      await advance(kk, 3600);
       expect(bodies(await doomed.search({ q: "line" }))).toEqual(["doomed line"]);
-      const metrics = (id: string) => kk.api("POST", `/projects/${id}/metrics/query`, { body: { time_range: { window: "1h" }, queries: [{ id: "n", metric: "request_count" }] } });
-      expect((await metrics(doomed.p.id)).body.results[0].values).toEqual([{ dimensions: {}, value: 1 }]);
+      const metrics = (id: string) => kk.api("POST", `/projects/${id}/metrics/query`, { body: { time_range: { window: "24h" }, queries: [{ id: "n", metric: "request_count" }] } });
+      expect((await metrics(doomed.p.id)).body.results[0].values).toEqual([{ dimensions: {}, value: 2 }]);
       const tail = await openTail(kk, doomed.p.id, {});
       expect(tail.res.status).toBe(200);
 
@@ -516,18 +526,20 @@ describe("the log store", () => {
       await t.body?.cancel();
       // The other project is untouched.
       expect(bodies(await kept.search({ q: "line" }))).toEqual(["kept line"]);
-      expect((await metrics(kept.p.id)).body.results[0].values).toEqual([{ dimensions: {}, value: 1 }]);
+      expect((await metrics(kept.p.id)).body.results[0].values).toEqual([{ dimensions: {}, value: 2 }]);
       await tail.close();
     } finally {
       expect(await kk.stop()).toBe(0);
     }
     try {
       // Nothing of the deleted project is left in the stores; the other project's rows are there.
-      expect(await storedRows(kk, ids.doomed)).toEqual({ log_lines: 0, metric_minutes: 0, usage_hours: 0 });
+      expect(await storedRows(kk, ids.doomed)).toEqual({ log_lines: 0, metric_minutes: 0, usage_hours: 0, usage_frontend_hours: 0 });
       const other = await storedRows(kk, ids.kept);
       expect(other.log_lines).toBeGreaterThanOrEqual(2);
-      expect(other.metric_minutes).toBe(1);
-      expect(other.usage_hours).toBe(1);
+      // A function's minute and a frontend's; Function Invocations and Frontend Requests.
+      expect(other.metric_minutes).toBe(2);
+      expect(other.usage_hours).toBe(2);
+      expect(other.usage_frontend_hours).toBe(1);
     } finally {
       removeDir(kk.dataDir);
     }

@@ -257,6 +257,52 @@ describe("metrics retention", () => {
 });
 
 describe("project usage", () => {
+  const cli = useCli(k, { passToken: true });
+  test("frontends: each frontend's requests of the month, written hours and the current minute together, most first, named even once deleted", async () => {
+    const p = await createProject(k);
+    const deployFrontend = async (name: string) => {
+      const form = new FormData();
+      form.set("name", name);
+      form.set("archive", new Blob([new Uint8Array(tgz({ "dist/index.html": `<h1>${name}</h1>` }))]), "site.tgz");
+      const res = await fetch(`${k.url}/projects/${p.id}/frontends`, { method: "POST", headers: { authorization: `Bearer ${k.token}` }, body: form });
+      expect(res.status).toBe(201);
+      const id = ((await res.json()) as any).id as string;
+      return (await eventually(() => k.api("GET", `/projects/${p.id}/frontends/${id}`), (r) => r.body.status === "active" && !r.body.pending_deployment_id, 60_000)).body;
+    };
+    const a = await deployFrontend("alpha");
+    const b = await deployFrontend("beta");
+    const hit = async (f: any, n: number) => {
+      const u = new URL(f.site_url);
+      for (let i = 0; i < n; i++) expect((await fetch(`http://127.0.0.1:${u.port}/`, { headers: { host: u.host } })).status).toBe(200);
+    };
+    // Mid-month, so the hour moved below stays in it.
+    const t = new Date(await now(k));
+    const mid = Date.UTC(t.getUTCFullYear(), t.getUTCMonth() + 1, 10, 10, 0, 30);
+    expect((await k.api("POST", "/_kiln/clock/set", { token: null, body: { now: new Date(mid).toISOString() } })).status).toBe(200);
+    const month = new Date(mid).toISOString().slice(0, 7);
+    await hit(a, 2);
+    await hit(b, 5);
+    // An hour on: the hourly sweep has written those minutes (usage_frontend_hours); these stay in memory.
+    await advance(k, 3600);
+    await hit(a, 4);
+    const usage = await k.api("GET", `/projects/${p.id}/usage?month=${month}`);
+    expect(usage.status).toBe(200);
+    expect(usage.body.frontends).toEqual([
+      { frontend_id: a.id, frontend_name: "alpha", requests: 6 },
+      { frontend_id: b.id, frontend_name: "beta", requests: 5 },
+    ]);
+    expect(usage.body.metrics[1]).toMatchObject({ metric: "Frontend Requests", total: 11 });
+    const printed = cli.run("usage", "--project", p.id, "--month", month);
+    expect(printed.code, printed.err).toBe(0);
+    expect(printed.out).toMatch(new RegExp(`^alpha\\s+${a.id}\\s+6\\nbeta\\s+${b.id}\\s+5$`, "m"));
+    // A deleted frontend's requests stay in the month's usage, under its name.
+    expect((await k.api("DELETE", `/projects/${p.id}/frontends/${b.id}`)).status).toBeLessThan(300);
+    expect((await k.api("GET", `/projects/${p.id}/usage?month=${month}`)).body.frontends).toEqual(usage.body.frontends);
+    // The month before has none.
+    const before = new Date(Date.UTC(t.getUTCFullYear(), t.getUTCMonth(), 1)).toISOString().slice(0, 7);
+    expect((await k.api("GET", `/projects/${p.id}/usage?month=${before}`)).body).toMatchObject({ month: before, frontends: [] });
+  });
+
   test("Function Invocations are counted at finish into the month's total, all_time, daily and hourly series; the other metrics are zero series", async () => {
     const kk = await startKiln({ args: ["--clock-start", "2030-01-31T22:50:00Z"] });
     try {
