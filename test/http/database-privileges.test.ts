@@ -191,7 +191,7 @@ describe("kiln db lint", () => {
 });
 
 describe("databases made with the old default grants", () => {
-  test("are upgraded when Kiln opens them: tables without RLS lose the old grants, RLS tables keep theirs, default privileges go; once only", async () => {
+  test("are upgraded when Kiln opens them: tables without RLS lose the old grants, RLS tables keep theirs, default privileges go; once only", { timeout: 150_000 }, async () => {
     let kiln = await startKiln();
     const { dataDir, databaseUrl, token } = kiln;
     try {
