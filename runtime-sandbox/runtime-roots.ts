@@ -370,7 +370,8 @@ export function rootLinks(root: string): Array<{ dest: string; target: string }>
   return out;
 }
 
-function isExecutable(p: string): boolean {
+/** A regular file this process may execute. */
+export function isExecutable(p: string): boolean {
   try {
     accessSync(p, constants.X_OK);
     return statSync(p).isFile();

@@ -2,7 +2,7 @@ import { execFile } from "node:child_process";
 import { accessSync, constants, existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { basename, delimiter, dirname, join } from "node:path";
-import { cachedRoot, ensureRoot, howToProvide, NO_SOURCE, ROOT_RECIPES, sourceName, type Progress, type RootInfo, type RootRecipe } from "./runtime-roots";
+import { cachedRoot, ensureRoot, howToProvide, isExecutable, NO_SOURCE, ROOT_RECIPES, sourceName, type Progress, type RootInfo, type RootRecipe } from "./runtime-roots";
 
 /**
  * Runtime names → interpreters on this machine. Node comes from npm (`node@22`, `node@24`), installed
@@ -353,7 +353,7 @@ async function installNodeInto(npm: string, prefix: string, major: number): Prom
     `node_modules/node/node_modules/${platformPkg}/bin/node`,
     `node_modules/${platformPkg}/bin/node`,
   ];
-  const found = () => candidates.find((c) => isExecutableFile(join(prefix, c)));
+  const found = () => candidates.find((c) => isExecutable(join(prefix, c)));
   if (found()) return found()!;
   const version = (JSON.parse(readFileSync(join(prefix, "node_modules/node/package.json"), "utf8")) as { version: string }).version;
   await run(npm, [...npmArgs, `${platformPkg}@${version}`], { cwd: dirname(prefix), timeoutMs: 10 * 60_000 });
@@ -399,7 +399,7 @@ function* candidates(spec: RuntimeSpec): Generator<string> {
   const names = spec.kind === "python" ? [`python${want}`] : [`ruby${want}`, "ruby"];
   for (const dir of pathDirs()) {
     if (shimDirs.includes(dir)) continue;
-    for (const n of names) if (isExecutableFile(join(dir, n))) yield join(dir, n);
+    for (const n of names) if (isExecutable(join(dir, n))) yield join(dir, n);
   }
   for (const root of [...new Set(roots)]) {
     const versions = join(root, "versions");
@@ -413,7 +413,7 @@ function* candidates(spec: RuntimeSpec): Generator<string> {
     const matching = entries.filter((v) => new RegExp(`^${want.replace(".", "\\.")}\\.\\d+$`).test(v)).sort((a, b) => patch(b) - patch(a));
     for (const v of matching) {
       const bin = join(versions, v, "bin", spec.kind === "python" ? `python${want}` : "ruby");
-      if (isExecutableFile(bin)) yield bin;
+      if (isExecutable(bin)) yield bin;
     }
   }
 }
@@ -456,18 +456,10 @@ function pathDirs(): string[] {
 }
 
 export function which(name: string): string | null {
-  for (const dir of pathDirs()) if (isExecutableFile(join(dir, name))) return join(dir, name);
+  for (const dir of pathDirs()) if (isExecutable(join(dir, name))) return join(dir, name);
   return null;
 }
 
-function isExecutableFile(p: string): boolean {
-  try {
-    accessSync(p, constants.X_OK);
-    return statSync(p).isFile();
-  } catch {
-    return false;
-  }
-}
 
 /** npm ends its output with a log-file pointer; the cause is the last "npm error" line before that. */
 function lastErrorLine(s: string): string {

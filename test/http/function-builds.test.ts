@@ -5,7 +5,7 @@
 //
 // Hermetic: the registries are this file's own servers on 127.0.0.1; Kiln's proxy setting is a port
 // nothing listens on, so anything that is not one of them fails at once instead of going out.
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -16,6 +16,7 @@ import { isMissing, resolveRuntime } from "../../runtime-sandbox/runtimes";
 import { removeDir } from "../support/dirs";
 import { deploy, npmTarball, settled, tgz } from "../support/functions";
 import { BUN, createProject, FUNCTION_RUNTIME, KILN, ROOT, useKiln } from "../support/kiln";
+import { buildKilnpkgWheel } from "../support/python-wheel";
 
 const work = mkdtempSync(join(tmpdir(), "kiln-builds-test-"));
 afterAll(() => removeDir(work));
@@ -52,24 +53,7 @@ registry.files.set("/present", {
   body: Buffer.from(JSON.stringify({ name: "present", "dist-tags": { latest: "1.0.0" }, versions: { "1.0.0": { name: "present", version: "1.0.0", main: "index.js", dist: { tarball: `${registry.url}/present/-/present-1.0.0.tgz` } } } })),
 });
 // PyPI: a wheel `kilnpkg` 1.0 behind a simple index.
-const wheel = join(work, "kilnpkg-1.0-py3-none-any.whl");
-execFileSync("python3", [
-  "-c",
-  `import base64, hashlib, sys, zipfile
-files = {"kilnpkg/__init__.py": "VALUE = 'from the pip.conf index'\\n",
-         "kilnpkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\\nName: kilnpkg\\nVersion: 1.0\\n",
-         "kilnpkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\\nGenerator: kiln-test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}
-record = []
-with zipfile.ZipFile(sys.argv[1], "w") as z:
-    for name, text in files.items():
-        data = text.encode()
-        z.writestr(name, data)
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{name},sha256={digest},{len(data)}")
-    record.append("kilnpkg-1.0.dist-info/RECORD,,")
-    z.writestr("kilnpkg-1.0.dist-info/RECORD", "\\n".join(record) + "\\n")`,
-  wheel,
-]);
+const wheel = buildKilnpkgWheel(work, "from the pip.conf index");
 registry.files.set("/files/kilnpkg-1.0-py3-none-any.whl", { type: "application/octet-stream", body: readFileSync(wheel) });
 registry.files.set("/simple/kilnpkg/", { type: "text/html", body: Buffer.from(`<!DOCTYPE html><html><body><a href="${registry.url}/files/kilnpkg-1.0-py3-none-any.whl">kilnpkg-1.0-py3-none-any.whl</a></body></html>`) });
 

@@ -17,6 +17,7 @@ import { cacheDir, RUNTIME_NAMES } from "../../runtime-sandbox/runtimes";
 import { removeDir } from "../support/dirs";
 import { deploy, settled, tgz } from "../support/functions";
 import { BUN, createProject, FUNCTION_RUNTIME, startKiln, type TestKiln } from "../support/kiln";
+import { buildKilnpkgWheel } from "../support/python-wheel";
 
 const run = process.getuid?.() === 0 && process.platform === "linux" && FUNCTION_RUNTIME === "process";
 const work = mkdtempSync(join(tmpdir(), "kiln-runtimes-test-"));
@@ -26,24 +27,7 @@ afterAll(() => removeDir(work));
 const NO_BWRAP = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", 'mount --bind /dev/null /usr/bin/bwrap && exec "$@"', "hide"];
 
 // A PyPI-style simple index with one pure-Python wheel, built here.
-const wheel = join(work, "kilnpkg-1.0-py3-none-any.whl");
-execFileSync("python3", [
-  "-c",
-  `import base64, hashlib, sys, zipfile
-files = {"kilnpkg/__init__.py": "VALUE = 'from the local index'\\n",
-         "kilnpkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\\nName: kilnpkg\\nVersion: 1.0\\n",
-         "kilnpkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\\nGenerator: kiln-test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}
-record = []
-with zipfile.ZipFile(sys.argv[1], "w") as z:
-    for name, text in files.items():
-        data = text.encode()
-        z.writestr(name, data)
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{name},sha256={digest},{len(data)}")
-    record.append("kilnpkg-1.0.dist-info/RECORD,,")
-    z.writestr("kilnpkg-1.0.dist-info/RECORD", "\\n".join(record) + "\\n")`,
-  wheel,
-]);
+const wheel = buildKilnpkgWheel(work, "from the local index");
 // A local gem source: a one-file gem built and indexed here by the host's RubyGems (`gem build`,
 // `gem generate_index`: the static full index Bundler falls back to without a compact index).
 const gems = join(work, "gems");
