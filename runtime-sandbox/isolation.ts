@@ -4,7 +4,7 @@ import { existsSync, mkdtempSync, rmdirSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { SANDBOX_UID, systemMountList, systemPartLength, type Mount } from "./mounts";
-import { which } from "./runtimes";
+import { which } from "./which";
 import { seccompLoader } from "./seccomp";
 
 /**

@@ -2,7 +2,6 @@ import { existsSync, lstatSync, readlinkSync, realpathSync, statSync } from "nod
 import { join, relative, resolve, sep } from "node:path";
 import { COMPILED, extractedDir } from "../server/embedded/embedded";
 import { rootLinks } from "./runtime-roots";
-import type { ResolvedRuntime } from "./runtimes";
 
 /**
  * What a sandboxed function or build sees of the filesystem, whatever builds the sandbox
@@ -63,7 +62,8 @@ const ETC_NETWORK = ["/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/e
  * the bootstraps at /var/runtime and the code at /var/task, then the covers over hidden paths.
  */
 export function sandboxMounts(
-  s: { runtime: Pick<ResolvedRuntime, "mounts" | "root">; codeDir: string; network: boolean },
+  // The runtime's mounts and root (runtimes.ts ResolvedRuntime; named here, not imported: runtimes.ts loads this module).
+  s: { runtime: { mounts: string[]; root?: string }; codeDir: string; network: boolean },
   hiddenPaths: string[],
   opts: { networkEtc?: boolean; codeWritable?: boolean; extra?: Mount[] } = {},
 ): Mount[] {

@@ -3,6 +3,7 @@ import { accessSync, constants, existsSync, mkdirSync, readdirSync, readFileSync
 import { homedir } from "node:os";
 import { basename, delimiter, dirname, join } from "node:path";
 import { cachedRoot, ensureRoot, howToProvide, isExecutable, NO_SOURCE, ROOT_RECIPES, sourceName, type Progress, type RootInfo, type RootRecipe } from "./runtime-roots";
+import { pathDirs, which } from "./which";
 
 /**
  * Runtime names → interpreters on this machine. Node comes from npm (`node@22`, `node@24`), installed
@@ -451,14 +452,7 @@ async function probeInterpreter(kind: RuntimeKind, path: string): Promise<Probe 
 
 // ---------------------------------------------------------------------------------------------
 
-function pathDirs(): string[] {
-  return (process.env.PATH ?? "").split(delimiter).filter(Boolean);
-}
-
-export function which(name: string): string | null {
-  for (const dir of pathDirs()) if (isExecutable(join(dir, name))) return join(dir, name);
-  return null;
-}
+export { which } from "./which";
 
 
 /** npm ends its output with a log-file pointer; the cause is the last "npm error" line before that. */
