@@ -16,14 +16,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import postgres from "postgres";
 import { tenantRoleName } from "../server/backends/databases/tenant-roles";
-import { makeSecretKey, parseKey } from "../server/secrets/secret-key";
 import { startPgServer } from "../test/support/postgres-server";
-import { startKiln, TOKEN } from "./support";
+import { BENCH_SECRET_KEY, benchTenantPassword, operatorRole, startKiln, TOKEN } from "./support";
 
 const SECONDS = Number(process.env.PGBENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
 const CLIENTS = 8;
-const KEY = "9mXo0r1y2gq0bJ7wO2jA3pXv6tK8yL4sQ1dF5hN7uE0=";
 
 for (const tool of ["pgbench", "pgbouncer"])
   if (!Bun.which(tool) && !Bun.which(`/usr/sbin/${tool}`)) {
@@ -102,17 +100,8 @@ async function startPgBouncer(server: URL, database: string, user: string, passw
 
 const pg = await startPgServer();
 const dir = mkdtempSync(join(tmpdir(), "kiln-bench-proxy-"));
-const admin = postgres(pg.url, { max: 1, onnotice: () => {} });
-await admin.unsafe(`create role kiln_op login password 'op-password' createdb createrole`);
-await admin.unsafe(`create database kiln_control owner kiln_op`);
-const opUrl = (db: string) => {
-  const u = new URL(pg.url);
-  u.username = "kiln_op";
-  u.password = "op-password";
-  u.pathname = `/${db}`;
-  return u.toString();
-};
-const { url, proc } = await startKiln(dir, ["--database-url", opUrl("kiln_control"), "--postgres-url", opUrl("postgres")], { KILN_SECRET_KEY: KEY });
+const { admin, kilnArgs } = await operatorRole(pg.url);
+const { url, proc } = await startKiln(dir, kilnArgs, { KILN_SECRET_KEY: BENCH_SECRET_KEY });
 let bouncer: { port: number; proc: ChildProcess; dir: string } | null = null;
 try {
   const api = async (method: string, path: string, body?: unknown) => {
@@ -130,7 +119,7 @@ try {
   }
   const kiln = new URL(db.connection_string);
   const role = tenantRoleName(db.id);
-  const password = makeSecretKey(parseKey(KEY, "bench key")).derive(`postgres tenant role ${role}`);
+  const password = benchTenantPassword(role);
   const direct = new URL(pg.url);
   direct.username = role;
   direct.password = encodeURIComponent(password);

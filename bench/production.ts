@@ -15,13 +15,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import postgres from "postgres";
 import { tenantRoleName } from "../server/backends/databases/tenant-roles";
-import { makeSecretKey, parseKey } from "../server/secrets/secret-key";
 import { startPgServer } from "../test/support/postgres-server";
-import { pct, startKiln, TOKEN } from "./support";
+import { BENCH_SECRET_KEY, benchTenantPassword, operatorRole, pct, startKiln, TOKEN } from "./support";
 
 const SECONDS = Number(process.env.DURATION ?? 5);
 const CLIENTS = 8;
-const KEY = "9mXo0r1y2gq0bJ7wO2jA3pXv6tK8yL4sQ1dF5hN7uE0=";
 
 const rssMb = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) / 1024;
 
@@ -58,18 +56,9 @@ function pgbench(url: URL, script: string[]): number {
 
 const pg = await startPgServer();
 const dir = mkdtempSync(join(tmpdir(), "kiln-bench-production-"));
-const admin = postgres(pg.url, { max: 1, onnotice: () => {} });
-await admin.unsafe(`create role kiln_op login password 'op-password' createdb createrole`);
-await admin.unsafe(`create database kiln_control owner kiln_op`);
-const opUrl = (db: string) => {
-  const u = new URL(pg.url);
-  u.username = "kiln_op";
-  u.password = "op-password";
-  u.pathname = `/${db}`;
-  return u.toString();
-};
+const { admin, kilnArgs } = await operatorRole(pg.url);
 const t0 = performance.now();
-const { url, proc } = await startKiln(dir, ["--database-url", opUrl("kiln_control"), "--postgres-url", opUrl("postgres")], { KILN_SECRET_KEY: KEY });
+const { url, proc } = await startKiln(dir, kilnArgs, { KILN_SECRET_KEY: BENCH_SECRET_KEY });
 const startMs = performance.now() - t0;
 await Bun.sleep(2000);
 const idleRss = rssMb(proc.pid!);
@@ -105,7 +94,7 @@ try {
   const role = tenantRoleName(db.id);
   const direct = new URL(pg.url);
   direct.username = role;
-  direct.password = encodeURIComponent(makeSecretKey(parseKey(KEY, "bench key")).derive(`postgres tenant role ${role}`));
+  direct.password = encodeURIComponent(benchTenantPassword(role));
   direct.pathname = `/kiln_${db.id}`;
   const args = ["-S", "-M", "prepared", "-c", String(CLIENTS), "-j", "2", "-T", String(SECONDS)];
   const wire = { kiln: pgbench(viaKiln, args), direct: pgbench(direct, args) };

@@ -3,7 +3,9 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import postgres from "postgres";
 import JSC_OPTIONS from "../cmd/jsc-options.json";
+import { makeSecretKey, parseKey } from "../server/secrets/secret-key";
 
 export const ROOT = resolve(import.meta.dirname, "..");
 export const BUN = join(ROOT, "node_modules/.bin/bun");
@@ -47,4 +49,30 @@ export function wrkRps(url: string, headers: Record<string, string>, body: strin
   } finally {
     rmSync(script, { force: true });
   }
+}
+
+/** The secret key the production-profile benches give Kiln (tenant role passwords derive from it). */
+export const BENCH_SECRET_KEY = "9mXo0r1y2gq0bJ7wO2jA3pXv6tK8yL4sQ1dF5hN7uE0=";
+
+/** A tenant role's password as Kiln derives it from BENCH_SECRET_KEY (to connect past Kiln's proxy). */
+export function benchTenantPassword(role: string): string {
+  return makeSecretKey(parseKey(BENCH_SECRET_KEY, "bench key")).derive(`postgres tenant role ${role}`);
+}
+
+/**
+ * On a PostgreSQL server of the bench's own: Kiln's least-privilege operator role (LOGIN CREATEDB
+ * CREATEROLE, docs/production.md) and its control database; `kilnArgs` start Kiln on them.
+ */
+export async function operatorRole(serverUrl: string) {
+  const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
+  await admin.unsafe(`create role kiln_op login password 'op-password' createdb createrole`);
+  await admin.unsafe(`create database kiln_control owner kiln_op`);
+  const opUrl = (db: string) => {
+    const u = new URL(serverUrl);
+    u.username = "kiln_op";
+    u.password = "op-password";
+    u.pathname = `/${db}`;
+    return u.toString();
+  };
+  return { admin, kilnArgs: ["--database-url", opUrl("kiln_control"), "--postgres-url", opUrl("postgres")] };
 }
