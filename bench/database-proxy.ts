@@ -11,13 +11,13 @@
 // PostgreSQL 15's server binaries and pgbouncer: apt-get install postgresql-15 pgbouncer)
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { chownSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import postgres from "postgres";
 import { tenantRoleName } from "../server/backends/databases/tenant-roles";
 import { startPgServer } from "../test/support/postgres-server";
 import { BENCH_SECRET_KEY, benchTenantPassword, operatorRole, startKiln, TOKEN } from "./support";
+import { freePort } from "../test/support/free-port";
 
 const SECONDS = Number(process.env.PGBENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
@@ -29,16 +29,6 @@ for (const tool of ["pgbench", "pgbouncer"])
     process.exit(1);
   }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 /** CPU seconds (user + system) a process has used so far. */
 function cpuSeconds(pid: number): number {

@@ -7,24 +7,16 @@
 // Run: npm run bench:startup   (targets: existing < 300 ms, fresh < 500 ms, RSS < 120 MB, start+stop < 1 CPU-s)
 // PATHS=binary or PATHS=npx runs one path; KILN_TRACE_STARTUP=1 prints each start's phases.
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { loadavg, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import JSC_OPTIONS from "../cmd/jsc-options.json";
+import { freePort } from "../test/support/free-port";
 
 const ROOT = resolve(import.meta.dirname, "..");
 const RUNS = Number(process.env.RUNS ?? 5);
 const BINARY = process.env.KILN_BINARY ?? join(ROOT, "dist/kiln");
 const PATHS = (process.env.PATHS ?? "binary,npx").split(",");
 
-function freePort(): Promise<number> {
-  return new Promise((ok) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const p = (s.address() as { port: number }).port;
-      s.close(() => ok(p));
-    });
-  });
-}
 
 function command(path: string): string[] {
   return path === "binary" ? [BINARY] : ["node", join(ROOT, "cmd/kiln.mjs")];

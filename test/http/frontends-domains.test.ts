@@ -2,24 +2,16 @@
 // certificates checked and served by SNI on Kiln's HTTPS port, beside the default site certificate
 // from the data dir's local CA.
 import { readFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { join } from "node:path";
 import { connect } from "node:tls";
 import forge from "node-forge";
 import { beforeAll, describe, expect, it } from "vitest";
 import { tgz } from "../support/functions";
 import { createProject, eventually, removeDir, startKiln, useKiln, type TestKiln } from "../support/kiln";
+import { freePort } from "../support/free-port";
 
 const DAY = 86_400_000;
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 const tlsPort = await freePort();
 
 interface Issued {

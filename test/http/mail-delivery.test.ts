@@ -2,18 +2,10 @@
 // The "real server" here is the catcher run alone (`kiln emulators mail`), as self-hosters would
 // run any SMTP server.
 import { spawn } from "node:child_process";
-import { createServer } from "node:net";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { BUN, KILN, ROOT, createProject, eventually, removeDir, startKiln, type TestKiln } from "../support/kiln";
+import { freePort } from "../support/free-port";
 
-function freePort(): Promise<number> {
-  return new Promise((ok) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const p = (s.address() as { port: number }).port;
-      s.close(() => ok(p));
-    });
-  });
-}
 
 describe("KILN_SMTP_URL", () => {
   let k: TestKiln;

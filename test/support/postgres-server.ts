@@ -4,9 +4,9 @@ import { execFile, execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { access, constants } from "node:fs/promises";
 import { appendFileSync, chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { freePort } from "./free-port";
 
 export interface PgServer {
   /** postgres://kiln:PASS@127.0.0.1:PORT/postgres (superuser) */
@@ -50,16 +50,6 @@ function run(cmd: string, args: string[], cwd: string, timeout = 60_000): Promis
   );
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 /**
  * `noReplication`: pg_hba.conf admits no replication connection (initdb's default admits local ones).

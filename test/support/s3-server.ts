@@ -7,9 +7,9 @@ import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import { accessSync, constants, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
+import { freePort } from "./free-port";
 
 export interface S3Server {
   /** http://127.0.0.1:PORT */
@@ -42,16 +42,6 @@ export function findCephTools(): Record<Tool, string> | null {
   return found;
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 function run(file: string, args: string[], cwd: string, timeout = 30_000): Promise<string> {
   return new Promise((resolve, reject) =>
