@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { tgz } from "../support/functions";
+import { rawRequest } from "../support/raw-http";
 import { createProject, eventually, removeDir, useCli, useKiln, type TestKiln } from "../support/kiln";
 
 const INDEX = "<!doctype html><title>shop</title><h1>version one</h1>";
@@ -77,6 +78,15 @@ describe("frontends", () => {
     expect(await (await siteFetch(f.site_url, "/cart/42")).text()).toContain("version one");
     expect((await siteFetch(f.site_url, "/missing.png")).status).toBe(404);
     expect((await siteFetch(f.site_url, "/", { method: "POST" })).status).toBe(405);
+    // Paths that climb out of the site (raw, since fetch would normalize them) reach no file outside
+    // it: a 4xx, or the client-side route fallback (index.html), never the host's files.
+    for (const target of ["/../../../../etc/passwd", "/%2e%2e/%2e%2e/%2e%2e/etc/passwd", "/..%2f..%2f..%2fetc%2fpasswd", "/assets/..%2f..%2f..%2f..%2fetc/hostname", "/%00/index.html"]) {
+      const r = await rawRequest(`http://127.0.0.1:${new URL(f.site_url).port}`, "GET", target, { headers: { host: new URL(f.site_url).host } });
+      expect(r.status === 200 ? r.text : "", target).not.toMatch(/root:.*:0:0:/);
+      if (r.status === 200) expect(r.text, target).toContain("version one");
+      else expect(r.status, target).toBeGreaterThanOrEqual(400);
+      expect(r.status, target).toBeLessThan(500);
+    }
     // Another name of the project: nothing serves there.
     expect((await siteFetch(f.site_url.replace("shop--", "nope--"), "/")).status).toBe(404);
 
