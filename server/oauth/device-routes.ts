@@ -7,7 +7,7 @@ import type { OAuthFlowService } from "./flow";
 import { deviceApprovalPage, deviceCodeEntryPage, hostedSignInPage } from "./pages";
 import { DEVICE_GRANT_TYPE, type DeviceFlowService } from "./device";
 import { PROVIDER_IDS, type ProviderId } from "./providers";
-import { authTokenResponseSchema } from "./schemas";
+import { anonKeyParam, authTokenResponseSchema } from "./schemas";
 
 const tag = "End-user OAuth: device flow (RFC 8628)";
 
@@ -28,7 +28,7 @@ const deviceTokenBody = z.object({
 const verifyBody = z.object({ user_code: z.string().min(1).max(32), action: z.enum(["approve", "deny"]) });
 const verifySchema = z.object({ user_code: z.string(), status: z.enum(["approved", "denied"]) });
 const hostedQuery = z.object({
-  anon_key: z.string().min(1, "anon_key is required"),
+  anon_key: anonKeyParam,
   redirect_url: z.string().optional().describe("the app's page the sign-ins return to (an allowed redirect URL); omit to come back here"),
   code: z.string().optional(),
   client_state: z.string().optional(),

@@ -74,8 +74,15 @@ export const authTokenResponseSchema = z.object({
 });
 
 export const endUserProviderParams = z.object({ provider: z.string().min(1) });
+/** An anon key passed in a URL: it becomes a Bearer header, so only the characters a header can carry. */
+export const anonKeyParam = z
+  .string()
+  .min(1, "anon_key is required")
+  .max(512, "anon_key is not a key")
+  .regex(/^[\x21-\x7e]+$/, "anon_key is not a key")
+  .describe("the project's anon key");
 export const authorizeQuery = z.object({
-  anon_key: z.string().min(1, "anon_key is required").describe("the project's anon key"),
+  anon_key: anonKeyParam,
   redirect_url: z.string().optional().describe("an allowed_redirect_urls entry (exact, query included) or the managed page; omit for JSON from the callback"),
   client_state: z.string().max(1024).optional().describe("echoed back to redirect_url as client_state"),
   response_mode: z.literal("code").optional(),

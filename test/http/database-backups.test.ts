@@ -400,8 +400,14 @@ describe("restore attempts that all fail", () => {
     await backup(kx, project.id, "b1");
     const r = await kx.api("POST", `${dbPath(project.id)}/restores`, { body: { backup_name: "b1" } });
     const seen: string[] = [];
+    let lastUpdate = r.body.updated_at;
     for (let i = 0; i < 3; i++) {
-      const x = await eventually(() => kx.api("GET", `${dbPath(project.id)}/restores/${r.body.id}`), (x) => x.body.status !== "running");
+      // Attempt i+1 is over: it ran (updated since the last look, on a clock moved 11 s on) and no longer runs.
+      const x = await eventually(
+        () => kx.api("GET", `${dbPath(project.id)}/restores/${r.body.id}`),
+        (x) => x.body.updated_at !== lastUpdate && x.body.status !== "running",
+      );
+      lastUpdate = x.body.updated_at;
       seen.push(x.body.status);
       await advance(kx, 11);
     }

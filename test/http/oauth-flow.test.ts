@@ -544,6 +544,12 @@ describe("the managed sign-in page", () => {
     const bad = await k.api("GET", `/auth/oauth/hosted?anon_key=${a.anon}&redirect_url=${encodeURIComponent("http://localhost:3000/elsewhere")}`, { token: null });
     expect(bad.status).toBe(400);
     expect((await k.api("GET", "/auth/oauth/hosted?anon_key=ak-wrong", { token: null })).status).toBe(401);
+    // A key no header can carry (it becomes a Bearer header) is a 400, on this page and on authorize.
+    for (const path of ["/auth/oauth/hosted", "/auth/oauth/google/authorize"]) {
+      const odd = await k.api("GET", `${path}?anon_key=${encodeURIComponent("\u{10FAF0}ak")}`, { token: null });
+      expect(odd.status, path).toBe(400);
+      expect(odd.body.error).toMatch(/anon_key/);
+    }
     // Without redirect_url the buttons return to the page itself, a managed page: the flow takes it, and its code exchanges.
     const self = `${k.url}/auth/oauth/hosted?anon_key=${encodeURIComponent(a.anon)}`;
     expect(await (await fetch(self)).text()).toContain(`redirect_url=${encodeURIComponent(self)}`);
