@@ -25,6 +25,8 @@ const runners: Array<[string, string, string[], string, RegExp]> = [
   ["node:test", NODE, ["--test", "shop.test.mjs"], "node-test", /# pass 2\n# fail 0/],
   ["bun test", join(BIN, "bun"), ["test", "./shop.test.ts"], "bun", /2 pass\s+0 fail/],
   ["vitest", join(BIN, "vitest"), ["run", "--config", "vitest.config.mjs"], "vitest", /Tests\s+.*2 passed/],
+  // Jest's native ESM (no transform): the flag is Node's, so Node runs Jest's own entry.
+  ["jest", NODE, ["--experimental-vm-modules", join(ROOT, "node_modules/jest/bin/jest.js")], "jest", /Tests:\s+2 passed, 2 total/],
 ];
 
 for (const [name, cmd, args, dir, passed] of runners) {
