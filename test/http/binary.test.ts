@@ -5,7 +5,8 @@
 // (its runtime from the runtime cache, as `npm test`'s pretest prepared it), and stops cleanly.
 // A representative part of the black-box suite, not all of it: the areas whose files the binary
 // reads at run time (PGlite's WebAssembly and data, extension bundles, Bun Workers, the sandbox's
-// bootstraps and scripts); every other area is the same bundled code either way.
+// bootstraps and scripts) in depth, and one call or two into every other area (the same bundled
+// code either way, but a module the bundler left out or a file read from the source tree shows here).
 import { execFileSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, statSync, symlinkSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
@@ -98,6 +99,43 @@ describe("the compiled binary", () => {
     const projects = JSON.parse(cli("projects", "list"));
     expect(projects.data.length).toBeGreaterThanOrEqual(2);
   });
+
+  test("every other area answers from the binary: storage, end users, locks, logs, metrics, usage, configuration, MCP, OpenAPI", async () => {
+    const p = await createProject(k);
+    const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "backend" } })).body.key as string;
+    const anon = (await k.api("GET", `/projects/${p.id}/anon-keys`)).body.data[0].key as string;
+    // Storage: a bucket, an object up and back down.
+    expect((await k.api("POST", `/projects/${p.id}/storage/buckets`, { body: { name: "files" } })).status).toBe(201);
+    const form = new FormData();
+    form.set("file", new Blob(["from the binary"], { type: "text/plain" }), "note.txt");
+    expect((await fetch(`${k.url}/storage/files/a/note.txt`, { method: "POST", headers: { authorization: `Bearer ${sk}` }, body: form })).status).toBe(201);
+    expect(await (await fetch(`${k.url}/storage/files/a/note.txt`, { headers: { authorization: `Bearer ${sk}` } })).text()).toBe("from the binary");
+    // End users: sign up, then the user reads itself.
+    const signup = await k.api("POST", "/auth/signup", { token: anon, body: { email: "ada@example.com", password: "long enough" } });
+    expect(signup.status).toBe(201);
+    expect((await k.api("GET", "/auth/user", { token: signup.body.access_token })).body.email).toBe("ada@example.com");
+    // Locks: a lease with its fencing token.
+    const lease = await k.api("POST", "/locks/job/lease", { token: sk, body: { ttl_seconds: 30 }, headers: { "X-Service-Request-Id": crypto.randomUUID(), "X-Service-Lock-Token": crypto.randomUUID() } });
+    expect(lease.status, lease.text).toBe(200);
+    // Logs, metrics and usage answer for the project.
+    expect((await k.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function" } } })).status).toBe(200);
+    expect((await k.api("POST", `/projects/${p.id}/metrics/query`, { body: { metrics: ["request_count"], resource: { type: "function" } } })).status).toBeLessThan(500);
+    expect((await k.api("GET", `/projects/${p.id}/usage`)).status).toBe(200);
+    // Configuration export (YAML, from every section's module) and the MCP endpoint's initialize.
+    const config = await k.api("GET", `/projects/${p.id}/config?format=yaml`);
+    expect(config.status).toBe(200);
+    expect(config.text).toContain("files");
+    const token = (await k.api("POST", `/projects/${p.id}/access-tokens`, { body: { name: "mcp", scope: "full" } })).body.token as string;
+    const mcp = await fetch(`${k.url}/mcp`, {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${token}` },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "binary-test", version: "1" } } }),
+    });
+    expect(mcp.status).toBe(200);
+    expect(await mcp.text()).toContain('"name":"kiln"');
+    // The OpenAPI description, generated from the bundled schemas.
+    expect(Object.keys((await k.api("GET", "/openapi.json", { token: null })).body.paths).length).toBeGreaterThan(100);
+  }, 120_000);
 
   test("stops cleanly on SIGTERM", async () => {
     expect(await k.stop()).toBe(0);
