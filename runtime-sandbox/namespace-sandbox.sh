@@ -109,11 +109,16 @@ while [ $# -gt 0 ]; do
         # /bin -> usr/bin and its kind: one `ln -s` for all of them.
         rootlinks="$rootlinks $2"
       else
-        if under_pending "$R$3" || ! plain "$R$3" || ! plain "$2"; then flush; fi
-        [ -z "${3%/*}" ] || dirs="$dirs $R${3%/*}"
-        links="$links$2 $R$3
+        if ! plain "$R$3" || ! plain "$2"; then
+          flush
+          mkdir -p "$R${3%/*}"
+          ln -s "$2" "$R$3" || die "cannot link $3"
+        else
+          if under_pending "$R$3"; then flush; fi
+          [ -z "${3%/*}" ] || dirs="$dirs $R${3%/*}"
+          links="$links$2 $R$3
 "
-        if ! plain "$R$3" || ! plain "$2"; then flush; fi
+        fi
       fi
       shift 3 ;;
     --tmpfs) mnt kiln-tmp "$R$2" tmpfs "mode=1777,size=$3,nosuid,nodev,X-mount.mkdir"; shift 3 ;;
