@@ -124,7 +124,8 @@ class Session {
 
 /** Runs one statement on database or branch `id` (the engine's name for it). */
 export async function runSql(engine: DatabaseEngine, id: string, text: string, params: (string | number | boolean | null)[], o: SqlOptions): Promise<SqlResult> {
-  if (!text.trim()) throw badRequest("body field 'query': must not be empty");
+  if (!text.trim()) throw badRequest("invalid request: body field 'query': must not be empty");
+  if (o.readOnly) await checkReadOnly(text);
   const holder: { s: Session | null } = { s: null };
   const backend = await engine.openWire(
     id,
@@ -138,6 +139,30 @@ export async function runSql(engine: DatabaseEngine, id: string, text: string, p
   } finally {
     await backend.close().catch(() => {});
   }
+}
+
+/** Statements a read-only caller may send: queries (SELECT, VALUES, TABLE, WITH ... SELECT), EXPLAIN, SHOW. */
+const READ_STATEMENTS = new Set(["SelectStmt", "ExplainStmt", "VariableShowStmt"]);
+
+/**
+ * A read-only caller's statement must be a query by PostgreSQL's own parser (libpg-query), as the
+ * MCP endpoint's read-only SQL: on the embedded engine the service role is its instance's
+ * superuser, and a READ ONLY transaction alone would still let it write files of the instance
+ * (COPY ... TO a file). What makes the query itself read-only is the transaction.
+ */
+async function checkReadOnly(text: string): Promise<void> {
+  const { parse } = await import("libpg-query");
+  let tree: { stmts?: { stmt: Record<string, { intoClause?: unknown }> }[] };
+  try {
+    tree = await parse(text);
+  } catch {
+    return; // PostgreSQL reports the syntax error itself, with its position
+  }
+  const stmts = tree.stmts ?? [];
+  if (stmts.length !== 1) return; // PostgreSQL refuses several commands itself
+  const [kind, node] = Object.entries(stmts[0]!.stmt)[0] ?? [];
+  if (!kind || !READ_STATEMENTS.has(kind) || (kind === "SelectStmt" && node?.intoClause))
+    throw new HttpError(403, { error: `a read-only project token runs only queries (SELECT, VALUES, TABLE, WITH ... SELECT, EXPLAIN, SHOW); this is ${kind === "SelectStmt" ? "SELECT ... INTO" : (kind ?? "empty")}` });
 }
 
 async function statement(s: Session, text: string, params: (string | number | boolean | null)[], o: SqlOptions): Promise<SqlResult> {

@@ -564,15 +564,23 @@ describe("SQL API", () => {
   test("credentials: platform and full project tokens write; a read-only token reads in a rolled-back READ ONLY transaction; application keys and other projects are refused", async () => {
     const { project: p, sk, anon } = await setup();
     await sql(p.id, { query: "create table notes (body text)" });
+    await sql(p.id, { query: "create sequence seq1" });
     const full = await createToken(k, p.id);
     expect((await sql(p.id, { query: "insert into notes values ($1)", params: ["by token"] }, { token: full.token })).body).toMatchObject({ command: "INSERT", row_count: 1 });
     const ro = await createToken(k, p.id, { scope: "read_only" });
     const read = await sql(p.id, { query: "select body from notes" }, { token: ro.token });
     expect(read.body).toMatchObject({ rows: [["by token"]], read_only: true });
-    for (const query of ["insert into notes values ('ro')", "create table more (x int)", "select nextval('x')", "set transaction_read_only = off"]) {
+    // Anything but a query is refused before it runs; a query that writes (a data-modifying WITH, a
+    // sequence) is refused by PostgreSQL in the READ ONLY transaction.
+    for (const query of ["insert into notes values ('ro')", "create table more (x int)", "set transaction_read_only = off", "copy notes to '/tmp/kiln-ro-copy'", "select * into copied from notes"]) {
+      const r = await sql(p.id, { query }, { token: ro.token });
+      expect(r.status, query).toBe(403);
+      expect(r.body.error, query).toMatch(/^a read-only project token runs only queries/);
+    }
+    for (const query of ["with w as (insert into notes values ('ro') returning 1) select * from w", "select nextval('seq1')", "select lo_create(0)"]) {
       const r = await sql(p.id, { query }, { token: ro.token });
       expect(r.status, query).toBe(400);
-      expect(r.body.code, query).toMatch(/^25|^42P01/);
+      expect(r.body.code, query).toBe("25006");
     }
     expect((await sql(p.id, { query: "select count(*)::int from notes" })).body.rows).toEqual([[1]]);
     expect((await sql(p.id, { query: "select 1" }, { token: null })).status).toBe(401);
@@ -592,9 +600,8 @@ describe("SQL API", () => {
       // The production engine: the database's login role, as its connection string has.
       expect(who.body.rows[0]).toEqual([expect.stringMatching(/^kiln_/), false]);
       expect(file.body.code).toBe("42501");
-      expect((await sql(p.id, { query: "reset role; select 1" })).status).toBe(400);
-      const reset = await sql(p.id, { query: "set role postgres" });
-      expect(reset.status).toBe(400);
+      const escape = await sql(p.id, { query: "set role pg_read_server_files" });
+      expect(escape.body.code).toBe("42501");
     } else {
       // The embedded engine: the superuser of the database's own PGlite instance, which has no host files.
       expect(who.body.rows[0]).toEqual(["postgres", true]);
