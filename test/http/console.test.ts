@@ -204,7 +204,8 @@ describe("pages and journeys", () => {
     noProblems();
   });
 
-  test("databases: tables and their exposure, the SQL editor with rows in a grid and PostgreSQL's errors, branches", async () => {
+  // A branch is a copy of the database: its provisioning takes most of this test on a loaded machine.
+  test("databases: tables and their exposure, the SQL editor with rows in a grid and PostgreSQL's errors, branches", { timeout: 120_000 }, async () => {
     const db = await activeDatabase(k, projectId, "shop");
     const c = connect(db.connection_string);
     try {
@@ -294,7 +295,8 @@ describe("pages and journeys", () => {
     noProblems();
   });
 
-  test("end users: create, search, paginate, delete", async () => {
+  // 50 users made through the API (each a password hash): slow on a loaded machine.
+  test("end users: create, search, paginate, delete", { timeout: 120_000 }, async () => {
     await open(`#/p/${projectId}/users`);
     await page.getByLabel("Email", { exact: true }).fill("ada@example.com");
     await page.getByLabel("Password").fill("long enough pass");

@@ -20,11 +20,15 @@ export function backupsSection(base: string): HTMLElement {
   const status = h("div", { "aria-live": "polite" });
   let entries: any[] = [];
   let follow: ReturnType<typeof setTimeout> | null = null;
+  let underWay = false;
 
   const loadRestores = () =>
     restores.run(async () => {
       const r = await api("GET", `${base}/restores`);
       const pending = r.data.some((x: any) => !FINISHED.has(x.status));
+      // A finished restore kept the data it replaced as a pre-restore backup: show it.
+      if (underWay && !pending) void loadBackups();
+      underWay = pending;
       if (follow) clearTimeout(follow);
       // Followed while one is under way (and the page still shows it): the states as the API moves them.
       if (pending) follow = setTimeout(() => (restores.isConnected ? void loadRestores() : undefined), 1000);
