@@ -106,7 +106,8 @@ class Session {
         }
         await onMessage?.(msg.type, msg.body);
       }
-      if (this.ended !== null) throw new Error(`the database session ended: ${this.ended}`);
+      // Ended under the statement: the database is being deleted, restored or reset (409, like a database that is not active).
+      if (this.ended !== null) throw new HttpError(409, { error: `the database session ended: ${this.ended}` });
       await new Promise<void>((resolve) => (this.wake = resolve));
       this.wake = null;
     }
