@@ -2,9 +2,9 @@ import { spawnSync } from "node:child_process";
 import { createWriteStream, existsSync, openSync, readSync, closeSync, renameSync, rmSync, statSync } from "node:fs";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { Client } from "../client";
+import { ApiError, Client } from "../client";
 import type { Command } from "commander";
-import { formatBytes, output, printObject, printTable } from "../output";
+import { formatBytes, output, printObject, printTable, tableLines } from "../output";
 import { parseDuration } from "./clock";
 import { act, appClient, csv, keyOption, requireProject, PROJECT_HELP, type KeyOptions } from "./shared";
 
@@ -88,6 +88,39 @@ export function databasesCommand(program: Command): void {
           );
           for (const t of r.exposed_tables as string[])
             console.log(`warning: ${t} has no row-level security, yet anonymous or authenticated may use it: every row is open to them (alter table ${t} enable row level security, or revoke)`);
+        });
+      }),
+    );
+  db.command("sql <name> <query>")
+    .description("run one SQL statement through the SQL API (as the database's own role; read-only project tokens: a read-only transaction) and print its rows")
+    .option("--project <id>", PROJECT_HELP)
+    .option("--branch <branch>", "on this branch instead of the main database")
+    .option("--param <value...>", "values of $1, $2 ... in order (text; PostgreSQL casts them)")
+    .option("--max-rows <n>", "rows returned at most (default 1000, up to 10000)")
+    .option("--timeout <duration>", "statement timeout, e.g. 5s (default 15s, at most 60s)")
+    .action(
+      act(async (c, g, name: string, query: string, o: { project: string; branch?: string; param?: string[]; maxRows?: string; timeout?: string }) => {
+        const path = `${base(o)}/${encodeURIComponent(name)}${o.branch ? `/branches/${encodeURIComponent(o.branch)}` : ""}/sql`;
+        let r;
+        try {
+          r = await c.request("POST", path, {
+            query,
+            ...(o.param ? { params: o.param } : {}),
+            ...(o.maxRows ? { max_rows: Number(o.maxRows) } : {}),
+            ...(o.timeout ? { timeout_ms: Math.round(parseDuration(o.timeout) * 1000) } : {}),
+          });
+        } catch (err) {
+          throw sqlFailure(err, query);
+        }
+        output(g.json, r, () => {
+          for (const n of r.notices as string[]) console.log(`NOTICE: ${n}`);
+          if (r.columns.length) {
+            const keys = r.columns.map((_: unknown, i: number) => `c${i}`);
+            const rows = (r.rows as unknown[][]).map((row) => Object.fromEntries(row.map((v, i) => [keys[i], v])));
+            if (rows.length) for (const l of tableLines(rows, keys, r.columns.map((col: { name: string }) => col.name))) console.log(l);
+          }
+          const count = `${r.row_count} row${r.row_count === 1 ? "" : "s"}`;
+          console.log(`${r.command} (${count}${r.truncated ? "; truncated: more rows than --max-rows or 4 MiB" : ""}${r.read_only ? "; read-only, rolled back" : ""})`);
         });
       }),
     );
@@ -448,4 +481,22 @@ export function concurrencyBanner(name: string, engine: string, runs: number | n
   return engine === "embedded"
     ? `kiln: ${name} runs on the embedded engine (PGlite, PostgreSQL ${runs ?? "?"}): one statement at a time per database; other connections wait their turn, and a transaction holds the database until it ends. For a server with real concurrency, start Kiln with --postgres-url.`
     : `kiln: ${name} runs on PostgreSQL ${runs ?? "?"} (--postgres-url): each connection has its own server session; statements run concurrently.`;
+}
+
+/** PostgreSQL's error with its SQLSTATE, and a caret under the position it points at (as psql shows it). */
+function sqlFailure(err: unknown, query: string): unknown {
+  if (!(err instanceof ApiError) || err.status !== 400) return err;
+  const b = err.body as { error?: string; code?: string; position?: number; hint?: string; detail?: string };
+  if (!b?.code) return err;
+  const lines = [`${b.error} (SQLSTATE ${b.code})`];
+  if (b.position) {
+    const before = query.slice(0, b.position - 1);
+    const lineNo = before.split("\n").length;
+    const line = query.split("\n")[lineNo - 1] ?? "";
+    const col = before.length - before.lastIndexOf("\n") - 1;
+    lines.push(`LINE ${lineNo}: ${line}`, `${" ".repeat(`LINE ${lineNo}: `.length + col)}^`);
+  }
+  if (b.detail) lines.push(`DETAIL: ${b.detail}`);
+  if (b.hint) lines.push(`HINT: ${b.hint}`);
+  return new ApiError(err.status, { ...b, error: lines.join("\n") });
 }

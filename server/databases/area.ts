@@ -18,6 +18,7 @@ import { RestoresService } from "./restores";
 import { BranchesService } from "./branches";
 import { ClockJournal } from "./clock-journal";
 import { databaseRoutes } from "./routes";
+import { sqlRoutes } from "./sql-routes";
 import { DatabasesService } from "./service";
 import { DumpsService } from "./dumps";
 import { DueTimers } from "./timers";
@@ -125,6 +126,7 @@ export const databasesArea = defineArea({
     databaseRoutes(r);
     branchRoutes(r);
     backupRoutes(r);
+    sqlRoutes(r);
   },
   project: { cleanup: (projectId, { databases }) => databases.removeAll(projectId) },
   resume: async ({ databases, branches, restores, databaseTimers }) => {

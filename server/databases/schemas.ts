@@ -216,3 +216,34 @@ export const createRestoreBody = z.object({
   backup_name: z.string().min(1).optional(),
   restore_to: timestampInput.optional(),
 });
+
+// ---- the SQL API (a Kiln extension: docs/databases.md) --------------------------------------------
+
+export const sqlBody = z.object({
+  query: z.string().min(1).max(100_000).describe("one SQL statement; $1, $2 ... for params"),
+  params: z
+    .array(z.union([z.string(), z.number(), z.boolean(), z.null()]))
+    .max(1000)
+    .optional()
+    .describe("values of $1, $2 ... (sent as text; PostgreSQL casts them to the parameter's type)"),
+  max_rows: z.number().int().min(1).max(10_000).optional().describe("rows returned at most (default 1000); more sets `truncated`"),
+  timeout_ms: z.number().int().min(1).max(60_000).optional().describe("statement timeout in milliseconds (default 15000)"),
+});
+
+export const sqlResultSchema = z.object({
+  command: z.string().describe("the command tag's verb: SELECT, INSERT, CREATE TABLE, ..."),
+  row_count: z.number().int().describe("rows the statement returned or changed (the rows returned, when truncated)"),
+  columns: z.array(z.object({ name: z.string(), type: z.string().describe("PostgreSQL's name of the type (format_type)") })),
+  rows: z.array(z.array(z.unknown())).describe("one array per row, in column order: int2/int4/float as numbers, bool, json/jsonb parsed, everything else as PostgreSQL's text"),
+  truncated: z.boolean().describe("more rows than max_rows, or than 4 MiB of rows, were returned by PostgreSQL and left out"),
+  notices: z.array(z.string()).describe("NOTICE and WARNING messages the statement raised"),
+  read_only: z.boolean().describe("the statement ran in a READ ONLY transaction that was rolled back (read-only project tokens)"),
+});
+
+export const sqlErrorSchema = z.object({
+  error: z.string().describe("PostgreSQL's message"),
+  code: z.string().optional().describe("SQLSTATE (PostgreSQL errors)"),
+  position: z.number().int().optional().describe("1-based character position in the query the error points at"),
+  detail: z.string().optional(),
+  hint: z.string().optional(),
+});

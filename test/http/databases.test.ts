@@ -3,9 +3,9 @@
 import { spawnSync } from "node:child_process";
 import { connect as connectTcp, createServer, type AddressInfo } from "node:net";
 import postgres from "postgres";
-import { afterAll, describe, expect, inject, test } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import { connect, withApp } from "../support/database-clients";
-import { createProject, createToken, eventually, STORE, useKiln, withKiln, type TestKiln } from "../support/kiln";
+import { createProject, createToken, eventually, STORE, useCli, useKiln, withKiln, type TestKiln } from "../support/kiln";
 
 const k = useKiln({ args: ["--controllable-clock"] });
 
@@ -484,5 +484,155 @@ describe("query failures", () => {
     } finally {
       proxy.close();
     }
+  });
+});
+
+// The SQL API: a Kiln extension (docs/databases.md) the console's SQL editor and `kiln db sql` use.
+describe("SQL API", () => {
+  const { run: cli } = useCli(k, { passToken: true });
+  // One database for every test here (each uses tables of its own): a database costs seconds to make.
+  let p: { id: string };
+  let sk = "";
+  let anon = "";
+  beforeAll(async () => void ({ project: p, sk, anon } = await setup()), 120_000);
+  const sql = (projectId: string, body: Record<string, unknown>, o: { token?: string | null; branch?: string; db?: string } = {}) =>
+    k.api("POST", `/projects/${projectId}/databases/${o.db ?? "app"}${o.branch ? `/branches/${o.branch}` : ""}/sql`, { body, token: o.token });
+
+  test("one statement as the database's role: DDL, writes with params and RETURNING, typed columns, row and size caps", async () => {
+    const ddl = await sql(p.id, { query: "create table items (id serial primary key, name text not null, big bigint, doc jsonb, ok boolean, price numeric)" });
+    expect(ddl.status, ddl.text).toBe(200);
+    expect(ddl.body).toEqual({ command: "CREATE TABLE", row_count: 0, columns: [], rows: [], truncated: false, notices: [], read_only: false });
+    const ins = await sql(p.id, {
+      query: "insert into items (name, big, doc, ok, price) select $1 || g, g * 10000000000, jsonb_build_object('g', g), g % 2 = 0, g / 4.0 from generate_series(1, $2::int) g returning id, name",
+      params: ["item-", 5],
+    });
+    expect(ins.status, ins.text).toBe(200);
+    expect(ins.body).toMatchObject({ command: "INSERT", row_count: 5, columns: [{ name: "id", type: "integer" }, { name: "name", type: "text" }], truncated: false });
+    expect(ins.body.rows[4]).toEqual([5, "item-5"]);
+    // What the statement wrote is committed: the query API's service key sees it.
+    const seen = await k.api("POST", "/databases/app/query/select", { token: sk, body: { table: "items" } });
+    expect(seen.body.count).toBe(5);
+
+    const sel = await sql(p.id, { query: "select id, id as id, big, doc, ok, price, null::text as nothing from items order by id", max_rows: 3 });
+    expect(sel.status, sel.text).toBe(200);
+    // Duplicate column names stay apart; int8 and numeric keep every digit (as text); json is parsed.
+    expect(sel.body.columns.map((c: { name: string; type: string }) => `${c.name}:${c.type}`)).toEqual(["id:integer", "id:integer", "big:bigint", "doc:jsonb", "ok:boolean", "price:numeric", "nothing:text"]);
+    expect(sel.body.rows).toEqual([
+      [1, 1, "10000000000", { g: 1 }, false, "0.25000000000000000000", null],
+      [2, 2, "20000000000", { g: 2 }, true, "0.50000000000000000000", null],
+      [3, 3, "30000000000", { g: 3 }, false, "0.75000000000000000000", null],
+    ]);
+    expect(sel.body).toMatchObject({ command: "SELECT", row_count: 3, truncated: true });
+    const all = await sql(p.id, { query: "select count(*)::int as n from items" });
+    expect(all.body).toMatchObject({ rows: [[5]], row_count: 1, truncated: false });
+    // 5 rows of ~1 MB each: the answer stops before 4 MiB of rows.
+    const big = await sql(p.id, { query: "select g, repeat('x', 1000000) as blob from generate_series(1, 5) g" });
+    expect(big.status).toBe(200);
+    expect(big.body.truncated).toBe(true);
+    expect(big.body.rows.length).toBeLessThan(5);
+    expect(big.body.row_count).toBe(big.body.rows.length);
+    const notice = await sql(p.id, { query: "do $$ begin raise notice 'hello %', 42; end $$" });
+    expect(notice.body).toMatchObject({ command: "DO", notices: ["hello 42"] });
+  });
+
+  test("PostgreSQL's errors are 400s with SQLSTATE and position; a statement timeout ends the statement and the database keeps serving", async () => {
+    const syntax = await sql(p.id, { query: "select 1 from" });
+    expect(syntax.status).toBe(400);
+    expect(syntax.body).toMatchObject({ error: "syntax error at end of input", code: "42601", position: 14 });
+    const missing = await sql(p.id, { query: "select * from nowhere" });
+    expect(missing.body).toEqual({ error: 'relation "nowhere" does not exist', code: "42P01", position: 15 });
+    const two = await sql(p.id, { query: "select 1; select 2" });
+    expect(two.body).toMatchObject({ code: "42601", error: expect.stringMatching(/multiple commands/) });
+    const copy = await sql(p.id, { query: "copy (select 1) to stdout" });
+    expect(copy.status).toBe(200);
+    await sql(p.id, { query: "create table t (x int)" });
+    const copyIn = await sql(p.id, { query: "copy t from stdin" });
+    expect(copyIn.status).toBe(400);
+    expect(copyIn.body.error).toMatch(/COPY FROM STDIN is not supported/);
+    const slow = await sql(p.id, { query: "select pg_sleep(30)", timeout_ms: 300 });
+    expect(slow.status).toBe(400);
+    expect(slow.body).toMatchObject({ code: "57014", error: "canceling statement due to statement timeout" });
+    expect((await sql(p.id, { query: "select 1 as one" })).body.rows).toEqual([[1]]);
+    // A BEGIN the statement leaves open is rolled back: nothing it did stays.
+    expect((await sql(p.id, { query: "begin" })).body.command).toBe("BEGIN");
+    expect((await sql(p.id, { query: "select count(*)::int from t" })).body.rows).toEqual([[0]]);
+    for (const body of [{}, { query: "" }, { query: "select 1", max_rows: 0 }, { query: "select 1", timeout_ms: 60_001 }, { query: "select $1", params: [{}] }]) {
+      const r = await sql(p.id, body);
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(r.body.error).toMatch(/^invalid request: body field/);
+    }
+    expect((await sql(p.id, { query: "select 1" }, { db: "nope" })).status).toBe(404);
+  });
+
+  test("credentials: platform and full project tokens write; a read-only token reads in a rolled-back READ ONLY transaction; application keys and other projects are refused", async () => {
+    await sql(p.id, { query: "create table notes (body text)" });
+    await sql(p.id, { query: "create sequence seq1" });
+    const full = await createToken(k, p.id);
+    expect((await sql(p.id, { query: "insert into notes values ($1)", params: ["by token"] }, { token: full.token })).body).toMatchObject({ command: "INSERT", row_count: 1 });
+    const ro = await createToken(k, p.id, { scope: "read_only" });
+    const read = await sql(p.id, { query: "select body from notes" }, { token: ro.token });
+    expect(read.body).toMatchObject({ rows: [["by token"]], read_only: true });
+    // Anything but a query is refused before it runs; a query that writes (a data-modifying WITH, a
+    // sequence) is refused by PostgreSQL in the READ ONLY transaction.
+    for (const query of ["insert into notes values ('ro')", "create table more (x int)", "set transaction_read_only = off", "copy notes to '/tmp/kiln-ro-copy'", "select * into copied from notes"]) {
+      const r = await sql(p.id, { query }, { token: ro.token });
+      expect(r.status, query).toBe(403);
+      expect(r.body.error, query).toMatch(/^a read-only project token runs only queries/);
+    }
+    for (const query of ["with w as (insert into notes values ('ro') returning 1) select * from w", "select nextval('seq1')"]) {
+      const r = await sql(p.id, { query }, { token: ro.token });
+      expect(r.status, query).toBe(400);
+      expect(r.body.code, query).toBe("25006");
+    }
+    // A write PostgreSQL lets through a READ ONLY transaction (a large object, on PostgreSQL 18) is rolled back.
+    const lo = await sql(p.id, { query: "select lo_create(0)" }, { token: ro.token });
+    expect([200, 400]).toContain(lo.status);
+    expect((await sql(p.id, { query: "select count(*)::int from pg_largeobject_metadata" })).body.rows).toEqual([[0]]);
+    expect((await sql(p.id, { query: "select count(*)::int from notes" })).body.rows).toEqual([[1]]);
+    expect((await sql(p.id, { query: "select 1" }, { token: null })).status).toBe(401);
+    for (const token of [sk, anon]) expect((await sql(p.id, { query: "select 1" }, { token })).status).toBe(403);
+    const other = await createProject(k);
+    const otherToken = await createToken(k, other.id);
+    expect((await sql(p.id, { query: "select 1" }, { token: otherToken.token })).status).toBe(403);
+  });
+
+  test("it runs as the tenant's own role: never a superuser of the server, no host files", async () => {
+    const who = await sql(p.id, { query: "select current_user::text, (select rolsuper from pg_roles where rolname = current_user)" });
+    expect(who.status, who.text).toBe(200);
+    const file = await sql(p.id, { query: "select pg_read_file('/etc/passwd')" });
+    expect(file.status).toBe(400);
+    if (STORE === "postgres") {
+      // The production engine: the database's login role, as its connection string has.
+      expect(who.body.rows[0]).toEqual([expect.stringMatching(/^kiln_/), false]);
+      expect(file.body.code).toBe("42501");
+      const escape = await sql(p.id, { query: "set role pg_read_server_files" });
+      expect(escape.body.code).toBe("42501");
+    } else {
+      // The embedded engine: the superuser of the database's own PGlite instance, which has no host files.
+      expect(who.body.rows[0]).toEqual(["postgres", true]);
+      expect(file.body.error).toMatch(/could not open file|No such file/);
+    }
+  });
+
+  test("a branch has its twin route; `kiln db sql` prints rows and PostgreSQL's error with a caret", async () => {
+    await sql(p.id, { query: "create table kv (k text primary key, v int)" });
+    await sql(p.id, { query: "insert into kv values ('a', 1)" });
+    const b = await k.api("POST", `/projects/${p.id}/databases/app/branches`, { body: { name: "dev" } });
+    expect(b.status, b.text).toBe(202);
+    await eventually(() => k.api("GET", `/projects/${p.id}/databases/app/branches/dev`), (x) => x.body.status === "active", 30_000);
+    expect((await sql(p.id, { query: "insert into kv values ('b', 2)" }, { branch: "dev" })).body.row_count).toBe(1);
+    expect((await sql(p.id, { query: "select k from kv order by k" }, { branch: "dev" })).body.rows).toEqual([["a"], ["b"]]);
+    expect((await sql(p.id, { query: "select k from kv order by k" })).body.rows).toEqual([["a"]]);
+    expect((await sql(p.id, { query: "select 1" }, { branch: "nope" })).status).toBe(404);
+
+    const out = cli("db", "sql", "app", "select k, v from kv where v >= $1", "--param", "1", "--project", p.id);
+    expect(out.code, out.err).toBe(0);
+    expect(out.out).toMatch(/^k\s+v\s*\na\s+1\s*\nSELECT \(1 row\)/);
+    const onBranch = cli("--json", "db", "sql", "app", "select count(*)::int as n from kv", "--branch", "dev", "--project", p.id);
+    expect(JSON.parse(onBranch.out)).toMatchObject({ command: "SELECT", rows: [[2]] });
+    const bad = cli("db", "sql", "app", "select k from kv where nope = 1", "--project", p.id);
+    expect(bad.code).toBe(1);
+    expect(bad.err).toMatch(/column "nope" does not exist \(SQLSTATE 42703\)/);
+    expect(bad.err).toMatch(/LINE 1: select k from kv where nope = 1\n\s{31}\^/);
   });
 });

@@ -77,3 +77,23 @@ export async function serviceKey(projectId: string): Promise<string> {
 }
 
 export const enc = encodeURIComponent;
+
+/**
+ * A call whose refusal the page shows in its own way (the SQL editor: SQLSTATE and position):
+ * the status and the parsed body, whatever the status. Network failures still throw.
+ */
+export async function apiAnswer<T = any>(method: string, path: string, opts: CallOptions = {}): Promise<{ ok: boolean; status: number; body: T }> {
+  const headers: Record<string, string> = { ...opts.headers };
+  const bearer = opts.bearer ?? session.token();
+  if (bearer) headers.Authorization = `Bearer ${bearer}`;
+  if (opts.body !== undefined) headers["Content-Type"] = "application/json";
+  const res = await fetch(path, { method, headers, body: opts.body !== undefined ? JSON.stringify(opts.body) : opts.raw });
+  const text = await res.text();
+  let body: any = text;
+  try {
+    body = text ? JSON.parse(text) : undefined;
+  } catch {
+    // not JSON: the text as it came
+  }
+  return { ok: res.ok, status: res.status, body };
+}

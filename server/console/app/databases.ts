@@ -1,24 +1,108 @@
-import { api, enc, serviceKey } from "./api";
-import { button, field, form, h, select, slot, table, when } from "./dom";
+import { api, apiAnswer, enc } from "./api";
+import { backupsSection } from "./database-backups";
+import { button, field, form, h, slot, table, when } from "./dom";
 
-function parseJson(label: string, text: string | undefined, fallback: unknown): unknown {
-  if (!text?.trim()) return fallback;
-  try {
-    return JSON.parse(text);
-  } catch (err) {
-    throw new Error(`${label} is not JSON: ${(err as Error).message}`);
-  }
+/** What the SQL API answers (POST .../sql, a Kiln extension: docs/databases.md). */
+interface SqlResult {
+  command: string;
+  row_count: number;
+  columns: { name: string; type: string }[];
+  rows: unknown[][];
+  truncated: boolean;
+  notices: string[];
+  read_only: boolean;
 }
 
-/** Rows as a grid: the union of their columns, in first-seen order. */
-function grid(rows: Record<string, unknown>[]): HTMLElement {
-  const cols: string[] = [];
-  for (const r of rows) for (const k of Object.keys(r)) if (!cols.includes(k)) cols.push(k);
-  return table(
-    cols,
-    rows.map((r) => cols.map((c) => (r[c] === null || r[c] === undefined ? h("span", { class: "muted" }, "null") : typeof r[c] === "object" ? JSON.stringify(r[c]) : String(r[c])))),
-    "No rows.",
+const cell = (v: unknown) => (v === null || v === undefined ? h("span", { class: "muted" }, "null") : typeof v === "object" ? JSON.stringify(v) : String(v));
+
+/** The result grid: one column per result column (duplicates kept apart), its type under its name. */
+function resultGrid(r: SqlResult): HTMLElement {
+  if (r.columns.length === 0) return h("p", { class: "muted" }, "The statement returns no rows.");
+  if (r.rows.length === 0) return h("p", { class: "muted" }, "No rows.");
+  return h(
+    "div",
+    { class: "grid-scroll" },
+    h(
+      "table",
+      { class: "sql-grid" },
+      h("thead", {}, h("tr", {}, r.columns.map((c) => h("th", { scope: "col", title: c.type }, c.name, h("div", { class: "muted type" }, c.type))))),
+      h("tbody", {}, r.rows.map((row) => h("tr", {}, row.map((v) => h("td", {}, cell(v)))))),
+    ),
   );
+}
+
+/** PostgreSQL's error as the API words it, with its SQLSTATE and a caret under the position. */
+function sqlError(status: number, body: any, query: string): HTMLElement {
+  const message = `${status}: ${body?.error ?? body?.code ?? String(body)}`;
+  const parts: (HTMLElement | string)[] = [message];
+  if (body?.code) parts.push(h("div", {}, `SQLSTATE ${body.code}${body.position ? ` at character ${body.position}` : ""}`));
+  if (body?.position) {
+    const before = query.slice(0, body.position - 1);
+    const lineNo = before.split("\n").length;
+    const line = query.split("\n")[lineNo - 1] ?? "";
+    const col = before.length - before.lastIndexOf("\n") - 1;
+    parts.push(h("pre", { class: "caret" }, `LINE ${lineNo}: ${line}\n${" ".repeat(`LINE ${lineNo}: `.length + col)}^`));
+  }
+  if (body?.detail) parts.push(h("div", {}, `DETAIL: ${body.detail}`));
+  if (body?.hint) parts.push(h("div", {}, `HINT: ${body.hint}`));
+  return h("div", { class: "error", role: "alert" }, parts);
+}
+
+/** The SQL editor: one statement on the database or a branch, through the SQL API, rows in a grid. */
+function sqlEditor(base: string, branches: () => string[]): HTMLElement & { refreshTargets: () => void } {
+  const results = h("div", { "aria-live": "polite", class: "query-results" });
+  const target = h("select", { name: "target" }, h("option", { value: "" }, "main"));
+  const refreshTargets = () => {
+    const current = target.value;
+    target.replaceChildren(h("option", { value: "" }, "main"), ...branches().map((b) => h("option", { value: b }, b)));
+    target.value = branches().includes(current) ? current : "";
+  };
+  const query = h("textarea", { name: "query", required: true, spellcheck: false, class: "sql", placeholder: "select * from items where qty >= $1" });
+  const el = form(
+    [
+      h("label", { class: "wide" }, "SQL (one statement; Ctrl+Enter runs it)", query),
+      h("label", {}, "Run on", target),
+      h("label", {}, "Parameters ($1, $2 … as a JSON array)", h("input", { name: "params", placeholder: '["5"]' })),
+      field("Max rows", "max_rows", { type: "number", min: 1, max: 10000, value: "1000" }),
+    ],
+    "Run SQL",
+    async (d) => {
+      results.replaceChildren(h("p", { class: "muted" }, "Running…"));
+      let params: unknown;
+      if (d.params?.trim()) {
+        try {
+          params = JSON.parse(d.params);
+        } catch (err) {
+          throw new Error(`the parameters are not JSON: ${(err as Error).message}`);
+        }
+        if (!Array.isArray(params)) throw new Error("the parameters must be a JSON array");
+      }
+      const path = d.target ? `${base}/branches/${enc(d.target)}/sql` : `${base}/sql`;
+      const started = performance.now();
+      const r = await apiAnswer<SqlResult>("POST", path, { body: { query: d.query, ...(params ? { params } : {}), ...(d.max_rows ? { max_rows: Number(d.max_rows) } : {}) } });
+      const ms = Math.round(performance.now() - started);
+      if (!r.ok) return void results.replaceChildren(sqlError(r.status, r.body, d.query ?? ""));
+      const x = r.body;
+      results.replaceChildren(
+        h(
+          "div",
+          {},
+          h("p", { class: "sql-status" }, `${x.command} · ${x.row_count} row${x.row_count === 1 ? "" : "s"} · ${ms} ms${x.read_only ? " · read-only, rolled back" : ""}`),
+          x.truncated ? h("p", { class: "warn", role: "status" }, `Truncated: only the first ${x.rows.length} rows are shown (max rows, or 4 MiB of rows).`) : null,
+          x.notices.map((n) => h("p", { class: "muted" }, `NOTICE: ${n}`)),
+          resultGrid(x),
+        ),
+      );
+    },
+    { class: "sql-editor" },
+  );
+  query.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
+      e.preventDefault();
+      el.requestSubmit();
+    }
+  });
+  return Object.assign(h("div", {}, el, results), { refreshTargets });
 }
 
 export function databasesPage(projectId: string): HTMLElement {
@@ -39,16 +123,19 @@ export function databasesPage(projectId: string): HTMLElement {
       const base = `/projects/${projectId}/databases/${enc(name)}`;
       const [db, lint] = await Promise.all([api("GET", base), api("GET", `${base}/lint`)]);
       const branches = slot();
+      let active: string[] = [];
+      const editor = sqlEditor(base, () => active);
       const loadBranches = () =>
         branches.run(async () => {
           const r = await api("GET", `${base}/branches`);
+          active = r.data.filter((b: any) => b.status === "active" && b.name !== "main").map((b: any) => b.name);
+          editor.refreshTargets();
           return table(
             ["Branch", "Status", "Expires", "Created", ""],
             r.data.map((b: any) => [b.name, b.status, when(b.expires_at), when(b.created_at), b.name === "main" ? "" : button(`Delete branch ${b.name}`, () => api("DELETE", `${base}/branches/${enc(b.name)}`).then(loadBranches))]),
           );
         });
       loadBranches();
-      const results = h("div", { "aria-live": "polite", class: "query-results" });
       return h(
         "section",
         { "aria-label": `database ${name}` },
@@ -61,38 +148,18 @@ export function databasesPage(projectId: string): HTMLElement {
           lint.tables_without_rls.map((t: any) => [`${t.schema}.${t.name}`, t.kind, t.anonymous.join(", ") || "—", t.authenticated.join(", ") || "—", t.exposed ? h("span", { class: "warn" }, "exposed") : "no"]),
           "Every table has row-level security on.",
         ),
-        h("h3", {}, "Query"),
-        h("p", { class: "muted" }, "Runs through the query API with this console's service key (select, insert, update, delete on one table; DDL goes through psql: kiln db psql)."),
-        form(
-          [
-            select("Operation", "operation", ["select", "insert", "update", "delete"]),
-            field("Table", "table", { required: true }),
-            field("Branch (empty: the main one)", "branch"),
-            h("label", {}, 'Filters (JSON, e.g. [{"column":"qty","operator":"gte","value":5}])', h("textarea", { name: "filters" })),
-            h("label", {}, "Values (JSON object or array, insert/update)", h("textarea", { name: "values" })),
-          ],
-          "Run",
-          async (d) => {
-            results.replaceChildren();
-            const body: Record<string, unknown> = { table: d.table };
-            const filters = parseJson("filters", d.filters, undefined);
-            if (filters !== undefined) body.filters = filters;
-            if (d.operation === "insert" || d.operation === "update") body.values = parseJson("values", d.values, {});
-            if (d.operation === "select") body.limit = 1000;
-            const path = d.branch && d.branch !== "main" ? `/databases/${enc(name)}/branches/${enc(d.branch)}/query/${d.operation}` : `/databases/${enc(name)}/query/${d.operation}`;
-            const r = await api("POST", path, { bearer: await serviceKey(projectId), body });
-            const rows = Array.isArray(r.data) ? r.data : Array.isArray(r.rows) ? r.rows : [];
-            results.replaceChildren(h("p", {}, `${rows.length} row${rows.length === 1 ? "" : "s"}${r.count !== undefined ? ` (count ${r.count})` : ""}`), grid(rows));
-          },
-        ),
-        results,
+        h("h3", {}, "SQL editor"),
+        h("p", { class: "muted" }, "Runs one statement as the database's own role (full access, like its connection string) through the SQL API; 15 s statement timeout; read-only project tokens run it read-only and rolled back."),
+        editor,
         h("h3", {}, "Branches"),
         form([field("Name", "name", { required: true })], "Create branch", async (d, _f, el) => {
           await api("POST", `${base}/branches`, { body: { name: d.name } });
           el.reset();
           await loadBranches();
         }),
+        button("Refresh branches", () => loadBranches()),
         branches,
+        backupsSection(base),
       );
     });
 

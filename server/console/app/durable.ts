@@ -1,11 +1,12 @@
 import { api, enc } from "./api";
-import { h, json, slot, table, when } from "./dom";
+import { button, errorBox, h, json, slot, table, when } from "./dom";
 import { projectPath } from "./projects";
+import { go } from "./router";
 
 const STATUSES = ["", "queued", "running", "sleeping", "completed", "failed", "stopped"];
 
 /** Steps in journal order, each a bar on one time axis (started → finished, or → wake_at for a sleep). */
-function timeline(e: any): HTMLElement {
+function timeline(e: any, rerun?: (step: string) => void): HTMLElement {
   const steps: any[] = e.steps ?? [];
   const t = (s: string | null | undefined) => (s ? Date.parse(s) : NaN);
   const start = t(e.created_at);
@@ -35,6 +36,7 @@ function timeline(e: any): HTMLElement {
         s.wake_at ? ` · wakes ${when(s.wake_at)}` : null,
         s.error ? h("div", { class: "error" }, s.error) : null,
         s.output !== undefined && s.output !== null ? h("details", {}, h("summary", {}, `Output of ${s.name}`), json(s.output)) : null,
+        rerun ? h("div", {}, button(`Rerun from ${s.name}`, () => rerun(s.name))) : null,
       );
     }),
   );
@@ -74,14 +76,37 @@ export function durablePage(projectId: string, params: URLSearchParams): HTMLEle
     if (execId)
       detail.run(async () => {
         const e = await api("GET", `${base}/${enc(execId)}`);
+        const actions = h("div", { "aria-live": "polite" });
+        const finished = ["completed", "failed", "stopped"].includes(e.status);
+        // Stop and rerun are the public API's: a rerun is a new execution with the same input that
+        // reuses this one's journal before the step (its steps run again from there).
+        const stop = async () => {
+          if (!confirm(`Stop execution ${e.id}?`)) return;
+          try {
+            await api("POST", `${base}/${enc(e.id)}/stop`);
+            go(here({ function: fnId, execution: e.id }));
+          } catch (err) {
+            actions.replaceChildren(errorBox(err));
+          }
+        };
+        const rerun = async (step: string) => {
+          try {
+            const r = await api("POST", `${base}/${enc(e.id)}/rerun`, { body: { from_step: step } });
+            go(here({ function: fnId, execution: r.id }));
+          } catch (err) {
+            actions.replaceChildren(errorBox(err));
+          }
+        };
         return [
           h("h2", {}, `Execution ${e.id}`),
+          finished ? null : button(`Stop execution ${e.id}`, stop),
+          actions,
           h("p", {}, `${e.status} · created ${when(e.created_at)}${e.finished_at ? ` · finished ${when(e.finished_at)}` : ""}${e.wake_at ? ` · wakes ${when(e.wake_at)}` : ""}${e.rerun_of ? ` · re-run of ${e.rerun_of}` : ""}`),
           e.error ? h("div", { class: "error" }, e.error) : null,
           h("h3", {}, "Input"),
           json(e.input),
           h("h3", {}, "Steps"),
-          (e.steps ?? []).length ? timeline(e) : h("p", { class: "muted" }, "No steps yet."),
+          (e.steps ?? []).length ? timeline(e, rerun) : h("p", { class: "muted" }, "No steps yet."),
           h("h3", {}, "Output"),
           json(e.output),
         ];

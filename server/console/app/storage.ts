@@ -103,7 +103,99 @@ function bucketPage(projectId: string, bucket: string, params: URLSearchParams):
     drop,
     status,
     list,
+    policiesSection(projectId, bucket),
   );
+}
+
+const OPERATIONS = ["SELECT", "INSERT", "UPDATE", "DELETE"];
+
+/**
+ * A bucket's policies (they decide what anon keys and end users may do; service keys bypass them):
+ * listed, created, deleted, and edited. The API has no update, so an edit creates the new version
+ * after deleting the old one, and puts the old one back if the API refuses the new one (its
+ * validation error is shown): a refused edit leaves the bucket as it was.
+ */
+function policiesSection(projectId: string, bucket: string): HTMLElement {
+  const list = slot();
+  const status = h("div", { "aria-live": "polite" });
+  let bucketId = "";
+  let editing: any = null;
+  const heading = h("h3", {}, "New policy");
+  const name = h("input", { name: "name", required: true });
+  const operation = h("select", { name: "operation" }, OPERATIONS.map((o) => h("option", { value: o }, o)));
+  const definition = h("textarea", { name: "definition", spellcheck: false, placeholder: "auth.uid()::text = (storage.foldername(name))[1]" });
+  const cancel = button("Cancel edit", () => stopEditing(), { hidden: true });
+  const stopEditing = () => {
+    editing = null;
+    heading.textContent = "New policy";
+    cancel.hidden = true;
+    editor.reset();
+  };
+  const base = async () => {
+    if (!bucketId) {
+      const r = await api("GET", `/projects/${projectId}/storage/buckets`);
+      const b = r.buckets.find((x: any) => x.name === bucket);
+      if (!b) throw new Error(`no bucket named ${bucket}`);
+      bucketId = b.id;
+    }
+    return `/storage/buckets/${enc(bucketId)}/policies`;
+  };
+  const load = () =>
+    list.run(async () => {
+      const key = await serviceKey(projectId);
+      const path = await base();
+      const r = await api("GET", path, { bearer: key });
+      return table(
+        ["Policy", "Operation", "Definition", "Created", "", ""],
+        r.policies.map((p: any) => [
+          p.name,
+          p.operation,
+          h("code", {}, p.definition),
+          when(p.created_at),
+          button(`Edit policy ${p.name}`, () => {
+            editing = p;
+            heading.textContent = `Edit policy ${p.name}`;
+            name.value = p.name;
+            operation.value = p.operation;
+            definition.value = p.definition;
+            cancel.hidden = false;
+            definition.focus();
+          }),
+          button(`Delete policy ${p.name}`, () =>
+            confirm(`Delete policy ${p.name}?`)
+              ? api("DELETE", `${path}/${enc(p.id)}`, { bearer: key })
+                  .then(load)
+                  .catch((e) => status.replaceChildren(errorBox(e)))
+              : undefined,
+          ),
+        ]),
+        "No policies: only service keys reach this bucket's objects.",
+      );
+    });
+  const editor = form(
+    [h("label", {}, "Policy name", name), h("label", {}, "Operation", operation), h("label", { class: "wide" }, "Definition (a SQL boolean expression)", definition)],
+    "Save policy",
+    async (d) => {
+      const key = await serviceKey(projectId);
+      const path = await base();
+      const body = { name: d.name, operation: d.operation, definition: d.definition ?? "" };
+      const old = editing;
+      if (old) await api("DELETE", `${path}/${enc(old.id)}`, { bearer: key });
+      try {
+        await api("POST", path, { bearer: key, body });
+      } catch (err) {
+        if (old) await api("POST", path, { bearer: key, body: { name: old.name, operation: old.operation, definition: old.definition } }).then((p) => (editing = p), () => undefined);
+        await load();
+        throw err;
+      }
+      status.replaceChildren(h("div", { class: "notice" }, `Saved policy ${d.name}`));
+      stopEditing();
+      await load();
+    },
+    { class: "policy", "aria-label": "policy" },
+  );
+  load();
+  return h("div", {}, h("h2", {}, "Policies"), h("p", { class: "muted" }, "What anon keys and end users may do with this bucket's objects (service keys bypass policies)."), status, list, heading, editor, cancel);
 }
 
 /** Fetched with the key (a link cannot carry it), then saved through an object URL. */
