@@ -4,7 +4,8 @@
 // on a shared machine), then every other line of the section's ```sh blocks in order in one bash, with
 // KILN_URL pointing at that Kiln and the README's http://127.0.0.1:7070 replaced by its address. A line
 // that exits non-zero fails the test, which names it. Lines marked `# not run by the README test: <why>`
-// are skipped (a live tail, another host, a server that runs until Ctrl-C).
+// are skipped (a live tail, another host, a server that runs until Ctrl-C). In those lines `npx kiln`
+// runs the package's bin directly, as npx resolves it; the start line and the journey run the real npx.
 // Then the first-hour journey, timed, on the same Kiln: project, keys, database + table + query,
 // function deploy + invoke, bucket + upload + download, an end user signing up, a durable execution to
 // completion, a log search; each result asserted. CI runs this file on a fresh clone after `npm ci`.
@@ -47,7 +48,10 @@ const startLine = lines.find((l) => /^npx kiln start\b/.test(l));
 
 /** Runs `lines` in one bash in the clone (variables carry over); the number and output of the first line that fails. */
 function runLines(run: string[], env: NodeJS.ProcessEnv, timeout = 300_000) {
-  const script = ["set -o pipefail", "exec </dev/null"];
+  // `npx kiln` is what npx resolves it to, the package's bin (cmd/kiln.mjs): npm's own resolution (it
+  // loads the whole node_modules tree, ~2 CPU-s a call) is proven by the start line and the first-hour
+  // journey, which run the real npx; here it would be most of the file's cost (~30 lines).
+  const script = ["set -o pipefail", "exec </dev/null", 'npx() { if [ "$1" = kiln ]; then shift; node ./cmd/kiln.mjs "$@"; else command npx "$@"; fi; }'];
   run.forEach((line, i) => {
     script.push(`echo "@@readme-line ${i}"`, line, `__rc=$?; if [ $__rc -ne 0 ]; then echo "@@readme-failed ${i} $__rc"; exit 97; fi`);
   });
