@@ -274,16 +274,15 @@ describe.skipIf(SANDBOX_ONLY)("failures and isolation", () => {
 
 describe.skipIf(BEFORE_THE_WORKER)("delete", () => {
   test("202 deleting, then 404; a deploy while deletion is requested is 409", async () => {
-    await withKiln({}, async (kk) => {
-      const p = await createProject(kk);
-      const d = await deploy(kk, p.id, { name: "gone", runtime: "nodejs22.x" }, tgz(NODE_HELLO));
-      await settled(kk, p.id, d.body.id);
-      const del = await kk.api("DELETE", `/projects/${p.id}/functions/${d.body.id}`);
-      expect(del.status).toBe(202);
-      const again = await deploy(kk, p.id, { name: "gone", runtime: "nodejs22.x" }, tgz(NODE_HELLO));
-      expect([201, 409]).toContain(again.status); // 409 while the deletion runs; a new function once it finished
-      await eventually(() => kk.api("GET", `/projects/${p.id}/functions/${d.body.id}`), (r) => r.status === 404);
-    });
+    // On the file's Kiln, in a project of its own: nothing here needs a fresh Kiln.
+    const p = await createProject(k);
+    const d = await deploy(k, p.id, { name: "gone", runtime: "nodejs22.x" }, tgz(NODE_HELLO));
+    await settled(k, p.id, d.body.id);
+    const del = await k.api("DELETE", `/projects/${p.id}/functions/${d.body.id}`);
+    expect(del.status).toBe(202);
+    const again = await deploy(k, p.id, { name: "gone", runtime: "nodejs22.x" }, tgz(NODE_HELLO));
+    expect([201, 409]).toContain(again.status); // 409 while the deletion runs; a new function once it finished
+    await eventually(() => k.api("GET", `/projects/${p.id}/functions/${d.body.id}`), (r) => r.status === 404);
   });
 
   test("the per-project cap answers 403; archives over the size setting are 400", async () => {
