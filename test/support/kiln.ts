@@ -125,7 +125,12 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
   proc.stderr!.on("data", (d) => (stderr += d));
   const url = await new Promise<string>((ok, fail) => {
     const wait = opts.startTimeoutMs ?? 30_000;
-    const timer = setTimeout(() => fail(new Error(`kiln did not start in ${wait / 1000} s\n${stdout}\n${stderr}`)), wait);
+    // A Kiln that did not start in time is killed: left running, it would listen later with nobody to stop
+    // it (seen on a loaded machine: orphaned Kilns after such failures, each holding its data dir and CPU).
+    const timer = setTimeout(() => {
+      proc.kill("SIGKILL");
+      fail(new Error(`kiln did not start in ${wait / 1000} s\n${stdout}\n${stderr}`));
+    }, wait);
     proc.stdout!.on("data", (d) => {
       stdout += d;
       const m = /Kiln listening on (http:\/\/\S+)/.exec(stdout);
