@@ -455,7 +455,9 @@ describe("storage", () => {
   });
 });
 
-describe("the CLI", () => {
+// The CLI is a client of the routes this file tests on both stores: its commands run on the embedded project only
+// (as cli.test.ts does; vitest.config.ts).
+describe.skipIf(STORE === "postgres")("the CLI", () => {
   const { run, json } = useCli(k, { passToken: true });
 
   test("kiln db backup create|list|schedule|delete and kiln db restore --backup", async () => {

@@ -539,7 +539,9 @@ describe.skipIf(STORE !== "postgres")("production engine: the copy's pipe", () =
   });
 });
 
-describe("the CLI", () => {
+// The CLI is a client of the routes this file tests on both stores: its commands run on the embedded project only
+// (as cli.test.ts does; vitest.config.ts).
+describe.skipIf(STORE === "postgres")("the CLI", () => {
   const { run, json } = useCli(k, { passToken: true });
 
   test("kiln db branch create|list|get|extend|reset|reset-password|delete and db query --branch", async () => {

@@ -139,8 +139,10 @@ describe("pgbench", () => {
     const db = sqlClient(cs.bench);
     const before = (await db`select count(*)::int as n from pgbench_history`)[0]!.n as number;
     let finished = false;
-    // For a duration, not a count: a loaded machine makes it slower, never makes it miss the check.
-    const bench = pgbench(["-n", "-M", "prepared", "-c", "2", "-j", "1", "-T", "15"], 60_000).finally(() => (finished = true));
+    // For a duration, not a count: a loaded machine makes it slower, never makes it miss the check. At a
+    // paced rate (-R, transactions a second over both connections): the check needs the two prepared
+    // connections busy beside psql, not the engine flat out for 15 s (which cost the run CPU-seconds).
+    const bench = pgbench(["-n", "-M", "prepared", "-c", "2", "-j", "1", "-T", "15", "-R", "25"], 60_000).finally(() => (finished = true));
     // Once it is past preparing (the step that used to deadlock), another client must still get answers.
     // (Raced with pgbench itself: if it hangs holding a transaction, its kill ends the wait with its output.)
     const history = async () => (await db`select count(*)::int as n from pgbench_history`)[0]!.n as number;

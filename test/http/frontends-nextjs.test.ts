@@ -3,11 +3,21 @@
 // the sandbox from the frontend npm cache that `npm test`'s set-up fills (npm's registry is an
 // address nothing listens on here, so any download fails the build), served at its site URL by its
 // standalone server on Node.js; its server component calls a Kiln function. Then the same page in
-// headless Chromium: it renders and hydrates. One build for the file (`next build` is tens of CPU-s).
+// headless Chromium: it renders and hydrates. One build for the file and for the suite (`next build` is
+// tens of CPU-s): the framework's own server tests (runtime-sandbox/frontends/nextjs/server.ts: lazy
+// start, sandbox, restart, idle stop) run here too, on a copy of the deployment that Kiln built, rather
+// than on a second build of the same fixture in a unit file (test/unit/frontends-nextjs.test.ts keeps
+// what needs no fixture build).
 import { execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createNextjsFramework } from "../../runtime-sandbox/frontends/nextjs";
+import { NextjsServer as NextjsServerClass, type NextjsServer } from "../../runtime-sandbox/frontends/nextjs/server";
+import type { FrontendBuildResult, FrontendFramework } from "../../runtime-sandbox/frontends/types";
 import { useBrowser } from "../support/browser";
+import { removeDir } from "../support/dirs";
 import { deploy, settled as fnSettled, tgz } from "../support/functions";
 import { createProject, eventually, useKiln, type TestKiln } from "../support/kiln";
 
@@ -40,7 +50,7 @@ function siteFetch(siteUrl: string, path: string, init: RequestInit = {}) {
 describe("Next.js frontends", () => {
   const k = useKiln({ env: { npm_config_registry: "http://127.0.0.1:9/" } });
   const browser = useBrowser();
-  let site: { id: string; site_url: string; current_deployment_id: string; projectId: string } | null = null;
+  let site: { id: string; site_url: string; current_deployment_id: string; projectId: string; backendUrl: string } | null = null;
 
   it("deploys the fixture: page with the server component's data, API route, NEXT_PUBLIC_ value in the client bundle only", async () => {
     const p = await createProject(k);
@@ -54,16 +64,27 @@ describe("Next.js frontends", () => {
     expect(fn.status).toBe(201);
     const backend = await fnSettled(k, p.id, fn.body.id);
     expect(backend.status).toBe("active");
-    for (const [name, value] of [["BACKEND_URL", backend.invoke_url], ["NEXT_PUBLIC_GREETING", GREETING], ["SERVER_SECRET", SECRET], ["NODE_OPTIONS", "--inspect"], ["UNSELECTED", "x"]])
+    // Two names the build reserves (NODE_OPTIONS, npm_config_registry: a registry that answers, where Kiln's
+    // environment has one nothing listens on) are selected: each is dropped with a warning.
+    for (const [name, value] of [["BACKEND_URL", backend.invoke_url], ["NEXT_PUBLIC_GREETING", GREETING], ["SERVER_SECRET", SECRET], ["NODE_OPTIONS", "--inspect"], ["npm_config_registry", "http://evil.example/"], ["UNSELECTED", "x"]])
       expect((await k.api("POST", `/projects/${p.id}/variables`, { body: { name, value } })).status).toBe(201);
 
-    const r = await deployFrontend(k, p.id, { name: "web", framework: "nextjs", variables: ["BACKEND_URL", "NEXT_PUBLIC_GREETING", "SERVER_SECRET", "NODE_OPTIONS"] }, fixtureArchive());
+    const r = await deployFrontend(k, p.id, { name: "web", framework: "nextjs", variables: ["BACKEND_URL", "NEXT_PUBLIC_GREETING", "SERVER_SECRET", "NODE_OPTIONS", "npm_config_registry"] }, fixtureArchive());
     expect(r.status).toBe(201);
     const f = await settled(k, p.id, r.body.id, 900_000);
     const deployments = await k.api("GET", `/projects/${p.id}/frontends/${r.body.id}/deployments`);
     expect(f.status, JSON.stringify(deployments.body)).toBe("active");
     expect(f.framework).toBe("nextjs");
-    site = { id: f.id, site_url: f.site_url, current_deployment_id: f.current_deployment_id, projectId: p.id };
+    site = { id: f.id, site_url: f.site_url, current_deployment_id: f.current_deployment_id, projectId: p.id, backendUrl: backend.invoke_url };
+    // The deployment record keeps the build's warnings: one per reserved name, nothing else.
+    const dep = (deployments.body.data as Array<{ id: string; warnings: string[] }>).find((d) => d.id === f.current_deployment_id)!;
+    expect(dep.warnings).toHaveLength(2);
+    expect(dep.warnings.some((w) => w.includes("NODE_OPTIONS") && w.includes("reserved"))).toBe(true);
+    expect(dep.warnings.some((w) => w.includes("npm_config_registry") && w.includes("reserved"))).toBe(true);
+    // The deployment's folder: the standalone server with its manifest, the static dir served by Kiln.
+    const depDir = join(k.dataDir, "frontends", "deployments", f.current_deployment_id);
+    expect(existsSync(join(depDir, "server", "kiln-nextjs.json"))).toBe(true);
+    expect(readFileSync(join(depDir, "static", "hello.txt"), "utf8")).toBe("static file from public/\n");
 
     // The page: rendered per request by the server component, which called the function.
     const home = await siteFetch(f.site_url, "/");
@@ -99,8 +120,12 @@ describe("Next.js frontends", () => {
     expect(logs.status).toBe(200);
     const lines = (logs.body.data as Array<{ body: string }>).map((e) => String(e.body));
     expect(lines.some((l) => l.includes("npm ci --prefer-offline"))).toBe(true);
+    // Node 22 by default (the fixture's package.json has no engines.node), and the Next.js it installed.
+    expect(lines.some((l) => /Node\.js 22\.\d+\.\d+ \(package\.json has no engines\.node/.test(l))).toBe(true);
+    expect(lines.some((l) => /Next\.js 16\.\d+\.\d+/.test(l))).toBe(true);
     expect(lines.some((l) => l.includes("running next build"))).toBe(true);
     expect(lines.some((l) => l.includes("variable NODE_OPTIONS was not passed") && l.includes("reserved"))).toBe(true);
+    expect(lines.some((l) => l.includes("variable npm_config_registry was not passed") && l.includes("reserved"))).toBe(true);
   }, 1_000_000);
 
   it("renders and hydrates in a real browser", async () => {
@@ -119,6 +144,122 @@ describe("Next.js frontends", () => {
       await page.close();
     }
   }, 180_000);
+
+  // The framework's server (what the area's serve() returns) driven directly, on a copy of the deployment
+  // Kiln built above: the process lifecycle that HTTP alone cannot observe. Its own hidden path is this
+  // Kiln's data dir, as the area gives it.
+  describe("the Next.js server of that build (runtime-sandbox/frontends/nextjs/server.ts)", () => {
+    let work = "";
+    let deploymentDir = "";
+    let result: FrontendBuildResult;
+    let framework: FrontendFramework;
+    let server: NextjsServer;
+
+    beforeAll(() => {
+      expect(site).not.toBeNull();
+      work = mkdtempSync(join(tmpdir(), "kiln-nextjs-server-"));
+      deploymentDir = join(work, "deployment");
+      execFileSync("cp", ["-a", join(k.dataDir, "frontends", "deployments", site!.current_deployment_id), deploymentDir]);
+      // What the build returned for it (the area keeps it in the store): the runtime's variables are the
+      // selected ones minus reserved names and NEXT_PUBLIC_* (the tests above prove that split over HTTP).
+      result = {
+        kind: "nextjs",
+        staticDir: "static",
+        serverDir: "server",
+        immutablePrefixes: ["/_next/static/"],
+        nodeVersion: "22",
+        runtimeEnv: { BACKEND_URL: site!.backendUrl, SERVER_SECRET: SECRET },
+        warnings: [],
+      };
+      framework = createNextjsFramework({ hiddenPaths: [k.dataDir], sandbox: { want: "auto", allowUnsandboxed: false }, warn: () => {} });
+      server = framework.serve({ deploymentDir, result, log: () => {} }) as NextjsServer;
+    });
+
+    afterAll(async () => {
+      await framework?.close();
+      if (work) removeDir(work);
+    }, 120_000);
+
+    it("is started by the first request: the page is server-rendered with the server component's fetched data", async () => {
+      expect(server.pid).toBeNull();
+      const res = await server.fetch(new Request("http://web--demo.app.localhost:7070/"));
+      expect(res.status).toBe(200);
+      expect(res.headers.get("content-type")).toContain("text/html");
+      const html = await res.text();
+      expect(html).toContain("Hello from Next.js on Kiln");
+      expect(html).toContain(`backend said: <!-- -->200 {&quot;answer&quot;:42,&quot;from&quot;:&quot;nextjs&quot;}`);
+      expect(html).toContain("NEXT_PUBLIC_ names in the server environment: <!-- -->(none)");
+      expect(html).toContain(`<p id="greeting">${GREETING}</p>`);
+      expect(html).not.toContain(SECRET);
+      expect(server.pid).not.toBeNull();
+      expect(server.starts).toBe(1);
+    });
+
+    it("the API route sees the runtime variables; Next.js's cache folder is writable, its code is not", async () => {
+      const res = await server.fetch(new Request("http://web--demo.app.localhost:7070/api/hello?x=1"));
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as Record<string, unknown>;
+      expect(body).toMatchObject({ hello: "world", path: "/api/hello", runtime_variable: SECRET, public_in_server_env: [] });
+      expect(body).toMatchObject({ cache_writable: true, code_writable: false });
+      expect(String(body.node)).toMatch(/^v22\./);
+      expect(server.starts).toBe(1);
+    });
+
+    it("runs sandboxed on Node, not in the caller's process, without the hidden path", () => {
+      const pid = server.pid!;
+      expect(pid).not.toBe(process.pid);
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+      expect(cmd[0]).toMatch(/bwrap|unshare|chrt|setpriv/);
+      expect(cmd.some((a) => a.endsWith("/node"))).toBe(true);
+      expect(cmd.some((a) => a.includes(k.dataDir))).toBe(false);
+    });
+
+    it("a server that died is started again by the next request", async () => {
+      const pid = server.pid!;
+      process.kill(-pid, "SIGKILL");
+      await new Promise((r) => setTimeout(r, 100));
+      const res = await server.fetch(new Request("http://web--demo.app.localhost:7070/api/hello"));
+      expect(res.status).toBe(200);
+      expect(server.starts).toBe(2);
+      expect(server.pid).not.toBe(pid);
+    });
+
+    it("an idle server is stopped; the next request starts it again", async () => {
+      const idle = new NextjsServerClass({ hiddenPaths: [k.dataDir], sandbox: { want: "auto", allowUnsandboxed: false } }, { deploymentDir, result, log: () => {} }, { idleMs: 300 });
+      try {
+        // Busy until the body is read through: a streaming response is never cut by the idle stop.
+        const res = await idle.fetch(new Request("http://web--demo.app.localhost:7070/api/hello"));
+        expect(res.status).toBe(200);
+        await res.text();
+        const pid = idle.pid!;
+        for (let i = 0; i < 200 && idle.pid !== null; i++) await new Promise((r) => setTimeout(r, 50));
+        expect(idle.pid).toBeNull();
+        // Killed as it was let go: gone once its exit has been reaped.
+        const alive = () => {
+          try {
+            process.kill(pid, 0);
+            return true;
+          } catch {
+            return false;
+          }
+        };
+        for (let i = 0; i < 200 && alive(); i++) await new Promise((r) => setTimeout(r, 50));
+        expect(alive()).toBe(false);
+        expect((await idle.fetch(new Request("http://web--demo.app.localhost:7070/api/hello"))).status).toBe(200);
+        expect(idle.starts).toBe(2);
+      } finally {
+        await idle.stop();
+      }
+    }, 60_000);
+
+    it("stop ends the process and refuses further requests", async () => {
+      const pid = server.pid!;
+      await server.stop();
+      expect(() => process.kill(pid, 0)).toThrow();
+      const res = await server.fetch(new Request("http://web--demo.app.localhost:7070/"));
+      expect(res.status).toBe(503);
+    });
+  });
 
   it("an engines.node that allows neither Node.js 22 nor 24 fails the deployment with a clear error", async () => {
     const p = await createProject(k);

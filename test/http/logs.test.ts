@@ -786,7 +786,9 @@ describe("the log store", () => {
   });
 });
 
-describe("kiln logs", () => {
+// The CLI is a client of the routes this file tests on both stores: its commands run on the embedded project only
+// (as cli.test.ts does; vitest.config.ts).
+describe.skipIf(STORE === "postgres")("kiln logs", () => {
   const cli = useCli(k, { passToken: true });
 
   test("prints matching lines oldest first; --follow prints stored lines, then new ones as they come", async () => {

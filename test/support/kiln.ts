@@ -125,7 +125,8 @@ export async function startKiln(opts: KilnOptions = {}): Promise<TestKiln> {
   proc.stderr!.on("data", (d) => (stderr += d));
   const url = await new Promise<string>((ok, fail) => {
     const wait = opts.startTimeoutMs ?? 30_000;
-    // A Kiln that did not start in time is ended, not left running behind the failed test.
+    // A Kiln that did not start in time is killed: left running, it would listen later with nobody to stop
+    // it (seen on a loaded machine: orphaned Kilns after such failures, each holding its data dir and CPU).
     const timer = setTimeout(() => {
       proc.kill("SIGKILL");
       fail(new Error(`kiln did not start in ${wait / 1000} s\n${stdout}\n${stderr}`));
