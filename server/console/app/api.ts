@@ -40,6 +40,8 @@ export interface CallOptions {
   /** A raw body (FormData, Blob) sent as is. */
   raw?: BodyInit;
   headers?: Record<string, string>;
+  /** Aborts the request (a live tail being closed). */
+  signal?: AbortSignal;
 }
 
 export async function request(method: string, path: string, opts: CallOptions = {}): Promise<Response> {
@@ -51,7 +53,7 @@ export async function request(method: string, path: string, opts: CallOptions = 
     headers["Content-Type"] = "application/json";
     body = JSON.stringify(opts.body);
   }
-  const res = await fetch(path, { method, headers, body });
+  const res = await fetch(path, { method, headers, body, signal: opts.signal });
   if (!res.ok) throw await failure(res);
   return res;
 }
