@@ -119,9 +119,11 @@ export function logsPage(projectId: string, params: URLSearchParams): HTMLElemen
     const body: Record<string, unknown> = { resource: { type: d.type || "function" }, limit: 200 };
     if (d.q) body.q = d.q;
     if (more && cursor) body.cursor = cursor;
+    problem.replaceChildren(h("p", { class: "muted" }, "Loading…"));
     try {
       const r = await api("POST", `/projects/${projectId}/logs/search`, { body });
       cursor = r.has_more ? r.next_cursor : null;
+      problem.replaceChildren();
       if (more) lines.append(r.data);
       else lines.set(r.data);
       older.hidden = !cursor;
