@@ -107,8 +107,10 @@ export async function invocationTimeline(projectId: string, invocationId: string
     ["Invoke endpoint", `${ms(p.proxy)} (X-Service-Proxy-Ms: arrival until the function was handed over)`, segment("segment proxy", 0, p.proxy, total, "invoke endpoint")],
     [
       "Worker",
-      p.workerStart === null ? "warm worker reused" : p.workerStart === undefined ? "not reported (the run failed)" : `new worker started in ${ms(p.workerStart)}`,
-      p.workerStart ? segment("segment worker", workerFrom, workerFrom + p.workerStart, total, "worker start") : null,
+      (p.workerStart === null ? "warm worker reused" : p.workerStart === undefined ? "not reported (the run failed)" : `new worker started in ${ms(p.workerStart)}`) +
+        // Hand-over to the handler: a worker's lease (its start when new), the sandbox's round trip.
+        (handlerStart !== undefined ? `; ${ms(Math.max(0, handlerStart - workerFrom))} from hand-over to the handler` : ""),
+      handlerStart !== undefined ? segment("segment worker", workerFrom, Math.max(workerFrom, handlerStart), total, "worker") : null,
     ],
     ["Handler", p.compute !== undefined ? `${ms(p.compute)} (X-Service-Compute-Ms)` : "not reported", handlerStart !== undefined ? segment("segment handler", handlerStart, handlerEnd, total, "handler") : null],
     ["Response", `status ${p.status} at +${ms(p.total)}`, segment("tick", p.total, p.total, total, "response")],
@@ -157,7 +159,7 @@ function linesTable(lines: LogEntry[], from: number): HTMLElement {
     h(
       "tbody",
       {},
-      lines.map((l) => h("tr", {}, h("td", {}, `+${Math.max(0, Date.parse(l.timestamp) - from)} ms`), h("td", {}, l.timestamp), h("td", {}, l.level), h("td", {}, h("code", {}, bodyText(l))))),
+      lines.map((l) => h("tr", {}, h("td", {}, `+${ms(Math.max(0, Date.parse(l.timestamp) - from))}`), h("td", {}, l.timestamp), h("td", {}, l.level), h("td", {}, h("code", {}, bodyText(l))))),
     ),
   );
 }
