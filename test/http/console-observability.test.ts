@@ -20,9 +20,10 @@ let projectId = "";
 let fnId = "";
 let serviceKey = "";
 
-// Prints `said <name>` and, with `lines`, that many numbered lines.
+// Prints `said <name>` and, with `lines`, that many numbered lines; with `fail`, throws.
 const SOURCE = `exports.handler = async (e) => {
   console.log("said " + e.name);
+  if (e.fail) throw new Error("boom " + e.name);
   for (let i = 0; i < (e.lines || 0); i++) console.log("bulk " + e.name + " " + i);
   return { hello: e.name };
 };`;
@@ -112,6 +113,21 @@ describe("invocation timeline", () => {
     expect((await phases())[2]).toMatch(/^Worker · warm worker reused; /);
     expect(await page.getByRole("cell", { name: "response header" }).count()).toBeGreaterThan(0);
     noProblems();
+  });
+
+  test("a failed run: the API's message, and the timeline of that invocation with its lines", async () => {
+    await open(`#/p/${projectId}/functions`);
+    await page.getByRole("link", { name: "echo" }).click();
+    await page.getByLabel("JSON payload").fill(JSON.stringify({ name: "broken", fail: true }));
+    await page.getByRole("button", { name: "Invoke", exact: true }).click();
+    const alert = page.getByRole("alert");
+    await alert.waitFor();
+    expect(await alert.textContent()).toMatch(/^5\d\d: /);
+    const section = page.locator("section.invocation");
+    await section.getByText("said broken").waitFor();
+    expect((await phases(section))[4]).toMatch(/^Response · status 5\d\d at \+[\d.]+ ms$/);
+    expect(await section.locator(".invocation-lines").textContent()).toContain("boom broken");
+    problems.splice(0); // the failed call, shown above
   });
 
   test("from a log line: its timeline link shows the invocation from log search alone", async () => {

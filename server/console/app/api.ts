@@ -7,6 +7,8 @@ export class ApiError extends Error {
   constructor(
     readonly status: number,
     message: string,
+    /** The refusal's headers (a failed invocation's X-Service-Invocation-Id). */
+    readonly headers?: Headers,
   ) {
     super(message);
   }
@@ -27,9 +29,9 @@ async function failure(res: Response): Promise<ApiError> {
   const text = await res.text();
   try {
     const body = JSON.parse(text);
-    return new ApiError(res.status, `${res.status}: ${body.error ?? body.code ?? text}`);
+    return new ApiError(res.status, `${res.status}: ${body.error ?? body.code ?? text}`, res.headers);
   } catch {
-    return new ApiError(res.status, `${res.status}: ${text || res.statusText}`);
+    return new ApiError(res.status, `${res.status}: ${text || res.statusText}`, res.headers);
   }
 }
 

@@ -1,4 +1,4 @@
-import { api, request, serviceKey } from "./api";
+import { api, ApiError, request, serviceKey } from "./api";
 import { button, confirmDialog, errorBox, field, form, h, json, slot, table, when } from "./dom";
 import { invocationPath, invocationTimeline, rememberCall } from "./invocation";
 import { DEFAULT_KEEP, liveControls, logTable } from "./logs";
@@ -64,8 +64,20 @@ export function functionsPage(projectId: string): HTMLElement {
             } catch (err) {
               throw new Error(`the payload is not JSON: ${(err as Error).message}`);
             }
+            const key = await serviceKey(projectId);
             const started = performance.now();
-            const res = await request("POST", `/functions/${f.id}/invoke`, { bearer: await serviceKey(projectId), body: { payload } });
+            let res: Response;
+            try {
+              res = await request("POST", `/functions/${f.id}/invoke`, { bearer: key, body: { payload } });
+            } catch (err) {
+              // A run that failed (timeout, crash) still has an invocation: its lines are on its timeline.
+              const failedId = err instanceof ApiError ? err.headers?.get("x-service-invocation-id") : null;
+              if (!failedId) throw err;
+              const timeline = slot();
+              response.replaceChildren(errorBox(err), h("p", {}, h("a", { href: invocationPath(projectId, failedId) }, `Invocation ${failedId}`)), timeline);
+              await timeline.run(async () => [h("h4", {}, "Timeline"), await invocationTimeline(projectId, failedId)]);
+              return;
+            }
             const ms = Math.round(performance.now() - started);
             const text = await res.text();
             const timings = [...res.headers].filter(([k]) => k.toLowerCase().startsWith("x-service-")).map(([k, v]) => `${k}: ${v}`);

@@ -132,6 +132,7 @@ export function logsPage(projectId: string, params: URLSearchParams): HTMLElemen
     }
   };
   const searchForm = form([field("Query", "q", { value: q, size: 50 }), select("Resource", "type", ["function", "frontend"])], "Search", (d) => search(d, false));
+  (searchForm.elements.namedItem("type") as HTMLSelectElement).value = current.type === "frontend" ? "frontend" : "function";
   // The tail follows what the form says now (searched or not).
   const typed = () => Object.fromEntries([...new FormData(searchForm)].map(([k, v]) => [k, String(v) || undefined]));
   const live = liveControls(projectId, lines, typed, (err) => problem.replaceChildren(errorBox(err)));
