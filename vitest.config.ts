@@ -38,12 +38,12 @@ export default defineConfig({
           // the OpenAPI document, mail, the OAuth emulators' login page in a browser (the emulators keep
           // nothing in the store), OAuth sign-in in a browser (the pages; oauth-flow.test runs the same
           // flows over HTTP on both stores), a static frontend in the browser (frontends.test covers both
-          // stores), the web console in a browser (a client of the public API, whose routes the other
-          // files test on both stores); storage runs on PostgreSQL in the s3 project below. The compiled
+          // stores), the web console in a browser (console, console-observability: a client of the public
+          // API, whose routes the other files test on both stores); storage runs on PostgreSQL in the s3 project below. The compiled
           // binary's test (binary) runs its embedded profile.
           exclude: [
             ...blackBox.exclude,
-            ...["cli", "storage-cli", "durable-cli", "function-archives", "function-sandbox", "conventions", "limits", "openapi", "mail-delivery", "oauth-emulators-browser", "oauth-browser", "frontends-browser", "console", "storage", "storage-memory", "binary"].map((f) => `test/http/${f}.test.ts`),
+            ...["cli", "storage-cli", "durable-cli", "function-archives", "function-sandbox", "conventions", "limits", "openapi", "mail-delivery", "oauth-emulators-browser", "oauth-browser", "frontends-browser", "console", "console-observability", "storage", "storage-memory", "binary"].map((f) => `test/http/${f}.test.ts`),
             // The Next.js build and server do not touch the store (the area's own files run on both), and a
             // `next build` costs tens of CPU-seconds: once.
             "test/http/frontends-nextjs.test.ts",

@@ -1,10 +1,11 @@
 // `npm run build:binary`: compiles Kiln into one executable, dist/kiln (docs/binary.md). The server,
 // the CLI, the Bun workers and every file Kiln reads at run time (PGlite's WebAssembly and data
-// files, extension bundles, pg_dump, the sandbox's bootstraps and scripts) go inside; the files are
+// files, extension bundles, pg_dump, the sandbox's bootstraps and scripts, the built web console) go inside; the files are
 // listed in server/embedded/files.generated.ts, written here and read through server/embedded/embedded.ts.
 import { readdirSync, readFileSync, writeFileSync, statSync } from "node:fs";
 import { basename, dirname, join, relative, resolve } from "node:path";
 import { createRequire } from "node:module";
+import { EMBEDDED_NAME, writeConsole } from "../server/console/bundle";
 
 const ROOT = resolve(import.meta.dirname, "..");
 const require = createRequire(join(ROOT, "package.json"));
@@ -28,6 +29,8 @@ files["pg-dump/pg_dump.js"] = join(tools, dumpChunk);
 files["pg-dump/pg_dump.wasm"] = join(tools, "pg_dump.wasm");
 for (const dir of ["bootstraps", "sandbox-etc"]) for (const f of readdirSync(join(ROOT, "runtime-sandbox", dir))) files[`${dir}/${f}`] = join(ROOT, "runtime-sandbox", dir, f);
 files["sandbox-scripts/namespace-sandbox.sh"] = join(ROOT, "runtime-sandbox", "namespace-sandbox.sh");
+// The web console, built now from the sources (the binary has no sources to build it from at run time).
+files[EMBEDDED_NAME] = await writeConsole();
 
 // Embedded files keep their own names (PGlite finds pglite.wasm, initdb.wasm and pglite.data next to
 // its module, /$bunfs/root/), so two with the same name would collide.

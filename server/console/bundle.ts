@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { COMPILED, embeddedFile } from "../embedded/embedded";
 
 /** The console's sources (plain TypeScript, no framework) and where `npm run build:console` puts the bundle. */
 // import.meta.url, not import.meta.dir: unit tests load the areas under vitest's transform.
@@ -8,6 +9,8 @@ const HERE = dirname(fileURLToPath(import.meta.url));
 const APP = join(HERE, "app", "main.ts");
 const STYLE = join(HERE, "app", "style.css");
 export const BUNDLE_FILE = join(HERE, "dist", "console.html");
+/** Its name among the binary's embedded files. */
+export const EMBEDDED_NAME = "console/console.html";
 
 /** Bundles the app with Bun's bundler into one self-contained HTML page (script and style inline: nothing fetched). */
 export async function buildConsole(): Promise<string> {
@@ -19,11 +22,13 @@ export async function buildConsole(): Promise<string> {
 }
 
 /**
- * The page served at /_console/: the file built at package time (postinstall, `npm run build:console`)
- * when it is there, else built once in memory from the sources (a checkout that skipped the script).
+ * The page served at /_console/: in the compiled binary, the one built into it (cmd/build-binary.ts);
+ * from source, the file built at package time (postinstall, `npm run build:console`) when it is
+ * there, else built once in memory from the sources (a checkout that skipped the script).
  */
 let page: Promise<string> | null = null;
 export function consolePage(): Promise<string> {
+  if (COMPILED) return (page ??= Promise.resolve(readFileSync(embeddedFile(EMBEDDED_NAME)!, "utf8")));
   page ??= builtIsCurrent() ? Promise.resolve(readFileSync(BUNDLE_FILE, "utf8")) : buildConsole();
   page.catch(() => (page = null));
   return page;
@@ -37,8 +42,11 @@ function builtIsCurrent(): boolean {
   return readdirSync(dir).every((f) => statSync(join(dir, f)).mtimeMs <= built);
 }
 
-if (import.meta.main) {
+/** Builds the page into BUNDLE_FILE (`npm run build:console`, and the binary's build before it embeds it). */
+export async function writeConsole(): Promise<string> {
   mkdirSync(dirname(BUNDLE_FILE), { recursive: true });
   writeFileSync(BUNDLE_FILE, await buildConsole());
-  console.log(`console built: ${BUNDLE_FILE}`);
+  return BUNDLE_FILE;
 }
+
+if (import.meta.main) console.log(`console built: ${await writeConsole()}`);

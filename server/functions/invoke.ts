@@ -175,10 +175,13 @@ export async function invoke(
   const started = performance.now();
   let logs: LogLine[] = [];
   let status = 0;
+  /** What the finish line tells of the run beyond its status (the console's invocation timeline reads it). */
+  let detail = "";
   try {
     const out = await (await deps.functionPool()).invoke(version, event, { invocationId });
     logs = out.logs;
     status = out.status;
+    detail = `, ${out.coldStart ? `new worker started in ${(out.initMs ?? 0).toFixed(1)} ms` : "worker reused"}, compute ${out.computeMs.toFixed(1)} ms`;
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries(out.headers)) if (!PLATFORM_OWNED.has(k.toLowerCase())) headers[k] = v;
     headers["X-Service-Proxy-Ms"] = String(Math.round(started - arrivedAt));
@@ -203,7 +206,7 @@ export async function invoke(
     try {
       deps.logs.ingest.invocation(fn, deploymentId, region, invocationId, [
         ...logs,
-        { level: status >= 500 ? "error" : "info", message: `invocation ${invocationId} finished with status ${status} in ${ms.toFixed(1)} ms`, at: Date.now() },
+        { level: status >= 500 ? "error" : "info", message: `invocation ${invocationId} finished with status ${status} in ${ms.toFixed(1)} ms (proxy ${(started - arrivedAt).toFixed(1)} ms${detail})`, at: Date.now() },
       ]);
     } catch (e) {
       deps.log.error("recording function logs failed", e);

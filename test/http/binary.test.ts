@@ -94,6 +94,18 @@ describe("the compiled binary", () => {
     expect(r.body).toEqual({ hello: "ada", node: "v22" });
   }, 120_000);
 
+  test("serves the web console built into it (no sources to build it from beside it)", async () => {
+    const res = await fetch(`${k.url}/_console`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toContain("text/html");
+    const html = await res.text();
+    // The app's script, inline: the page fetches nothing else.
+    const js = /<script type="module">([\s\S]*)<\/script>/.exec(html)?.[1] ?? "";
+    expect(js.length).toBeGreaterThan(10_000);
+    expect(js).toContain("kiln.console.token");
+    expect(js).toContain("/logs/tail");
+  });
+
   test("the CLI commands are in the same file", () => {
     const cli = (...args: string[]) => execFileSync(binary, ["--url", k.url, "--token", k.token, "--json", ...args], { cwd: join(work, "run"), env: { PATH: join(work, "path"), HOME: join(work, "home") }, encoding: "utf8" });
     const projects = JSON.parse(cli("projects", "list"));

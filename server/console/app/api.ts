@@ -7,6 +7,8 @@ export class ApiError extends Error {
   constructor(
     readonly status: number,
     message: string,
+    /** The refusal's headers (a failed invocation's X-Service-Invocation-Id). */
+    readonly headers?: Headers,
   ) {
     super(message);
   }
@@ -27,9 +29,9 @@ async function failure(res: Response): Promise<ApiError> {
   const text = await res.text();
   try {
     const body = JSON.parse(text);
-    return new ApiError(res.status, `${res.status}: ${body.error ?? body.code ?? text}`);
+    return new ApiError(res.status, `${res.status}: ${body.error ?? body.code ?? text}`, res.headers);
   } catch {
-    return new ApiError(res.status, `${res.status}: ${text || res.statusText}`);
+    return new ApiError(res.status, `${res.status}: ${text || res.statusText}`, res.headers);
   }
 }
 
@@ -40,6 +42,8 @@ export interface CallOptions {
   /** A raw body (FormData, Blob) sent as is. */
   raw?: BodyInit;
   headers?: Record<string, string>;
+  /** Aborts the request (a live tail being closed). */
+  signal?: AbortSignal;
 }
 
 export async function request(method: string, path: string, opts: CallOptions = {}): Promise<Response> {
@@ -51,7 +55,7 @@ export async function request(method: string, path: string, opts: CallOptions = 
     headers["Content-Type"] = "application/json";
     body = JSON.stringify(opts.body);
   }
-  const res = await fetch(path, { method, headers, body });
+  const res = await fetch(path, { method, headers, body, signal: opts.signal });
   if (!res.ok) throw await failure(res);
   return res;
 }

@@ -96,3 +96,28 @@ export function json(value: unknown): HTMLElement {
 }
 
 export const when = (iso: string | null | undefined) => (iso ? iso.replace("T", " ").replace(/\.\d+Z$|Z$/, " UTC") : "—");
+
+/**
+ * Asks before something that cannot be undone, in a modal <dialog> (unlike confirm(), it is styled and
+ * testable): focus starts on Cancel, Escape or Cancel answers no, Enter on the confirming button yes;
+ * focus goes back to where it was.
+ */
+export function confirmDialog(message: string, confirmLabel: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const back = document.activeElement as HTMLElement | null;
+    const cancel = h("button", { type: "button", value: "no" }, "Cancel");
+    const yes = h("button", { type: "button", value: "yes", class: "danger" }, confirmLabel);
+    const dialog = h("dialog", { "aria-label": confirmLabel }, h("p", {}, message), h("div", { class: "actions" }, cancel, " ", yes));
+    let answer = false;
+    cancel.addEventListener("click", () => dialog.close());
+    yes.addEventListener("click", () => ((answer = true), dialog.close()));
+    dialog.addEventListener("close", () => {
+      dialog.remove();
+      back?.focus();
+      resolve(answer);
+    });
+    document.body.appendChild(dialog);
+    dialog.showModal();
+    cancel.focus();
+  });
+}

@@ -1,5 +1,7 @@
-import { api, request, serviceKey } from "./api";
-import { button, field, form, h, json, slot, table, when } from "./dom";
+import { api, ApiError, request, serviceKey } from "./api";
+import { button, confirmDialog, errorBox, field, form, h, json, slot, table, when } from "./dom";
+import { invocationPath, invocationTimeline, rememberCall } from "./invocation";
+import { DEFAULT_KEEP, liveControls, logTable } from "./logs";
 
 /** Log lines of a function (or of one deployment's build), newest last. */
 async function logLines(projectId: string, resource: Record<string, unknown>, q?: string): Promise<HTMLElement> {
@@ -17,17 +19,34 @@ export function functionsPage(projectId: string): HTMLElement {
       const r = await api("GET", `/projects/${projectId}/functions?limit=100`);
       return table(
         ["Name", "Status", "Runtime", "Updated", ""],
-        r.data.map((f: any) => [h("a", { href: "#", onclick: (e: Event) => (e.preventDefault(), show(f.id)) }, f.name), f.status, f.runtime, when(f.updated_at), button(`Delete ${f.name}`, () => api("DELETE", `/projects/${projectId}/functions/${f.id}`).then(load))]),
+        r.data.map((f: any) => [h("a", { href: "#", onclick: (e: Event) => (e.preventDefault(), show(f.id)) }, f.name), f.status, f.runtime, when(f.updated_at), button(`Delete ${f.name}`, async () => {
+            if (await confirmDialog(`Delete function ${f.name} and its deployments?`, `Delete function ${f.name}`)) await api("DELETE", `/projects/${projectId}/functions/${f.id}`).then(load);
+          })]),
         "No functions yet: deploy one above.",
       );
     });
 
+  // The shown function's live tail: closed when another function (or the same, refreshed) is shown.
+  let stopLive = () => {};
   const show = (functionId: string): Promise<void> =>
     detail.run(async () => {
+      stopLive();
       const [f, deployments] = await Promise.all([api("GET", `/projects/${projectId}/functions/${functionId}`), api("GET", `/projects/${projectId}/functions/${functionId}/deployments`)]);
       const buildLog = slot();
       const response = h("div", { "aria-live": "polite" });
-      const logs = slot();
+      const logProblem = h("div", { "aria-live": "polite" });
+      const logs = logTable(projectId, DEFAULT_KEEP, `log lines of ${f.name}`);
+      const refreshLogs = async () => {
+        logProblem.replaceChildren();
+        try {
+          logs.set((await api("POST", `/projects/${projectId}/logs/search`, { body: { resource: { type: "function", ids: [f.id] }, limit: 200 } })).data);
+        } catch (err) {
+          logProblem.replaceChildren(errorBox(err));
+        }
+      };
+      const live = liveControls(projectId, logs, () => ({ type: "function", ids: f.id }), (err) => logProblem.replaceChildren(errorBox(err)));
+      stopLive = live.stop;
+      void refreshLogs();
       return h(
         "section",
         { "aria-label": `function ${f.name}` },
@@ -45,8 +64,20 @@ export function functionsPage(projectId: string): HTMLElement {
             } catch (err) {
               throw new Error(`the payload is not JSON: ${(err as Error).message}`);
             }
+            const key = await serviceKey(projectId);
             const started = performance.now();
-            const res = await request("POST", `/functions/${f.id}/invoke`, { bearer: await serviceKey(projectId), body: { payload } });
+            let res: Response;
+            try {
+              res = await request("POST", `/functions/${f.id}/invoke`, { bearer: key, body: { payload } });
+            } catch (err) {
+              // A run that failed (timeout, crash) still has an invocation: its lines are on its timeline.
+              const failedId = err instanceof ApiError ? err.headers?.get("x-service-invocation-id") : null;
+              if (!failedId) throw err;
+              const timeline = slot();
+              response.replaceChildren(errorBox(err), h("p", {}, h("a", { href: invocationPath(projectId, failedId) }, `Invocation ${failedId}`)), timeline);
+              await timeline.run(async () => [h("h4", {}, "Timeline"), await invocationTimeline(projectId, failedId)]);
+              return;
+            }
             const ms = Math.round(performance.now() - started);
             const text = await res.text();
             const timings = [...res.headers].filter(([k]) => k.toLowerCase().startsWith("x-service-")).map(([k, v]) => `${k}: ${v}`);
@@ -54,7 +85,18 @@ export function functionsPage(projectId: string): HTMLElement {
             try {
               body = JSON.parse(text);
             } catch {}
-            response.replaceChildren(h("p", {}, `${res.status} in ${ms} ms`), h("div", { class: "invoke-response" }, json(body)), timings.length ? h("pre", {}, timings.join("\n")) : "");
+            const invocationId = res.headers.get("x-service-invocation-id");
+            const timeline = slot();
+            response.replaceChildren(
+              h("p", {}, `${res.status} in ${ms} ms`, invocationId ? [" · ", h("a", { href: invocationPath(projectId, invocationId) }, `Invocation ${invocationId}`)] : null),
+              h("div", { class: "invoke-response" }, json(body)),
+              timings.length ? h("pre", {}, timings.join("\n")) : "",
+              timeline,
+            );
+            if (invocationId) {
+              rememberCall({ id: invocationId, status: res.status, headers: [...res.headers], client_ms: ms });
+              await timeline.run(async () => [h("h4", {}, "Timeline"), await invocationTimeline(projectId, invocationId)]);
+            }
           },
         ),
         response,
@@ -65,8 +107,9 @@ export function functionsPage(projectId: string): HTMLElement {
         ),
         buildLog,
         h("h3", {}, "Logs"),
-        button("Refresh logs", () => logs.run(() => logLines(projectId, { type: "function", ids: [f.id] }))),
-        logs,
+        h("div", {}, button("Refresh logs", refreshLogs), " ", live.el),
+        logProblem,
+        logs.el,
       );
     });
 

@@ -5,6 +5,7 @@ import { durablePage } from "./durable";
 import { errorBox, field, form, h } from "./dom";
 import { explorerPage } from "./explorer";
 import { functionsPage } from "./functions";
+import { invocationPage } from "./invocation";
 import { locksPage } from "./locks";
 import { logsPage } from "./logs";
 import { metricsPage } from "./metrics";
@@ -103,7 +104,9 @@ function render(problem: string | null = null): void {
                         ? metricsPage(id)
                         : tab === "/locks"
                           ? locksPage(id, params)
-                          : projectPage(id);
+                          : tab === "/invocation"
+                            ? invocationPage(id, params)
+                            : projectPage(id);
     page = layout(body, id, tab);
   } else if (parts[0] === "clock") page = layout(clockPage());
   else if (parts[0] === "api") page = layout(explorerPage());

@@ -1,0 +1,302 @@
+// The web console's observability views in headless Chromium against a real Kiln: an invocation's
+// timeline (from the function page's invoke and from a log line), live tails of the logs page and of
+// a function (pause, resume, a bounded number of lines kept), the virtualized log table, and the
+// console driven by the keyboard alone. Screenshots go to test-results/console/ like console.test.ts's.
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, beforeEach, describe, expect, test } from "vitest";
+import { useBrowser, type Page } from "../support/browser";
+import { deploy, settled, tgz } from "../support/functions";
+import { createProject, eventually, useKiln } from "../support/kiln";
+
+const k = useKiln();
+const browser = useBrowser();
+const SHOTS = join(import.meta.dirname, "..", "..", "test-results", "console");
+mkdirSync(SHOTS, { recursive: true });
+
+let page: Page;
+const problems: string[] = [];
+let projectId = "";
+let fnId = "";
+let serviceKey = "";
+
+// Prints `said <name>` and, with `lines`, that many numbered lines; with `fail`, throws.
+const SOURCE = `exports.handler = async (e) => {
+  console.log("said " + e.name);
+  if (e.fail) throw new Error("boom " + e.name);
+  for (let i = 0; i < (e.lines || 0); i++) console.log("bulk " + e.name + " " + i);
+  return { hello: e.name };
+};`;
+
+beforeAll(async () => {
+  const p = await createProject(k, "observed");
+  projectId = p.id;
+  serviceKey = (await k.api("POST", `/projects/${projectId}/service-keys`, { body: { name: "test" } })).body.key;
+  const d = await deploy(k, projectId, { name: "echo", runtime: "nodejs22.x" }, tgz({ "index.js": SOURCE }));
+  expect(d.status, JSON.stringify(d.body)).toBe(201);
+  fnId = d.body.id;
+  expect((await settled(k, projectId, fnId)).status).toBe("active");
+  page = await (await browser.get()).page();
+  page.on("console", (m) => {
+    if (m.type() === "error") problems.push(m.text());
+  });
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  await page.goto(`${k.url}/_console`);
+  await page.evaluate((t) => sessionStorage.setItem("kiln.console.token", t), k.token);
+}, 120_000);
+
+beforeEach(() => void problems.splice(0));
+
+afterAll(async () => {
+  await page?.close().catch(() => {});
+});
+
+async function open(hash: string) {
+  await page.goto("about:blank");
+  await page.goto(`${k.url}/_console${hash}`);
+  await page.waitForFunction(() => !document.querySelector("main")?.textContent?.includes("Loading…"), null, { timeout: 15_000 }).catch(() => {});
+}
+
+const shot = (name: string) => page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
+const noProblems = () => expect(problems.splice(0)).toEqual([]);
+
+async function invoke(payload: unknown) {
+  const r = await k.api("POST", `/functions/${fnId}/invoke`, { token: serviceKey, body: { payload } });
+  expect(r.status, r.text).toBe(200);
+  return r.headers.get("x-service-invocation-id")!;
+}
+
+/** The phases list of the timeline shown, as text per phase. */
+const phases = (root = page.locator("main")) => root.getByRole("list", { name: "phases" }).locator("li").allTextContents();
+
+describe("invocation timeline", () => {
+  test("the function page's invoke: arrival, worker start then reuse, handler, response, its lines and the X-Service-* headers beside", async () => {
+    await open(`#/p/${projectId}/functions`);
+    await page.getByRole("link", { name: "echo" }).click();
+    await page.getByRole("heading", { name: /^Function echo/ }).waitFor();
+
+    const run = async (name: string) => {
+      await page.getByLabel("JSON payload").fill(JSON.stringify({ name }));
+      await page.getByRole("button", { name: "Invoke", exact: true }).click();
+      const section = page.locator("section.invocation");
+      await section.getByText(`said ${name}`).waitFor();
+      return section;
+    };
+    const first = await run("first");
+    const firstPhases = await phases(first);
+    expect(firstPhases.map((t) => t.split(" · ")[0])).toEqual(["Arrival", "Invoke endpoint", "Worker", "Handler", "Response"]);
+    // The deploy did not start a worker: the first call started one.
+    expect(firstPhases[2]).toMatch(/^Worker · new worker started in [\d.]+ ms; [\d.]+ ms from hand-over to the handler$/);
+    expect(firstPhases[4]).toMatch(/^Response · status 200 at \+[\d.]+ ms$/);
+
+    const second = await run("second");
+    expect((await phases(second))[2]).toMatch(/^Worker · warm worker reused; [\d.]+ ms from hand-over to the handler$/);
+    // The headers the page got, beside the timeline, are the invoke's own.
+    const shownHeaders = (await page.locator(".invoke-response + pre").textContent())!;
+    const compute = /x-service-compute-ms: (\d+)/i.exec(shownHeaders)![1]!;
+    const aside = second.getByRole("complementary", { name: "timings" });
+    const computeRow = await aside.getByRole("row").filter({ has: page.getByRole("cell", { name: /^x-service-compute-ms$/i }) }).locator("td").allTextContents();
+    expect(computeRow).toEqual([expect.stringMatching(/^x-service-compute-ms$/i), compute, "response header"]);
+    expect((await phases(second))[3]).toMatch(/^Handler · [\d.]+ ms \(X-Service-Compute-Ms\)$/);
+    // Its log lines: the handler's and Kiln's finish line, in order, with offsets from arrival.
+    const lines = await second.locator(".invocation-lines tbody tr").allTextContents();
+    expect(lines).toHaveLength(2);
+    expect(lines[0]).toMatch(/^\+[\d.]+ ms.*info\s*said second$/);
+    expect(lines[1]).toMatch(/finished with status 200 in [\d.]+ ms \(proxy [\d.]+ ms, worker reused, compute [\d.]+ ms\)$/);
+    await shot("function-invocation");
+
+    // The invocation's own page, from the link under the response: the same, headers included.
+    const id = (await page.getByRole("link", { name: /^Invocation / }).textContent())!.replace("Invocation ", "");
+    await page.getByRole("link", { name: /^Invocation / }).click();
+    await page.getByRole("heading", { name: `Invocation ${id}` }).waitFor();
+    await page.getByText("said second").waitFor();
+    expect((await phases())[2]).toMatch(/^Worker · warm worker reused; /);
+    expect(await page.getByRole("cell", { name: "response header" }).count()).toBeGreaterThan(0);
+    noProblems();
+  });
+
+  test("a failed run: the API's message, and the timeline of that invocation with its lines", async () => {
+    await open(`#/p/${projectId}/functions`);
+    await page.getByRole("link", { name: "echo" }).click();
+    await page.getByLabel("JSON payload").fill(JSON.stringify({ name: "broken", fail: true }));
+    await page.getByRole("button", { name: "Invoke", exact: true }).click();
+    const alert = page.getByRole("alert");
+    await alert.waitFor();
+    expect(await alert.textContent()).toMatch(/^5\d\d: /);
+    const section = page.locator("section.invocation");
+    await section.getByText("said broken").waitFor();
+    expect((await phases(section))[4]).toMatch(/^Response · status 5\d\d at \+[\d.]+ ms$/);
+    expect(await section.locator(".invocation-lines").textContent()).toContain("boom broken");
+    problems.splice(0); // the failed call, shown above
+  });
+
+  test("from a log line: its timeline link shows the invocation from log search alone", async () => {
+    const id = await invoke({ name: "from-logs" });
+    await open(`#/p/${projectId}/logs?q=${encodeURIComponent('"said from-logs"')}`);
+    const row = page.getByRole("row").filter({ hasText: "said from-logs" });
+    await row.getByRole("link", { name: "timeline" }).click();
+    await page.getByRole("heading", { name: `Invocation ${id}` }).waitFor();
+    await page.getByText("said from-logs").waitFor();
+    const ps = await phases();
+    expect(ps[2]).toMatch(/^Worker · (warm worker reused|new worker started in [\d.]+ ms); [\d.]+ ms from hand-over to the handler$/);
+    expect(ps[3]).toMatch(/^Handler · [\d.]+ ms/);
+    // Not seen by this browser: the figures come from the finish line, and the page says so.
+    const aside = page.getByRole("complementary", { name: "timings" });
+    expect(await aside.getByRole("cell", { name: "finish line" }).count()).toBe(2);
+    await aside.getByText(/No public route keeps a past response's headers/).waitFor();
+    await shot("invocation");
+
+    // An id with no lines: said plainly, no error.
+    await open(`#/p/${projectId}/invocation?id=nope`);
+    await page.getByText(/No log lines of invocation nope/).waitFor();
+    noProblems();
+  });
+});
+
+describe("live tails", () => {
+  test("logs page: follow, pause holds new lines, resume shows them, the oldest go past the cap", async () => {
+    await open(`#/p/${projectId}/logs?keep=20`);
+    await page.getByLabel("Query").fill("resource.name:echo");
+    await page.getByRole("button", { name: "Follow live" }).click();
+    await page.getByRole("status").filter({ hasText: /^Following live\.$/ }).waitFor();
+    await invoke({ name: "live-1" });
+    await page.getByRole("cell", { name: "said live-1" }).waitFor();
+
+    await page.getByRole("button", { name: "Pause" }).click();
+    await invoke({ name: "live-2" });
+    // Two lines (the handler's and the finish line) held, not shown.
+    await page.getByRole("status").filter({ hasText: /^Paused: 2 new lines held\.$/ }).waitFor();
+    expect(await page.getByRole("cell", { name: "said live-2" }).count()).toBe(0);
+    await page.getByRole("button", { name: "Resume" }).click();
+    await page.getByRole("cell", { name: "said live-2" }).waitFor();
+    // Newest first: live-2's lines above live-1's.
+    const bodies = await page.locator(".vspacer [role=row] [role=cell]:nth-child(4)").allTextContents();
+    expect(bodies.indexOf("said live-2")).toBeLessThan(bodies.indexOf("said live-1"));
+
+    // 30 more lines: only the newest 20 stay.
+    await invoke({ name: "many", lines: 30 });
+    await page.getByText(/^20 rows \(\d+ oldest dropped to keep at most 20\)$/).waitFor();
+    await page.getByRole("cell", { name: "bulk many 29" }).waitFor();
+    expect(await page.getByRole("cell", { name: "said live-1" }).count()).toBe(0);
+    await shot("logs-live");
+    await page.getByRole("button", { name: "Stop" }).click();
+    await page.getByRole("status").filter({ hasText: "Stopped." }).waitFor();
+    noProblems();
+  });
+
+  test("logs table: a thousand lines loaded, a few dozen rows in the DOM, scrolling shows the others", async () => {
+    await invoke({ name: "big", lines: 3000 });
+    await open(`#/p/${projectId}/logs?q=${encodeURIComponent('"bulk big"')}`);
+    await page.getByText(/^200 rows$/).waitFor();
+    for (let i = 2; i <= 5; i++) {
+      await page.getByRole("button", { name: "Older lines →" }).click();
+      await page.getByText(`${200 * i} rows`, { exact: true }).waitFor();
+    }
+    const domRows = await page.locator(".vspacer [role=row]").count();
+    expect(domRows).toBeGreaterThan(10);
+    expect(domRows).toBeLessThan(80);
+    expect(await page.getByRole("table", { name: "log lines" }).getAttribute("aria-rowcount")).toBe("1001");
+    // The last row loaded is not in the DOM until scrolled to; then it is, with a line of the function.
+    const last = page.locator('.vspacer [aria-rowindex="1001"]');
+    expect(await last.count()).toBe(0);
+    await page.locator(".vbox").evaluate((el) => (el.scrollTop = el.scrollHeight));
+    await last.waitFor();
+    expect(await last.textContent()).toMatch(/bulk big \d+/);
+    noProblems();
+  });
+
+  test("function page: its logs follow live", async () => {
+    await open(`#/p/${projectId}/functions`);
+    await page.getByRole("link", { name: "echo" }).click();
+    await page.getByRole("heading", { name: /^Function echo/ }).waitFor();
+    await page.getByRole("button", { name: "Follow live" }).click();
+    await page.getByRole("status").filter({ hasText: /^Following live\.$/ }).waitFor();
+    await invoke({ name: "tailed" });
+    await page.getByRole("cell", { name: "said tailed" }).waitFor();
+    await shot("functions-live");
+    noProblems();
+  });
+});
+
+describe("keyboard", () => {
+  /** Presses Tab until the focused element's accessible text matches, at most `max` times; returns the texts passed. */
+  async function tabTo(match: RegExp, max = 80): Promise<string[]> {
+    const passed: string[] = [];
+    for (let i = 0; i < max; i++) {
+      await page.keyboard.press("Tab");
+      const t = await page.evaluate(() => {
+        const a = document.activeElement as HTMLElement | null;
+        return a ? (a.getAttribute("aria-label") ?? a.textContent ?? "").trim() || (a as HTMLInputElement).name || a.tagName : "";
+      });
+      passed.push(t);
+      if (match.test(t)) return passed;
+    }
+    throw new Error(`never focused ${match}: ${passed.join(" | ")}`);
+  }
+  const positiveTabindex = () => page.evaluate(() => [...document.querySelectorAll("[tabindex]")].filter((e) => Number(e.getAttribute("tabindex")) > 0).length);
+
+  test("sign in, move between pages, search and follow logs, all from the keyboard", async () => {
+    await page.evaluate(() => sessionStorage.clear());
+    await open("");
+    await tabTo(/^token$/);
+    await page.keyboard.type(k.token);
+    await page.keyboard.press("Enter");
+    await page.getByRole("heading", { name: "Projects" }).waitFor();
+    // Focus follows the page's order: the header's links first, then the page.
+    const order = await tabTo(/^Sign out$/);
+    expect(order).toEqual(["Projects", "Clock", "API explorer", "Mail catcher", "Sign out"]);
+    await tabTo(/^observed$/);
+    await page.keyboard.press("Enter");
+    await page.getByRole("heading", { name: "Service keys" }).waitFor();
+    await tabTo(/^Logs$/);
+    await page.keyboard.press("Enter");
+    await page.getByRole("heading", { name: "Logs" }).waitFor();
+    expect(await positiveTabindex()).toBe(0);
+    await tabTo(/^q$/);
+    await page.keyboard.type('"said live-1"');
+    await page.keyboard.press("Enter");
+    await page.getByRole("cell", { name: "said live-1" }).waitFor();
+    await tabTo(/^Follow live$/);
+    await page.keyboard.press("Enter");
+    await page.getByRole("status").filter({ hasText: /^Following live\.$/ }).waitFor();
+    // Follow live is disabled now: focus went on to Pause, not back to the page's start.
+    expect(await page.evaluate(() => document.activeElement?.textContent)).toBe("Pause");
+    await page.keyboard.press("Space");
+    await page.getByRole("status").filter({ hasText: /^Paused/ }).waitFor();
+    // The table's scroll box takes focus (its rows scroll with the keys).
+    await tabTo(/^log lines \(scroll with the arrow and page keys\)$/);
+    // A line's timeline link is reachable and opens with Enter.
+    await tabTo(/^timeline$/);
+    await page.keyboard.press("Enter");
+    await page.getByRole("heading", { name: /^Invocation / }).waitFor();
+    await page.getByText("said live-1").waitFor();
+    noProblems();
+  });
+
+  test("a dialog: Escape cancels, Enter confirms, focus returns", async () => {
+    const d = await deploy(k, projectId, { name: "doomed", runtime: "nodejs22.x" }, tgz({ "index.js": SOURCE }));
+    await settled(k, projectId, d.body.id);
+    await open(`#/p/${projectId}/functions`);
+    await page.getByRole("button", { name: "Delete doomed" }).waitFor();
+    expect(await positiveTabindex()).toBe(0);
+    await tabTo(/^Delete doomed$/);
+    await page.keyboard.press("Enter");
+    const dialog = page.getByRole("dialog", { name: "Delete function doomed" });
+    await dialog.waitFor();
+    expect(await page.evaluate(() => document.activeElement?.textContent)).toBe("Cancel");
+    await shot("dialog");
+    await page.keyboard.press("Escape");
+    await dialog.waitFor({ state: "detached" });
+    expect(await page.evaluate(() => document.activeElement?.textContent)).toBe("Delete doomed");
+    expect((await k.api("GET", `/projects/${projectId}/functions/${d.body.id}`)).status).toBe(200);
+
+    await page.keyboard.press("Enter");
+    await dialog.waitFor();
+    await page.keyboard.press("Tab");
+    expect(await page.evaluate(() => document.activeElement?.textContent)).toBe("Delete function doomed");
+    await page.keyboard.press("Enter");
+    await eventually(() => k.api("GET", `/projects/${projectId}/functions/${d.body.id}`), (r) => r.status === 404, 15_000);
+    await page.getByRole("button", { name: "Delete doomed" }).waitFor({ state: "detached" });
+    noProblems();
+  });
+});
