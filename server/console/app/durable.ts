@@ -1,6 +1,6 @@
 import { api, enc } from "./api";
 import { button, errorBox, h, json, slot, table, when } from "./dom";
-import { projectPath } from "./projects";
+import { pager, projectPath } from "./projects";
 import { go } from "./router";
 
 const STATUSES = ["", "queued", "running", "sleeping", "completed", "failed", "stopped"];
@@ -47,6 +47,7 @@ export function durablePage(projectId: string, params: URLSearchParams): HTMLEle
   const fnId = params.get("function");
   const execId = params.get("execution");
   const status = params.get("status") ?? "";
+  const page = Math.max(1, Number(params.get("page")) || 1);
   const here = (q: Record<string, string>) => `${projectPath(projectId, "/durable")}?${new URLSearchParams(q)}`;
   const fns = slot();
   fns.run(async () => {
@@ -58,7 +59,7 @@ export function durablePage(projectId: string, params: URLSearchParams): HTMLEle
   if (fnId) {
     const base = `/projects/${projectId}/durable-functions/${enc(fnId)}/executions`;
     execs.run(async () => {
-      const r = await api("GET", `${base}?limit=50${status ? `&status=${enc(status)}` : ""}`);
+      const r = await api("GET", `${base}?limit=50&page=${page}${status ? `&status=${enc(status)}` : ""}`);
       return [
         h("h2", {}, "Executions"),
         h(
@@ -71,6 +72,7 @@ export function durablePage(projectId: string, params: URLSearchParams): HTMLEle
           r.data.map((e: any) => [h("a", { href: here({ function: fnId, execution: e.id }) }, e.id), e.status, when(e.created_at), when(e.finished_at), e.error ?? ""]),
           "No executions.",
         ),
+        pager(page, r.has_more, r.total, here({ function: fnId, ...(status ? { status } : {}) })),
       ];
     });
     if (execId)
