@@ -1,4 +1,4 @@
-import { NextjsServer } from "./nextjs/server";
+import { disposeFrontendCgroups, NextjsServer } from "./nextjs/server";
 import type { FrameworkContext, FrontendBuildInput, FrontendFramework, FrontendServeInput, FrontendServer } from "./types";
 
 /**
@@ -19,13 +19,14 @@ export function createNextjsFramework(ctx: FrameworkContext): FrontendFramework 
       return buildNextjs({ hiddenPaths: ctx.hiddenPaths, sandbox: ctx.sandbox }, input);
     },
     serve(input: FrontendServeInput) {
-      const server = new NextjsServer({ hiddenPaths: ctx.hiddenPaths, sandbox: ctx.sandbox }, input, { onStop: (s) => servers.delete(s) });
+      const server = new NextjsServer({ hiddenPaths: ctx.hiddenPaths, sandbox: ctx.sandbox, kiln: ctx.kiln }, input, { onStop: (s) => servers.delete(s) });
       servers.add(server);
       return server;
     },
     async close() {
       await Promise.all([...servers].map((s) => s.stop()));
       servers.clear();
+      disposeFrontendCgroups();
     },
   };
 }

@@ -32,6 +32,11 @@ export interface FrameworkContext {
   sandbox: { want: "auto" | "bubblewrap" | "namespaces"; allowUnsandboxed: boolean };
   /** Kiln's own warnings (not a deployment's). */
   warn: (message: string) => void;
+  /**
+   * Kiln's HTTP listener (host, port) and public URL once it listens: the one host address a
+   * sandboxed server reaches besides the internet (a server component calling a Kiln function).
+   */
+  kiln?: () => { host: string; port: number; publicUrl: string } | null;
 }
 
 export interface FrontendBuildInput {

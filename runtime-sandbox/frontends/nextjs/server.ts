@@ -2,12 +2,14 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { chownSync, mkdirSync, readFileSync } from "node:fs";
 import { createServer, connect } from "node:net";
 import { dirname, join, posix } from "node:path";
-import { chooseIsolation, noSandboxMessage, sandboxUser, type Isolation } from "../../isolation";
-import { sandboxMounts, TASK_ROOT } from "../../mounts";
-import { isMissing, resolveRuntime } from "../../runtimes";
+import { CgroupHost, withCgroup, type WorkerCgroup } from "../../cgroups";
+import { chooseIsolation, hostTool, noSandboxMessage, sandboxUser, type Isolation } from "../../isolation";
+import { sandboxMounts, TASK_ROOT, type Mount } from "../../mounts";
+import { isMissing, resolveRuntime, type ResolvedRuntime } from "../../runtimes";
 import { sandboxEnv } from "../../sandbox";
 import type { FrontendServeInput, FrontendServer } from "../types";
 import { SERVER_MANIFEST, type ServerManifest } from "./build";
+import { openServerNetwork, type KilnAddress, type ServerNetwork } from "./server-network";
 
 /**
  * A Next.js deployment's server: the standalone `server.js` on Node.js (never in Kiln's process,
@@ -16,28 +18,63 @@ import { SERVER_MANIFEST, type ServerManifest } from "./build";
  * Kiln proxies each request to it over loopback HTTP, streaming both ways.
  *
  * The sandbox is the function workers' (bubblewrap or namespaces; read-only system, runtime and
- * code at /var/task; private /tmp; never root; seccomp; Kiln's data dir invisible) with one
- * difference: the host's network, because a web server is reached over TCP and its server
- * components call APIs (a Kiln function's URL, a database, a third party). It listens on a
- * loopback port Kiln picks; its environment is the sandbox minimum, the deployment's runtime
- * variables (no `NEXT_PUBLIC_*`), PORT and HOSTNAME.
+ * code at /var/task; private /tmp; never root; seccomp; Kiln's data dir invisible) plus a network
+ * namespace of its own whose only doors are unix sockets (server-network.ts): Kiln's requests in,
+ * Kiln's HTTP port out (a server component calls a Kiln function by its `invoke_url`), and the
+ * egress proxy for the internet; never the host's loopback services. Memory, processes and CPU
+ * are capped by a cgroup of its own like a function worker's (RLIMIT_DATA where no memory cgroup
+ * is writable). Its environment is the sandbox minimum, the deployment's runtime variables (no
+ * `NEXT_PUBLIC_*`), PORT and HOSTNAME, and the proxy variables.
+ *
+ * Only an explicitly unsandboxed Kiln (`allowUnsandboxed`, isolation "none") runs it on the host's
+ * network, listening on a loopback port Kiln picks.
  */
 
 export interface NextjsServerContext {
   hiddenPaths: string[];
   sandbox: { want: "auto" | "bubblewrap" | "namespaces"; allowUnsandboxed: boolean };
+  /** Kiln's HTTP listener and public URL, once it listens: the one host address the server reaches. */
+  kiln?: () => KilnAddress | null;
 }
 
 const IDLE_MS = Number(process.env.KILN_FRONTEND_IDLE_MS) || 10 * 60_000;
 const START_TIMEOUT_MS = Number(process.env.KILN_FRONTEND_START_TIMEOUT_MS) || 30_000;
-const MEMORY_MB = Number(process.env.KILN_FRONTEND_MEMORY_MB) || 1024;
+
+/** The limits of one Next.js server (KILN_FRONTEND_MEMORY_MB, KILN_FRONTEND_CPUS, KILN_FRONTEND_MAX_PROCESSES). */
+export function frontendLimits(env: Record<string, string | undefined> = process.env): { memoryMb: number; cpus: number; maxProcesses: number } {
+  return {
+    memoryMb: Number(env.KILN_FRONTEND_MEMORY_MB) || 1024,
+    cpus: Number(env.KILN_FRONTEND_CPUS) || 1,
+    maxProcesses: Number(env.KILN_FRONTEND_MAX_PROCESSES) || 256,
+  };
+}
+
+// One cgroup folder for every Next.js server of this Kiln (a sub-folder per process), made on first use.
+let cgroups: CgroupHost | null | undefined;
+/** Kiln stops: the cgroup folder goes (every server has exited). */
+export function disposeFrontendCgroups(): void {
+  cgroups?.dispose();
+  cgroups = undefined;
+}
+
+function frontendCgroups(): CgroupHost | null {
+  if (cgroups === undefined) {
+    try {
+      cgroups = CgroupHost.detect("frontends");
+    } catch {
+      cgroups = null;
+    }
+  }
+  return cgroups;
+}
 
 // Headers that describe one connection, not the request (RFC 9110 §7.6.1).
 const HOP_BY_HOP = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te", "trailer", "proxy-authorization"];
 
 interface Running {
   proc: ChildProcess;
-  port: number;
+  /** Where requests go: a loopback port (unsandboxed) or the inbound relay's unix socket. */
+  target: { port: number } | { socket: string };
   exited: Promise<void>;
 }
 
@@ -47,6 +84,9 @@ export class NextjsServer implements FrontendServer {
   private stopped = false;
   private idleTimer: ReturnType<typeof setTimeout> | null = null;
   private inFlight = 0;
+  private cgroup: WorkerCgroup | null = null;
+  /** Processes Kiln itself is stopping (idle, stop): their end is not logged as a failure. */
+  private readonly killing = new WeakSet<ChildProcess>();
   /** How many times the process was started (a restart after a death counts). */
   starts = 0;
 
@@ -76,6 +116,9 @@ export class NextjsServer implements FrontendServer {
         return await this.forward(r, request);
       } catch (e) {
         // The process died under the request: a bodiless request is tried once more on a new one.
+        // A refused or cut connection is what a dying server looks like before its sandbox has
+        // exited (an OOM kill inside, bubblewrap still reaping): give the exit a moment to show.
+        if (!this.stopped && r.proc.exitCode === null && r.proc.signalCode === null) await Promise.race([r.exited, new Promise((w) => setTimeout(w, 2000))]);
         if (!this.stopped && r.proc.exitCode === null && r.proc.signalCode === null) return text(502, `the Next.js server did not answer: ${(e as Error).message}`);
         if (request.method !== "GET" && request.method !== "HEAD") return text(502, "the Next.js server exited while answering");
         try {
@@ -104,7 +147,9 @@ export class NextjsServer implements FrontendServer {
     if (!headers.has("x-forwarded-host") && headers.get("host")) headers.set("x-forwarded-host", headers.get("host")!);
     if (!headers.has("x-forwarded-proto")) headers.set("x-forwarded-proto", url.protocol.replace(":", ""));
     const hasBody = request.method !== "GET" && request.method !== "HEAD" && request.body !== null;
-    const upstream = await fetch(`http://127.0.0.1:${r.port}${url.pathname}${url.search}`, {
+    const to = "socket" in r.target ? { url: `http://127.0.0.1${url.pathname}${url.search}`, unix: r.target.socket } : { url: `http://127.0.0.1:${r.target.port}${url.pathname}${url.search}` };
+    const upstream = await fetch(to.url, {
+      ...("unix" in to ? { unix: to.unix } : {}),
       method: request.method,
       headers,
       body: hasBody ? request.body : undefined,
@@ -167,35 +212,61 @@ export class NextjsServer implements FrontendServer {
     if (isMissing(runtime)) throw new Error(`Node.js ${major} is not available: ${runtime.missing}`);
     const serverDir = join(this.input.deploymentDir, result.serverDir ?? "server");
     const manifest = JSON.parse(readFileSync(join(serverDir, SERVER_MANIFEST), "utf8")) as ServerManifest;
-    const port = await freePort();
-    const env = sandboxEnv({
-      runtime,
-      env: { ...(result.runtimeEnv ?? {}), NODE_ENV: "production", PORT: String(port), HOSTNAME: "127.0.0.1", NEXT_TELEMETRY_DISABLED: "1" },
-    });
-    const cache = nextCacheDir(this.input.deploymentDir, serverDir, manifest.entry);
-    const argv = launchArgv(isolation, runtime.command, serverDir, manifest.entry, this.ctx.hiddenPaths, cache);
-    this.starts++;
-    const proc = spawn(argv.argv[0]!, argv.argv.slice(1), { env, cwd: argv.cwd, stdio: ["ignore", "pipe", "pipe"], detached: true, ...(argv.uid === undefined ? {} : { uid: argv.uid, gid: argv.gid }) });
-    const exited = new Promise<void>((resolve) => proc.once("close", () => resolve()));
+    const limits = frontendLimits();
+    const sandboxed = isolation.kind !== "none";
+    // Sandboxed: a network namespace of its own behind the relay; unsandboxed (opt-in): a host loopback port.
+    const net: ServerNetwork | null = sandboxed ? await openServerNetwork(this.ctx.kiln?.() ?? null, (m) => this.input.log("warn", m)) : null;
+    const port = net ? 0 : await freePort();
+    let cg: WorkerCgroup | null = null;
+    const cleanup = async () => {
+      await net?.close().catch(() => {});
+      cg?.killAll();
+      await cg?.remove().catch(() => {});
+    };
+    let proc: ChildProcess;
+    try {
+      const env = sandboxEnv({
+        runtime,
+        env: { ...(result.runtimeEnv ?? {}), NODE_ENV: "production", NEXT_TELEMETRY_DISABLED: "1", ...(net ? net.env : { PORT: String(port), HOSTNAME: "127.0.0.1" }) },
+      });
+      const cache = nextCacheDir(this.input.deploymentDir, serverDir, manifest.entry);
+      const host = frontendCgroups();
+      cg = host ? host.create({ memoryMb: limits.memoryMb, maxProcesses: limits.maxProcesses, cpus: limits.cpus }) : null;
+      const argv = launchArgv(isolation, runtime, serverDir, manifest.entry, this.ctx.hiddenPaths, cache, net, limits.memoryMb, cg);
+      this.starts++;
+      proc = spawn(argv.argv[0]!, argv.argv.slice(1), { env, cwd: argv.cwd, stdio: ["ignore", "pipe", "pipe"], detached: true, ...(argv.uid === undefined ? {} : { uid: argv.uid, gid: argv.gid }) });
+    } catch (e) {
+      await cleanup();
+      throw e;
+    }
+    const closed = new Promise<void>((resolve) => proc.once("close", () => resolve()));
+    const exited = closed.then(cleanup);
     pipeLines(proc.stdout!, (l) => this.input.log("info", l));
     pipeLines(proc.stderr!, (l) => this.input.log("error", l));
     proc.once("exit", (code, signal) => {
       if (this.running?.proc === proc) this.running = null;
-      if (!this.stopped && code !== 0 && signal !== "SIGKILL") this.input.log("error", `the Next.js server exited (${signal ?? `code ${code}`}); the next request starts it again`);
+      if (this.stopped || this.killing.has(proc)) return;
+      if ((cg?.oomKills() ?? 0) > 0) this.input.log("error", `the Next.js server was stopped: out of memory (its limit is ${limits.memoryMb} MB); the next request starts it again`);
+      else if (code !== 0 && signal !== "SIGKILL") this.input.log("error", `the Next.js server exited (${signal ?? `code ${code}`}); the next request starts it again`);
+      else if (signal === "SIGKILL") this.input.log("error", "the Next.js server was killed; the next request starts it again");
     });
-    const r: Running = { proc, port, exited };
+    const r: Running = { proc, target: net ? { socket: net.appSocket } : { port }, exited };
     try {
-      await waitForPort(port, proc, START_TIMEOUT_MS);
+      await waitForServer(r.target, proc, START_TIMEOUT_MS);
     } catch (e) {
       killGroup(proc);
+      cg?.killAll();
       await exited;
       throw e;
     }
     if (this.stopped) {
       killGroup(proc);
+      cg?.killAll();
+      await exited;
       throw new Error("the deployment stopped serving");
     }
     this.running = r;
+    this.cgroup = cg;
     return r;
   }
 
@@ -205,7 +276,9 @@ export class NextjsServer implements FrontendServer {
     const r = this.running;
     this.running = null;
     if (!r) return;
+    this.killing.add(r.proc);
     killGroup(r.proc);
+    this.cgroup?.killAll();
     await r.exited;
   }
 
@@ -240,19 +313,53 @@ function nextCacheDir(deploymentDir: string, serverDir: string, entry: string): 
   return { host, inside: posix.join(posix.dirname(entry), ".next", "cache") };
 }
 
-/** The sandboxed command line: the server folder read-only at /var/task, host network, node server.js. */
-function launchArgv(isolation: Isolation, node: string, serverDir: string, entry: string, hiddenPaths: string[], cache: { host: string; inside: string }): { argv: string[]; cwd: string; uid?: number; gid?: number } {
-  const nodeArgs = [node, `--max-old-space-size=${Math.floor(MEMORY_MB * 0.75)}`];
-  if (isolation.kind === "none") {
-    const run = isolation.enclose({ mounts: [], network: true, tmpfsBytes: 0, hostname: "", chdir: serverDir }, [...nodeArgs, join(serverDir, entry)]);
-    return { argv: run.argv, cwd: dirname(join(serverDir, entry)), uid: run.uid, gid: run.gid };
+/**
+ * The sandboxed command line: the server folder read-only at /var/task, the relay preloaded and the
+ * network namespace of its own (server-network.ts), node server.js; inside the server's cgroup, or
+ * with RLIMIT_DATA where there is no memory cgroup. Unsandboxed (opt-in): host network, no relay.
+ */
+function launchArgv(
+  isolation: Isolation,
+  runtime: ResolvedRuntime,
+  serverDir: string,
+  entry: string,
+  hiddenPaths: string[],
+  cache: { host: string; inside: string },
+  net: ServerNetwork | null,
+  memoryMb: number,
+  cg: WorkerCgroup | null,
+): { argv: string[]; cwd: string; uid?: number; gid?: number } {
+  const node = runtime.command;
+  // V8 fails cleanly ("heap out of memory") before the cgroup's OOM killer would strike.
+  const nodeArgs = [node, `--max-old-space-size=${Math.max(64, Math.floor(memoryMb * 0.75))}`, ...(net ? ["--disable-warning=UNDICI-EHPA", ...net.nodeArgs] : [])];
+  const rlimits = dataLimit(runtime, memoryMb, cg, isolation.kind !== "none");
+  if (isolation.kind === "none" || !net) {
+    const run = isolation.enclose({ mounts: [], network: true, tmpfsBytes: 0, hostname: "", chdir: serverDir }, [...rlimits, ...nodeArgs, join(serverDir, entry)]);
+    return { argv: withCgroup(run.argv, cg), cwd: dirname(join(serverDir, entry)), uid: run.uid, gid: run.gid };
   }
-  const mounts = sandboxMounts({ runtime: { mounts: [dirname(node)] }, codeDir: serverDir, network: true }, hiddenPaths, {
-    extra: [{ kind: "bind", src: cache.host, dest: posix.join(TASK_ROOT, cache.inside), writable: true }],
-  });
+  const extra: Mount[] = [{ kind: "bind", src: cache.host, dest: posix.join(TASK_ROOT, cache.inside), writable: true }, ...net.mounts];
+  // The network /etc files (hosts: localhost; resolv.conf) though the namespace is private: names resolve as on the host.
+  const mounts = sandboxMounts({ runtime: { mounts: [dirname(node)] }, codeDir: serverDir, network: true }, hiddenPaths, { extra });
   const inside = posix.join(TASK_ROOT, entry);
-  const run = isolation.enclose({ mounts, network: true, tmpfsBytes: 256 * 1024 * 1024, hostname: "kiln-frontend", chdir: posix.dirname(inside) }, [...nodeArgs, inside]);
-  return { argv: run.argv, cwd: "/", uid: run.uid, gid: run.gid };
+  const run = isolation.enclose({ mounts, network: false, tmpfsBytes: 256 * 1024 * 1024, hostname: "kiln-frontend", chdir: posix.dirname(inside) }, [...rlimits, ...nodeArgs, inside]);
+  return { argv: withCgroup(run.argv, cg), cwd: "/", uid: run.uid, gid: run.gid };
+}
+
+// Node 24's V8 reserves a 512 MB code range at start-up, which RLIMIT_DATA counts (sandbox.ts planLaunch).
+const NODE24_CODE_RANGE_MB = 512;
+
+/** prlimit's RLIMIT_DATA (and no core files) when no memory cgroup caps the server. */
+function dataLimit(runtime: ResolvedRuntime, memoryMb: number, cg: WorkerCgroup | null, sandboxed: boolean): string[] {
+  const pl = hostTool("prlimit");
+  if (!pl) return [];
+  const out = [pl, "--core=0"];
+  if (!cg?.memory) {
+    const codeRange = Number(runtime.version.split(".")[0]) >= 24 ? NODE24_CODE_RANGE_MB : 0;
+    out.push(`--data=${(Math.max(96, memoryMb) + codeRange) * 1024 * 1024}`);
+  }
+  // Inside bwrap's user namespace RLIMIT_NPROC counts only the sandbox's own processes.
+  if (!cg?.pids && sandboxed && process.getuid?.() !== 0) out.push(`--nproc=${frontendLimits().maxProcesses}`);
+  return [...out, "--"];
 }
 
 function killGroup(proc: ChildProcess): void {
@@ -274,22 +381,22 @@ function freePort(): Promise<number> {
   });
 }
 
-/** Resolves once the port accepts a connection; rejects when the process exits first or time runs out. */
-async function waitForPort(port: number, proc: ChildProcess, timeoutMs: number): Promise<void> {
+/** Resolves once the server accepts a connection; rejects when the process exits first or time runs out. */
+async function waitForServer(target: Running["target"], proc: ChildProcess, timeoutMs: number): Promise<void> {
   const end = Date.now() + timeoutMs;
   let exitedWith: string | null = null;
   proc.once("exit", (code, signal) => (exitedWith = signal ?? `code ${code}`));
   for (;;) {
     if (exitedWith) throw new Error(`the server exited before it listened (${exitedWith})`);
-    if (await canConnect(port)) return;
+    if (await canConnect(target)) return;
     if (Date.now() > end) throw new Error(`the server did not listen within ${timeoutMs / 1000} s`);
     await new Promise((r) => setTimeout(r, 25));
   }
 }
 
-function canConnect(port: number): Promise<boolean> {
+function canConnect(target: Running["target"]): Promise<boolean> {
   return new Promise((resolve) => {
-    const s = connect({ port, host: "127.0.0.1" });
+    const s = "socket" in target ? connect(target.socket) : connect({ port: target.port, host: "127.0.0.1" });
     s.once("connect", () => {
       s.destroy();
       resolve(true);
