@@ -42,6 +42,7 @@ export const frontendsArea = defineArea({
       dir: join(config.dataDir, "frontends"),
       variables: (projectId) => variables.values(projectId),
       buildLog: (ref, level, text) => logs.ingest.build({ ...ref, resourceType: "frontend" }, region, level, text),
+      serverLog: (ref, level, text) => logs.ingest.frontendRequest(ref, ref.deploymentId, region, level, text),
       flushLogs: () => logs.ingest.flush(),
       framework: {
         hiddenPaths: [config.dataDir],
