@@ -19,7 +19,13 @@ const SECRET = `server-secret-${Math.random().toString(36).slice(2, 10)}`;
 const work = mkdtempSync(join(tmpdir(), "kiln-nextjs-test-"));
 const hidden = join(work, "data-dir");
 mkdirSync(hidden);
-const framework: FrontendFramework = createNextjsFramework({ hiddenPaths: [hidden], sandbox: { want: "auto", allowUnsandboxed: false }, warn: () => {} });
+// The backend stands in for Kiln's HTTP port: the one host port a sandboxed server reaches.
+const framework: FrontendFramework = createNextjsFramework({
+  hiddenPaths: [hidden],
+  sandbox: { want: "auto", allowUnsandboxed: false },
+  warn: () => {},
+  kiln: () => ({ host: "127.0.0.1", port: backend.port!, publicUrl: `http://127.0.0.1:${backend.port}` }),
+});
 
 function copyApp(to: string): string {
   cpSync(FIXTURE, to, { recursive: true, filter: (src) => !/\/(node_modules|\.next)(\/|$)/.test(src.slice(FIXTURE.length)) });
