@@ -37,6 +37,8 @@ export interface FrameworkContext {
    * sandboxed server reaches besides the internet (a server component calling a Kiln function).
    */
   kiln?: () => { host: string; port: number; publicUrl: string } | null;
+  /** `--function-runtime docker`: Next.js servers run as containers on this engine (builds stay in the local sandbox). */
+  containers?: { host?: string; image?: string } | null;
 }
 
 export interface FrontendBuildInput {

@@ -50,6 +50,8 @@ export const frontendsArea = defineArea({
         warn: (m) => log.warn(m),
         // A sandboxed Next.js server reaches Kiln's own HTTP port (and the internet), nothing else of the host.
         kiln: () => (address.httpPort() ? { host: config.host, port: address.httpPort(), publicUrl: address.publicUrl() } : null),
+        // The production profile: the Next.js server in a container, like function workers.
+        containers: config.functionRuntime === "docker" ? { host: config.dockerHost, image: config.functionImage } : null,
       },
       keepPreviousMs: KEEP_PREVIOUS_MS,
       buildDelayMs: config.faults.frontend_build_delay ?? 0,

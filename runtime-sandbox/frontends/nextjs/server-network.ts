@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { createServer, connect, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
@@ -44,16 +45,27 @@ export interface ServerNetwork {
   close(): Promise<void>;
 }
 
-export async function openServerNetwork(kiln: KilnAddress | null, log: (m: string) => void): Promise<ServerNetwork> {
+export async function openServerNetwork(kiln: KilnAddress | null, log: (m: string) => void, o: { uid?: number } = {}): Promise<ServerNetwork> {
   // Short paths under /tmp: a unix socket path has 107 bytes at most.
   const dir = mkdtempSync(join(tmpdir(), "kiln-fe-"));
-  chmodSync(dir, 0o755);
   const out = join(dir, "out");
-  const inbound = join(dir, "in");
-  mkdirSync(inbound, { mode: 0o700 });
-  // The relay (the sandbox uid of a root Kiln) makes app.sock here; Kiln's own sockets stay out of its reach.
-  const user = sandboxUser();
-  if (user) chownSync(inbound, user.uid, user.gid);
+  // The relay makes app.sock here: the sandbox's user must write in it, Kiln's own sockets stay out of its reach.
+  const inbound = join(dir, `in-${randomBytes(6).toString("hex")}`);
+  const owner = o.uid !== undefined ? { uid: o.uid, gid: o.uid } : sandboxUser();
+  const self = process.getuid?.();
+  if (owner && self === 0) {
+    chmodSync(dir, 0o755);
+    mkdirSync(inbound, { mode: 0o700 });
+    chownSync(inbound, owner.uid, owner.gid);
+  } else if (owner && owner.uid !== self) {
+    // A container's uid that Kiln cannot hand the folder to: open, under a name nobody can list.
+    chmodSync(dir, 0o711);
+    mkdirSync(inbound, { mode: 0o777 });
+    chmodSync(inbound, 0o777);
+  } else {
+    chmodSync(dir, 0o755);
+    mkdirSync(inbound, { mode: 0o700 });
+  }
   let egress: BuildEgress | null = null;
   let kilnRelay: Server | null = null;
   const open = new Set<Socket>();

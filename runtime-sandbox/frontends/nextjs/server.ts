@@ -1,15 +1,16 @@
-import { spawn, type ChildProcess } from "node:child_process";
 import { chownSync, mkdirSync, readFileSync } from "node:fs";
 import { createServer, connect } from "node:net";
 import { dirname, join, posix } from "node:path";
 import { CgroupHost, withCgroup, type WorkerCgroup } from "../../cgroups";
+import type { ContainerEngine } from "../../container";
 import { chooseIsolation, hostTool, noSandboxMessage, sandboxUser, type Isolation } from "../../isolation";
-import { sandboxMounts, TASK_ROOT, type Mount } from "../../mounts";
+import { SANDBOX_UID, sandboxMounts, TASK_ROOT, type Mount } from "../../mounts";
 import { isMissing, resolveRuntime, type ResolvedRuntime } from "../../runtimes";
 import { sandboxEnv } from "../../sandbox";
 import type { FrontendServeInput, FrontendServer } from "../types";
 import { SERVER_MANIFEST, type ServerManifest } from "./build";
 import { openServerNetwork, type KilnAddress, type ServerNetwork } from "./server-network";
+import { spawnLocal, startContainer, type ServerProcess } from "./server-process";
 
 /**
  * A Next.js deployment's server: the standalone `server.js` on Node.js (never in Kiln's process,
@@ -35,6 +36,8 @@ export interface NextjsServerContext {
   sandbox: { want: "auto" | "bubblewrap" | "namespaces"; allowUnsandboxed: boolean };
   /** Kiln's HTTP listener and public URL, once it listens: the one host address the server reaches. */
   kiln?: () => KilnAddress | null;
+  /** `--function-runtime docker`: the engine the server runs on as a container (connected on first use). */
+  containers?: (() => Promise<ContainerEngine>) | null;
 }
 
 const IDLE_MS = Number(process.env.KILN_FRONTEND_IDLE_MS) || 10 * 60_000;
@@ -72,7 +75,7 @@ function frontendCgroups(): CgroupHost | null {
 const HOP_BY_HOP = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te", "trailer", "proxy-authorization"];
 
 interface Running {
-  proc: ChildProcess;
+  proc: ServerProcess;
   /** Where requests go: a loopback port (unsandboxed) or the inbound relay's unix socket. */
   target: { port: number } | { socket: string };
   exited: Promise<void>;
@@ -84,9 +87,8 @@ export class NextjsServer implements FrontendServer {
   private stopped = false;
   private idleTimer: ReturnType<typeof setTimeout> | null = null;
   private inFlight = 0;
-  private cgroup: WorkerCgroup | null = null;
   /** Processes Kiln itself is stopping (idle, stop): their end is not logged as a failure. */
-  private readonly killing = new WeakSet<ChildProcess>();
+  private readonly killing = new WeakSet<ServerProcess>();
   /** How many times the process was started (a restart after a death counts). */
   starts = 0;
 
@@ -118,8 +120,8 @@ export class NextjsServer implements FrontendServer {
         // The process died under the request: a bodiless request is tried once more on a new one.
         // A refused or cut connection is what a dying server looks like before its sandbox has
         // exited (an OOM kill inside, bubblewrap still reaping): give the exit a moment to show.
-        if (!this.stopped && r.proc.exitCode === null && r.proc.signalCode === null) await Promise.race([r.exited, new Promise((w) => setTimeout(w, 2000))]);
-        if (!this.stopped && r.proc.exitCode === null && r.proc.signalCode === null) return text(502, `the Next.js server did not answer: ${(e as Error).message}`);
+        if (!this.stopped && r.proc.alive()) await Promise.race([r.proc.exit, new Promise((w) => setTimeout(w, 2000))]);
+        if (!this.stopped && r.proc.alive()) return text(502, `the Next.js server did not answer: ${(e as Error).message}`);
         if (request.method !== "GET" && request.method !== "HEAD") return text(502, "the Next.js server exited while answering");
         try {
           return await this.forward(await this.ensureRunning(), request);
@@ -196,7 +198,7 @@ export class NextjsServer implements FrontendServer {
   }
 
   private ensureRunning(): Promise<Running> {
-    if (this.running && this.running.proc.exitCode === null && this.running.proc.signalCode === null) return Promise.resolve(this.running);
+    if (this.running && this.running.proc.alive()) return Promise.resolve(this.running);
     this.starting ??= this.start().finally(() => {
       this.starting = null;
     });
@@ -204,8 +206,9 @@ export class NextjsServer implements FrontendServer {
   }
 
   private async start(): Promise<Running> {
-    const { isolation, problems } = chooseIsolation(this.ctx.sandbox);
-    if (!isolation) throw new Error(noSandboxMessage(problems));
+    const engine = this.ctx.containers ? await this.ctx.containers() : null;
+    const { isolation, problems } = engine ? { isolation: null, problems: [] } : chooseIsolation(this.ctx.sandbox);
+    if (!engine && !isolation) throw new Error(noSandboxMessage(problems));
     const result = this.input.result;
     const major = result.nodeVersion ?? "22";
     const runtime = await resolveRuntime(`nodejs${major}.x`);
@@ -213,60 +216,76 @@ export class NextjsServer implements FrontendServer {
     const serverDir = join(this.input.deploymentDir, result.serverDir ?? "server");
     const manifest = JSON.parse(readFileSync(join(serverDir, SERVER_MANIFEST), "utf8")) as ServerManifest;
     const limits = frontendLimits();
-    const sandboxed = isolation.kind !== "none";
+    const sandboxed = !!engine || isolation!.kind !== "none";
     // Sandboxed: a network namespace of its own behind the relay; unsandboxed (opt-in): a host loopback port.
-    const net: ServerNetwork | null = sandboxed ? await openServerNetwork(this.ctx.kiln?.() ?? null, (m) => this.input.log("warn", m)) : null;
+    const net: ServerNetwork | null = sandboxed
+      ? await openServerNetwork(this.ctx.kiln?.() ?? null, (m) => this.input.log("warn", m), engine ? { uid: Number(SANDBOX_UID) } : undefined)
+      : null;
     const port = net ? 0 : await freePort();
-    let cg: WorkerCgroup | null = null;
-    const cleanup = async () => {
-      await net?.close().catch(() => {});
-      cg?.killAll();
-      await cg?.remove().catch(() => {});
-    };
-    let proc: ChildProcess;
+    let proc: ServerProcess;
     try {
       const env = sandboxEnv({
         runtime,
         env: { ...(result.runtimeEnv ?? {}), NODE_ENV: "production", NEXT_TELEMETRY_DISABLED: "1", ...(net ? net.env : { PORT: String(port), HOSTNAME: "127.0.0.1" }) },
       });
-      const cache = nextCacheDir(this.input.deploymentDir, serverDir, manifest.entry);
-      const host = frontendCgroups();
-      cg = host ? host.create({ memoryMb: limits.memoryMb, maxProcesses: limits.maxProcesses, cpus: limits.cpus }) : null;
-      const argv = launchArgv(isolation, runtime, serverDir, manifest.entry, this.ctx.hiddenPaths, cache, net, limits.memoryMb, cg);
+      const cache = nextCacheDir(this.input.deploymentDir, serverDir, manifest.entry, engine ? { uid: Number(SANDBOX_UID), gid: Number(SANDBOX_UID) } : sandboxUser());
       this.starts++;
-      proc = spawn(argv.argv[0]!, argv.argv.slice(1), { env, cwd: argv.cwd, stdio: ["ignore", "pipe", "pipe"], detached: true, ...(argv.uid === undefined ? {} : { uid: argv.uid, gid: argv.gid }) });
+      if (engine) {
+        // The same filesystem plan, relay and limits, enforced by the engine (memory without swap, CPUs, pids).
+        const extra: Mount[] = [{ kind: "bind", src: cache.host, dest: posix.join(TASK_ROOT, cache.inside), writable: true }, ...net!.mounts];
+        const mounts = sandboxMounts({ runtime: { mounts: [dirname(runtime.command)] }, codeDir: serverDir, network: false }, this.ctx.hiddenPaths, { extra });
+        const inside = posix.join(TASK_ROOT, manifest.entry);
+        proc = await startContainer(engine, {
+          cmd: [...nodeArgv(runtime.command, limits.memoryMb, net), inside],
+          env,
+          mounts,
+          workingDir: posix.dirname(inside),
+          memoryMb: limits.memoryMb,
+          cpus: limits.cpus,
+          maxProcesses: limits.maxProcesses,
+          labels: { "dev.kiln.frontend": this.input.deploymentDir.split("/").slice(-2).join("/") },
+        });
+      } else {
+        const host = frontendCgroups();
+        const cg = host ? host.create({ memoryMb: limits.memoryMb, maxProcesses: limits.maxProcesses, cpus: limits.cpus }) : null;
+        try {
+          proc = spawnLocal(launchArgv(isolation!, runtime, serverDir, manifest.entry, this.ctx.hiddenPaths, cache, net, limits.memoryMb, cg), env, cg);
+        } catch (e) {
+          cg?.killAll();
+          await cg?.remove().catch(() => {});
+          throw e;
+        }
+      }
     } catch (e) {
-      await cleanup();
+      await net?.close().catch(() => {});
       throw e;
     }
-    const closed = new Promise<void>((resolve) => proc.once("close", () => resolve()));
-    const exited = closed.then(cleanup);
-    pipeLines(proc.stdout!, (l) => this.input.log("info", l));
-    pipeLines(proc.stderr!, (l) => this.input.log("error", l));
-    proc.once("exit", (code, signal) => {
+    const exited = proc.closed.then(() => net?.close().catch(() => {}));
+    pipeLines(proc.stdout, (l) => this.input.log("info", l));
+    pipeLines(proc.stderr, (l) => this.input.log("error", l));
+    void proc.exit.then(({ code, signal, oomKilled }) => {
       if (this.running?.proc === proc) this.running = null;
       if (this.stopped || this.killing.has(proc)) return;
-      if ((cg?.oomKills() ?? 0) > 0) this.input.log("error", `the Next.js server was stopped: out of memory (its limit is ${limits.memoryMb} MB); the next request starts it again`);
+      if (oomKilled) this.input.log("error", `the Next.js server was stopped: out of memory (its limit is ${limits.memoryMb} MB); the next request starts it again`);
       else if (code !== 0 && signal !== "SIGKILL") this.input.log("error", `the Next.js server exited (${signal ?? `code ${code}`}); the next request starts it again`);
-      else if (signal === "SIGKILL") this.input.log("error", "the Next.js server was killed; the next request starts it again");
+      else if (signal === "SIGKILL" || code === 137) this.input.log("error", "the Next.js server was killed; the next request starts it again");
     });
     const r: Running = { proc, target: net ? { socket: net.appSocket } : { port }, exited };
     try {
       await waitForServer(r.target, proc, START_TIMEOUT_MS);
     } catch (e) {
-      killGroup(proc);
-      cg?.killAll();
+      this.killing.add(proc);
+      proc.kill();
       await exited;
       throw e;
     }
     if (this.stopped) {
-      killGroup(proc);
-      cg?.killAll();
+      this.killing.add(proc);
+      proc.kill();
       await exited;
       throw new Error("the deployment stopped serving");
     }
     this.running = r;
-    this.cgroup = cg;
     return r;
   }
 
@@ -277,8 +296,7 @@ export class NextjsServer implements FrontendServer {
     this.running = null;
     if (!r) return;
     this.killing.add(r.proc);
-    killGroup(r.proc);
-    this.cgroup?.killAll();
+    r.proc.kill();
     await r.exited;
   }
 
@@ -304,12 +322,11 @@ export class NextjsServer implements FrontendServer {
  * read-only. The mount point is made in the server folder first (a read-only bind cannot get one).
  * A root Kiln hands the folder to the sandbox uid.
  */
-function nextCacheDir(deploymentDir: string, serverDir: string, entry: string): { host: string; inside: string } {
+function nextCacheDir(deploymentDir: string, serverDir: string, entry: string, owner: { uid: number; gid: number } | null): { host: string; inside: string } {
   const host = join(deploymentDir, "next-cache");
   mkdirSync(host, { recursive: true });
   mkdirSync(join(serverDir, posix.dirname(entry), ".next", "cache"), { recursive: true });
-  const user = sandboxUser();
-  if (user) chownSync(host, user.uid, user.gid);
+  if (owner && process.getuid?.() === 0) chownSync(host, owner.uid, owner.gid);
   return { host, inside: posix.join(posix.dirname(entry), ".next", "cache") };
 }
 
@@ -330,8 +347,7 @@ function launchArgv(
   cg: WorkerCgroup | null,
 ): { argv: string[]; cwd: string; uid?: number; gid?: number } {
   const node = runtime.command;
-  // V8 fails cleanly ("heap out of memory") before the cgroup's OOM killer would strike.
-  const nodeArgs = [node, `--max-old-space-size=${Math.max(64, Math.floor(memoryMb * 0.75))}`, ...(net ? ["--disable-warning=UNDICI-EHPA", ...net.nodeArgs] : [])];
+  const nodeArgs = nodeArgv(node, memoryMb, net);
   const rlimits = dataLimit(runtime, memoryMb, cg, isolation.kind !== "none");
   if (isolation.kind === "none" || !net) {
     const run = isolation.enclose({ mounts: [], network: true, tmpfsBytes: 0, hostname: "", chdir: serverDir }, [...rlimits, ...nodeArgs, join(serverDir, entry)]);
@@ -343,6 +359,12 @@ function launchArgv(
   const inside = posix.join(TASK_ROOT, entry);
   const run = isolation.enclose({ mounts, network: false, tmpfsBytes: 256 * 1024 * 1024, hostname: "kiln-frontend", chdir: posix.dirname(inside) }, [...rlimits, ...nodeArgs, inside]);
   return { argv: withCgroup(run.argv, cg), cwd: "/", uid: run.uid, gid: run.gid };
+}
+
+/** node and its flags, before the entry: the heap cap, and with the relay its preload. */
+function nodeArgv(node: string, memoryMb: number, net: ServerNetwork | null): string[] {
+  // V8 fails cleanly ("heap out of memory") before the cgroup's OOM killer would strike.
+  return [node, `--max-old-space-size=${Math.max(64, Math.floor(memoryMb * 0.75))}`, ...(net ? ["--disable-warning=UNDICI-EHPA", ...net.nodeArgs] : [])];
 }
 
 // Node 24's V8 reserves a 512 MB code range at start-up, which RLIMIT_DATA counts (sandbox.ts planLaunch).
@@ -362,14 +384,6 @@ function dataLimit(runtime: ResolvedRuntime, memoryMb: number, cg: WorkerCgroup 
   return [...out, "--"];
 }
 
-function killGroup(proc: ChildProcess): void {
-  try {
-    if (proc.pid) process.kill(-proc.pid, "SIGKILL");
-  } catch {
-    // already gone
-  }
-}
-
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = createServer();
@@ -382,10 +396,10 @@ function freePort(): Promise<number> {
 }
 
 /** Resolves once the server accepts a connection; rejects when the process exits first or time runs out. */
-async function waitForServer(target: Running["target"], proc: ChildProcess, timeoutMs: number): Promise<void> {
+async function waitForServer(target: Running["target"], proc: ServerProcess, timeoutMs: number): Promise<void> {
   const end = Date.now() + timeoutMs;
   let exitedWith: string | null = null;
-  proc.once("exit", (code, signal) => (exitedWith = signal ?? `code ${code}`));
+  void proc.exit.then(({ code, signal }) => (exitedWith = signal ?? `code ${code}`));
   for (;;) {
     if (exitedWith) throw new Error(`the server exited before it listened (${exitedWith})`);
     if (await canConnect(target)) return;
