@@ -267,8 +267,9 @@ export class NextjsServer implements FrontendServer {
       if (this.running?.proc === proc) this.running = null;
       if (this.stopped || this.killing.has(proc)) return;
       if (oomKilled) this.input.log("error", `the Next.js server was stopped: out of memory (its limit is ${limits.memoryMb} MB); the next request starts it again`);
-      else if (code !== 0 && signal !== "SIGKILL") this.input.log("error", `the Next.js server exited (${signal ?? `code ${code}`}); the next request starts it again`);
+      // 137: a container's main process ended by SIGKILL.
       else if (signal === "SIGKILL" || code === 137) this.input.log("error", "the Next.js server was killed; the next request starts it again");
+      else if (code !== 0) this.input.log("error", `the Next.js server exited (${signal ?? `code ${code}`}); the next request starts it again`);
     });
     const r: Running = { proc, target: net ? { socket: net.appSocket } : { port }, exited };
     try {
