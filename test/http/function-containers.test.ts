@@ -253,6 +253,8 @@ describe("a Next.js frontend's server under the container runtime", () => {
       expect(body.container).toBe(true);
       expect(body.uid).toBe(1000);
       expect(Number(body.memoryLimit)).toBe(FRONTEND_MEMORY_MB * 1024 * 1024);
+      // One CPU (KILN_FRONTEND_CPUS' default): a quota of one period per period.
+      expect(body.cpuMax).toBe("100000 100000");
       expect(body.connects).toEqual({ [kilnPort]: "connected", [otherPort]: "ECONNREFUSED" });
       expect(body.fetches[fn.invoke_url]).toEqual({ status: 200, body: "backend" });
       expect(body.dataDir.err).toBe("ENOENT");
