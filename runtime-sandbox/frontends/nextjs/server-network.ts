@@ -79,7 +79,7 @@ export async function openServerNetwork(kiln: KilnAddress | null, log: (m: strin
         // not a URL: nothing to allow
       }
     }
-    egress = await startBuildEgress({ socketDir: out, allowHosts, log: (m) => log(m.replace(/^build egress/, "egress")) });
+    egress = await startBuildEgress({ socketDir: out, allowHosts, log: (m) => log(m.replace(/^build egress/, "egress").replace("builds may only reach public addresses", "the server reaches only Kiln and public addresses")) });
     const kilnSocket = join(out, "kiln.sock");
     if (kiln) {
       const target = { host: kiln.host === "0.0.0.0" || kiln.host === "" ? "127.0.0.1" : kiln.host === "::" ? "::1" : kiln.host, port: kiln.port };
