@@ -95,6 +95,12 @@ export interface FrontendServeInput {
  */
 export interface FrontendServer {
   fetch(request: Request): Promise<Response>;
+  /**
+   * A WebSocket's way in: the server started if it is not running, and the upstream socket's URL for
+   * a path (`ws+unix://<socket>:<path>` for a sandboxed server, which has no host port); busy until
+   * `release`. Kiln's proxy opens the upstream socket itself.
+   */
+  tunnel?(): Promise<{ websocketUrl: (pathAndQuery: string) => string; release: () => void }>;
   /** Stop the process (if running) and refuse further requests; resolves once it has exited. */
   stop(): Promise<void>;
 }

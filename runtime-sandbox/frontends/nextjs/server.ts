@@ -135,6 +135,32 @@ export class NextjsServer implements FrontendServer {
     }
   }
 
+  /**
+   * A WebSocket's way in: the server started if it is not running, and the URL of the upstream
+   * socket (`ws+unix://<relay socket>:<path>` when sandboxed, which Bun's WebSocket client opens;
+   * `ws://127.0.0.1:<port>` unsandboxed). Busy (no idle stop) until `release`.
+   */
+  async tunnel(): Promise<{ websocketUrl: (pathAndQuery: string) => string; release: () => void }> {
+    if (this.stopped) throw new Error("this deployment is no longer served");
+    this.inFlight++;
+    this.clearIdle();
+    let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      this.inFlight--;
+      this.armIdle();
+    };
+    try {
+      const { target } = await this.ensureRunning();
+      const websocketUrl = (pathAndQuery: string) => ("socket" in target ? `ws+unix://${target.socket}:${pathAndQuery}` : `ws://127.0.0.1:${target.port}${pathAndQuery}`);
+      return { websocketUrl, release };
+    } catch (e) {
+      release();
+      throw e;
+    }
+  }
+
   async stop(): Promise<void> {
     this.stopped = true;
     this.clearIdle();
