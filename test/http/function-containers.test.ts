@@ -274,6 +274,13 @@ describe("a Next.js frontend's server under the container runtime", () => {
         (l) => l.status === 200 && (l.body.data as Array<{ body: string }>).some((e) => String(e.body).includes(`out of memory (its limit is ${FRONTEND_MEMORY_MB} MB)`)),
         30_000,
       );
+      // Deleting the frontend stops its server: the container goes.
+      expect((await k.api("DELETE", `/projects/${p.id}/frontends/${f.id}`)).status).toBe(202);
+      await eventually(
+        async () => (await docker.listContainers({ all: true, filters: { label: ["dev.kiln.frontend"] } })).filter((c) => c.Labels["dev.kiln.owner"] === `${hostname()}/${k.proc.pid}`),
+        (left) => left.length === 0,
+        60_000,
+      );
     } finally {
       other.close();
     }
