@@ -1,9 +1,10 @@
 import { randomBytes } from "node:crypto";
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { createServer, connect, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join, posix } from "node:path";
 import { startBuildEgress, type BuildEgress } from "../../build-egress";
+import { pidAlive } from "../../cgroups";
 import { sandboxUser } from "../../isolation";
 import { RUNTIME_ROOT, type Mount } from "../../mounts";
 
@@ -26,6 +27,21 @@ import { RUNTIME_ROOT, type Mount } from "../../mounts";
 const OUT_INSIDE = "/run/kiln-frontend";
 const IN_INSIDE = "/run/kiln-frontend-app";
 
+let swept = false;
+/** The relay folders of Kiln processes that are gone (killed outright: nothing removed them). */
+function sweepOnce(): void {
+  if (swept) return;
+  swept = true;
+  try {
+    for (const e of readdirSync(tmpdir())) {
+      const m = /^kiln-fe-(\d+)-/.exec(e);
+      if (m && Number(m[1]) !== process.pid && !pidAlive(Number(m[1]))) rmSync(join(tmpdir(), e), { recursive: true, force: true });
+    }
+  } catch {
+    // an unreadable /tmp: nothing to sweep
+  }
+}
+
 export interface KilnAddress {
   /** What Kiln's HTTP server listens on (0.0.0.0 / :: are reached at loopback). */
   host: string;
@@ -46,8 +62,10 @@ export interface ServerNetwork {
 }
 
 export async function openServerNetwork(kiln: KilnAddress | null, log: (m: string) => void, o: { uid?: number } = {}): Promise<ServerNetwork> {
-  // Short paths under /tmp: a unix socket path has 107 bytes at most.
-  const dir = mkdtempSync(join(tmpdir(), "kiln-fe-"));
+  sweepOnce();
+  // Short paths under /tmp: a unix socket path has 107 bytes at most. Kiln's pid in the name: a
+  // crashed Kiln's folders are removed by the next one.
+  const dir = mkdtempSync(join(tmpdir(), `kiln-fe-${process.pid}-`));
   const out = join(dir, "out");
   // The relay makes app.sock here: the sandbox's user must write in it, Kiln's own sockets stay out of its reach.
   const inbound = join(dir, `in-${randomBytes(6).toString("hex")}`);
