@@ -6,7 +6,7 @@ import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { PassThrough, type Readable } from "node:stream";
 import type Docker from "dockerode";
-import { DEFAULT_MAX_PROCESSES, pidAlive, runtimeArgv, sandboxEnv, sandboxMounts, SANDBOX_PATHS, type LaunchSpec } from "./sandbox";
+import { DEFAULT_MAX_PROCESSES, pidAlive, runtimeArgv, sandboxEnv, sandboxMounts, SANDBOX_PATHS, type LaunchSpec, type Mount } from "./sandbox";
 import { descendants, sandboxProcesses } from "./process-tree";
 import type { ExitStatus, WorkerProcess } from "./worker";
 
@@ -130,6 +130,64 @@ export class ContainerEngine {
   /** A worker container; `labels` tell operators what it serves (docker ps --filter label=...). */
   launch(spec: LaunchSpec, labels: Record<string, string> = {}): WorkerProcess {
     return new ContainerProcess(this, spec, this.hiddenPaths, labels);
+  }
+
+  /**
+   * A long-running sandboxed server that is not a function worker (a frontend's Next.js server):
+   * created, not started, with the workers' filesystem rules (the mount plan read-only, covers
+   * over hidden paths, a sized /tmp), user, capabilities and ulimits, and limits of its own (memory
+   * without swap, pids, CPUs). No network; `mounts` marked writable stay writable. Labelled like a
+   * worker, so the containers of a dead Kiln are removed at the next start.
+   */
+  async createSandboxContainer(o: {
+    cmd: string[];
+    env: Record<string, string>;
+    mounts: Mount[];
+    hostname: string;
+    workingDir: string;
+    memoryMb: number;
+    cpus: number;
+    maxProcesses: number;
+    tmpfsMb: number;
+    labels: Record<string, string>;
+  }): Promise<Docker.Container> {
+    const memBytes = o.memoryMb * 1024 * 1024;
+    const owner = this.podman ? "mode=1777" : `uid=${SANDBOX_PATHS.uid},gid=${SANDBOX_PATHS.uid}`;
+    const tmpfs: Record<string, string> = { "/tmp": `rw,exec,nosuid,nodev,size=${o.tmpfsMb * 1024 * 1024},${owner}` };
+    const binds: string[] = [];
+    for (const m of o.mounts) {
+      if (m.kind === "bind") binds.push(`${m.src}:${m.dest}:${m.writable ? "rw" : "ro"}`);
+      else if (m.kind === "cover-dir") tmpfs[m.dest] = "ro,size=4k";
+      else if (m.kind === "cover-file") binds.push(`/dev/null:${m.dest}:ro`);
+    }
+    return this.docker.createContainer({
+      Image: this.image,
+      Cmd: o.cmd,
+      Env: Object.entries(o.env).map(([k, v]) => `${k}=${v}`),
+      User: `${SANDBOX_PATHS.uid}:${SANDBOX_PATHS.uid}`,
+      WorkingDir: o.workingDir,
+      Hostname: o.hostname,
+      Labels: { ...o.labels, [LABEL]: "1", [OWNER_LABEL]: `${hostname()}/${process.pid}` },
+      AttachStdout: true,
+      AttachStderr: true,
+      HostConfig: {
+        NetworkMode: "none",
+        Binds: binds,
+        Tmpfs: tmpfs,
+        ReadonlyRootfs: true,
+        Memory: memBytes,
+        MemorySwap: memBytes,
+        NanoCpus: Math.round(o.cpus * 1e9),
+        PidsLimit: o.maxProcesses,
+        CapDrop: ["ALL"],
+        SecurityOpt: ["no-new-privileges"],
+        Ulimits: [
+          { Name: "core", Soft: 0, Hard: 0 },
+          { Name: "nofile", Soft: NOFILE, Hard: NOFILE },
+          { Name: "nproc", Soft: NPROC, Hard: NPROC },
+        ],
+      },
+    });
   }
 
   private readonly removals = new Set<Promise<unknown>>();

@@ -1,4 +1,5 @@
-import { NextjsServer } from "./nextjs/server";
+import { disposeFrontendCgroups, NextjsServer } from "./nextjs/server";
+import type { ContainerEngine } from "../container";
 import type { FrameworkContext, FrontendBuildInput, FrontendFramework, FrontendServeInput, FrontendServer } from "./types";
 
 /**
@@ -8,6 +9,15 @@ import type { FrameworkContext, FrontendBuildInput, FrontendFramework, FrontendS
  */
 export function createNextjsFramework(ctx: FrameworkContext): FrontendFramework {
   const servers = new Set<FrontendServer>();
+  // --function-runtime docker: servers run as containers on the engine, connected at the first start.
+  let engine: Promise<ContainerEngine> | null = null;
+  const containers = ctx.containers
+    ? () =>
+        (engine ??= import("../container").then((m) => m.ContainerEngine.connect({ host: ctx.containers!.host, image: ctx.containers!.image, hiddenPaths: ctx.hiddenPaths })).catch((e) => {
+          engine = null;
+          throw e;
+        }))
+    : null;
   return {
     kind: "nextjs",
     async detect(appDir: string) {
@@ -19,13 +29,15 @@ export function createNextjsFramework(ctx: FrameworkContext): FrontendFramework 
       return buildNextjs({ hiddenPaths: ctx.hiddenPaths, sandbox: ctx.sandbox }, input);
     },
     serve(input: FrontendServeInput) {
-      const server = new NextjsServer({ hiddenPaths: ctx.hiddenPaths, sandbox: ctx.sandbox }, input, { onStop: (s) => servers.delete(s) });
+      const server = new NextjsServer({ hiddenPaths: ctx.hiddenPaths, sandbox: ctx.sandbox, kiln: ctx.kiln, containers }, input, { onStop: (s) => servers.delete(s) });
       servers.add(server);
       return server;
     },
     async close() {
       await Promise.all([...servers].map((s) => s.stop()));
       servers.clear();
+      disposeFrontendCgroups();
+      await (await engine?.catch(() => null))?.settle();
     },
   };
 }

@@ -32,6 +32,13 @@ export interface FrameworkContext {
   sandbox: { want: "auto" | "bubblewrap" | "namespaces"; allowUnsandboxed: boolean };
   /** Kiln's own warnings (not a deployment's). */
   warn: (message: string) => void;
+  /**
+   * Kiln's HTTP listener (host, port) and public URL once it listens: the one host address a
+   * sandboxed server reaches besides the internet (a server component calling a Kiln function).
+   */
+  kiln?: () => { host: string; port: number; publicUrl: string } | null;
+  /** `--function-runtime docker`: Next.js servers run as containers on this engine (builds stay in the local sandbox). */
+  containers?: { host?: string; image?: string } | null;
 }
 
 export interface FrontendBuildInput {
@@ -88,6 +95,12 @@ export interface FrontendServeInput {
  */
 export interface FrontendServer {
   fetch(request: Request): Promise<Response>;
+  /**
+   * A WebSocket's way in: the server started if it is not running, and the upstream socket's URL for
+   * a path (`ws+unix://<socket>:<path>` for a sandboxed server, which has no host port); busy until
+   * `release`. Kiln's proxy opens the upstream socket itself.
+   */
+  tunnel?(): Promise<{ websocketUrl: (pathAndQuery: string) => string; release: () => void }>;
   /** Stop the process (if running) and refuse further requests; resolves once it has exited. */
   stop(): Promise<void>;
 }

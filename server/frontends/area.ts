@@ -42,8 +42,17 @@ export const frontendsArea = defineArea({
       dir: join(config.dataDir, "frontends"),
       variables: (projectId) => variables.values(projectId),
       buildLog: (ref, level, text) => logs.ingest.build({ ...ref, resourceType: "frontend" }, region, level, text),
+      serverLog: (ref, level, text) => logs.ingest.frontendRequest(ref, ref.deploymentId, region, level, text),
       flushLogs: () => logs.ingest.flush(),
-      framework: { hiddenPaths: [config.dataDir], sandbox: { want: config.functionSandbox, allowUnsandboxed: config.allowUnsandboxedFunctions }, warn: (m) => log.warn(m) },
+      framework: {
+        hiddenPaths: [config.dataDir],
+        sandbox: { want: config.functionSandbox, allowUnsandboxed: config.allowUnsandboxedFunctions },
+        warn: (m) => log.warn(m),
+        // A sandboxed Next.js server reaches Kiln's own HTTP port (and the internet), nothing else of the host.
+        kiln: () => (address.httpPort() ? { host: config.host, port: address.httpPort(), publicUrl: address.publicUrl() } : null),
+        // The production profile: the Next.js server in a container, like function workers.
+        containers: config.functionRuntime === "docker" ? { host: config.dockerHost, image: config.functionImage } : null,
+      },
       keepPreviousMs: KEEP_PREVIOUS_MS,
       buildDelayMs: config.faults.frontend_build_delay ?? 0,
     });

@@ -35,6 +35,8 @@ export interface FrontendsDeps {
   dir: string;
   variables: (projectId: string) => Promise<Readonly<Record<string, string>>>;
   buildLog: (ref: { id: string; name: string; project_id: string; deploymentId: string }, level: string, text: string) => void;
+  /** A running server's own lines (output, exits, OOM kills): the frontend's runtime log stream. */
+  serverLog: (ref: { id: string; name: string; project_id: string; deploymentId: string }, level: string, text: string) => void;
   flushLogs: () => Promise<void>;
   framework: FrameworkContext;
   /** How long a replaced deployment's files stay after the switch (requests that began on it, pages that load its assets). */
@@ -297,7 +299,7 @@ export class FrontendsService {
         deploymentId: dep.id,
         site: { dir: join(outDir, result.staticDir), manifest, spaFallback: result.kind === "static" },
         result,
-        server: await this.startServer(outDir, result, frontend),
+        server: await this.startServer(outDir, result, frontend, dep.id),
       };
       // A server that cannot start must not take the traffic: it is started (and answers once) before the
       // switch, so the first requests after it do not wait for a cold start, and a broken one fails the
@@ -356,11 +358,12 @@ export class FrontendsService {
     return out;
   }
 
-  private async startServer(outDir: string, result: FrontendBuildResult, f: FrontendRecord): Promise<FrontendServer | null> {
+  private async startServer(outDir: string, result: FrontendBuildResult, f: FrontendRecord, deploymentId: string): Promise<FrontendServer | null> {
     if (result.kind === "static") return null;
     const fw = await nextjsFramework(this.d.framework);
     const ref = { id: f.id, name: f.name, project_id: f.project_id };
-    return fw.serve({ deploymentDir: outDir, result, log: (level, line) => this.d.buildLog({ ...ref, deploymentId: result.serverDir ?? "" }, level, line) });
+    // The server's own lines (output, exits, OOM kills): runtime logs of the deployment that runs it.
+    return fw.serve({ deploymentDir: outDir, result, log: (level, line) => this.d.serverLog({ ...ref, deploymentId }, level, line) });
   }
 
   private async warm(served: Served, log: (level: string, text: string) => Promise<void>): Promise<void> {
@@ -452,7 +455,7 @@ export class FrontendsService {
         const result = (typeof r.result === "string" ? JSON.parse(r.result) : r.result) as FrontendBuildResult;
         const outDir = this.deploymentDir(f.serving_deployment_id!);
         const site: ServedSite = { dir: join(outDir, result.staticDir), manifest: await readManifest(join(outDir, result.staticDir)), spaFallback: result.kind === "static" };
-        this.switchTo({ frontend: { id: f.id, name: f.name, project_id: f.project_id }, deploymentId: f.serving_deployment_id!, site, result, server: await this.startServer(outDir, result, f) });
+        this.switchTo({ frontend: { id: f.id, name: f.name, project_id: f.project_id }, deploymentId: f.serving_deployment_id!, site, result, server: await this.startServer(outDir, result, f, f.serving_deployment_id!) });
       } catch (err) {
         this.d.log.error(`frontend ${f.name}: its deployment ${f.serving_deployment_id} cannot serve (redeploy it)`, err);
         await this.d.store.query(`update frontends set status = 'degraded' where id = $1`, [f.id]);

@@ -10,6 +10,7 @@
 // what needs no fixture build).
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { connect, createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -18,15 +19,22 @@ import { NextjsServer as NextjsServerClass, type NextjsServer } from "../../runt
 import type { FrontendBuildResult, FrontendFramework } from "../../runtime-sandbox/frontends/types";
 import { useBrowser } from "../support/browser";
 import { removeDir } from "../support/dirs";
+import { freePort } from "../support/free-port";
 import { deploy, settled as fnSettled, tgz } from "../support/functions";
 import { createProject, eventually, useKiln, type TestKiln } from "../support/kiln";
 
 const FIXTURE = join(import.meta.dirname, "../fixtures/frontends/nextjs-app");
+// A stand-in `next` whose build writes a probe server as the standalone server.js: the server's
+// sandbox tested through the real deploy path without a second `next build`.
+const PROBE_FIXTURE = join(import.meta.dirname, "../fixtures/frontends/standalone-probe");
+// Low enough for the probe's allocation to reach quickly, ample for the fixture app's server.
+const MEMORY_MB = 384;
+const PG_PORT = await freePort();
 const GREETING = `greeting-${Math.random().toString(36).slice(2, 10)}`;
 const SECRET = `secret-${Math.random().toString(36).slice(2, 10)}`;
 
-function fixtureArchive(): Buffer {
-  return execFileSync("tar", ["-czf", "-", "--exclude=node_modules", "--exclude=.next", "-C", FIXTURE, "."], { maxBuffer: 64 << 20 });
+function fixtureArchive(dir = FIXTURE): Buffer {
+  return execFileSync("tar", ["-czf", "-", "--exclude=node_modules", "--exclude=.next", "-C", dir, "."], { maxBuffer: 64 << 20 });
 }
 
 async function deployFrontend(k: TestKiln, projectId: string, fields: Record<string, string | string[]>, archive: Buffer) {
@@ -48,7 +56,7 @@ function siteFetch(siteUrl: string, path: string, init: RequestInit = {}) {
 }
 
 describe("Next.js frontends", () => {
-  const k = useKiln({ env: { npm_config_registry: "http://127.0.0.1:9/" } });
+  const k = useKiln({ args: ["--pg-port", String(PG_PORT)], env: { npm_config_registry: "http://127.0.0.1:9/", KILN_FRONTEND_MEMORY_MB: String(MEMORY_MB) } });
   const browser = useBrowser();
   let site: { id: string; site_url: string; current_deployment_id: string; projectId: string; backendUrl: string } | null = null;
 
@@ -154,6 +162,8 @@ describe("Next.js frontends", () => {
     let result: FrontendBuildResult;
     let framework: FrontendFramework;
     let server: NextjsServer;
+    // The one host port the sandboxed server reaches (through its relay): this file's Kiln, whose function the page calls.
+    const kilnAddress = () => ({ host: "127.0.0.1", port: Number(new URL(k.url).port), publicUrl: k.url });
 
     beforeAll(() => {
       expect(site).not.toBeNull();
@@ -171,7 +181,7 @@ describe("Next.js frontends", () => {
         runtimeEnv: { BACKEND_URL: site!.backendUrl, SERVER_SECRET: SECRET },
         warnings: [],
       };
-      framework = createNextjsFramework({ hiddenPaths: [k.dataDir], sandbox: { want: "auto", allowUnsandboxed: false }, warn: () => {} });
+      framework = createNextjsFramework({ hiddenPaths: [k.dataDir], sandbox: { want: "auto", allowUnsandboxed: false }, warn: () => {}, kiln: kilnAddress });
       server = framework.serve({ deploymentDir, result, log: () => {} }) as NextjsServer;
     });
 
@@ -225,7 +235,7 @@ describe("Next.js frontends", () => {
     });
 
     it("an idle server is stopped; the next request starts it again", async () => {
-      const idle = new NextjsServerClass({ hiddenPaths: [k.dataDir], sandbox: { want: "auto", allowUnsandboxed: false } }, { deploymentDir, result, log: () => {} }, { idleMs: 300 });
+      const idle = new NextjsServerClass({ hiddenPaths: [k.dataDir], sandbox: { want: "auto", allowUnsandboxed: false }, kiln: kilnAddress }, { deploymentDir, result, log: () => {} }, { idleMs: 300 });
       try {
         // Busy until the body is read through: a streaming response is never cut by the idle stop.
         const res = await idle.fetch(new Request("http://web--demo.app.localhost:7070/api/hello"));
@@ -271,4 +281,88 @@ describe("Next.js frontends", () => {
     const d = await k.api("GET", `/projects/${p.id}/frontends/${f.id}/deployments`);
     expect(JSON.stringify(d.body.data)).toContain('package.json engines.node \\">=26\\" allows neither Node.js 22.x nor 24.x');
   }, 120_000);
+  describe("the server's sandbox (a probe server in place of Next.js's)", () => {
+    let probe: { projectId: string; id: string; site_url: string; invoke_url: string } | null = null;
+    // Another service on the host's loopback, which the app must not reach.
+    let other: Server;
+    let otherPort = 0;
+
+    it("deploys the probe through the Next.js build (stand-in next) and serves it", async () => {
+      other = createServer((s) => s.end("other service\n")).listen(0, "127.0.0.1");
+      await new Promise((r) => other.once("listening", r));
+      otherPort = (other.address() as { port: number }).port;
+      const p = await createProject(k);
+      const fn = await deploy(
+        k,
+        p.id,
+        { name: "backend", runtime: "nodejs22.x", invocation_mode: "http", is_public: "true", http_auth_mode: "none" },
+        tgz({ "index.js": `exports.handler = async (req) => ({ statusCode: 200, body: JSON.stringify({ answer: 42, from: JSON.parse(req.body).from }) });` }),
+      );
+      expect(fn.status).toBe(201);
+      const backend = await fnSettled(k, p.id, fn.body.id);
+      expect(backend.status).toBe("active");
+      const r = await deployFrontend(k, p.id, { name: "probe", framework: "nextjs" }, fixtureArchive(PROBE_FIXTURE));
+      expect(r.status).toBe(201);
+      const f = await settled(k, p.id, r.body.id, 300_000);
+      const deployments = await k.api("GET", `/projects/${p.id}/frontends/${r.body.id}/deployments`);
+      expect(f.status, JSON.stringify(deployments.body)).toBe("active");
+      probe = { projectId: p.id, id: f.id, site_url: f.site_url, invoke_url: backend.invoke_url };
+      // The other service answers the test: a refusal below is the sandbox's doing.
+      expect(await canConnect(otherPort)).toBe(true);
+    }, 360_000);
+
+    it("reaches Kiln's HTTP port (a function's invoke_url, also by localhost) and nothing else of the host: not the wire port, not another loopback service, not the host's addresses through the egress", async () => {
+      expect(probe).not.toBeNull();
+      const kilnPort = Number(new URL(k.url).port);
+      const q = new URLSearchParams({ dataDir: k.dataDir, kilnPid: String(k.proc.pid), ports: [kilnPort, PG_PORT, otherPort].join(",") });
+      const byLocalhost = probe!.invoke_url.replace("://127.0.0.1:", "://localhost:");
+      for (const u of [probe!.invoke_url, byLocalhost, `http://127.0.0.2:${otherPort}/`, `http://[::1]:${PG_PORT}/`]) q.append("fetch", u);
+      const res = await siteFetch(probe!.site_url, `/probe?${q}`);
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as any;
+      // Kiln's HTTP port is there; the wire port and the other service are not (a namespace of its own).
+      expect(body.connects).toEqual({ [kilnPort]: "connected", [PG_PORT]: "ECONNREFUSED", [otherPort]: "ECONNREFUSED" });
+      for (const u of [probe!.invoke_url, byLocalhost]) expect(body.fetches[u]).toEqual({ status: 200, body: '{"answer":42,"from":"probe"}' });
+      // Any other loopback address goes to the egress proxy, which refuses it (403 to the CONNECT).
+      expect(body.fetches[`http://127.0.0.2:${otherPort}/`].status).toBeUndefined();
+      expect(body.fetches[`http://[::1]:${PG_PORT}/`].status).toBeUndefined();
+      // Kiln's data dir and environment are invisible; the code and /etc are read-only; /tmp is its own; never root.
+      expect(body.dataDir.err).toBe("ENOENT");
+      expect(body.environ.ok).toBeUndefined();
+      expect(body.writeCode.err).toBe("EROFS");
+      expect(body.writeEtc.ok).toBeUndefined();
+      expect(body.writeTmp).toEqual({ ok: "written" });
+      expect(body.uid).not.toBe(0);
+      expect(body.env.filter((n: string) => /^KILN|TOKEN|SECRET|DATABASE_URL|npm_/i.test(n))).toEqual([]);
+    }, 60_000);
+
+    it(`an app that allocates past its memory limit (${MEMORY_MB} MB) is stopped, says so in its logs, and the next request starts it again; Kiln keeps serving`, async () => {
+      expect(probe).not.toBeNull();
+      const before = (await (await siteFetch(probe!.site_url, "/")).json()) as { boot: string };
+      // POST: a request with a body is not tried again on a new server.
+      const alloc = await siteFetch(probe!.site_url, "/alloc", { method: "POST", body: "x" });
+      expect(alloc.status).toBe(502);
+      await alloc.arrayBuffer();
+      const after = await siteFetch(probe!.site_url, "/");
+      expect(after.status).toBe(200);
+      expect(((await after.json()) as { boot: string }).boot).not.toBe(before.boot);
+      const f = await k.api("GET", `/projects/${probe!.projectId}/frontends/${probe!.id}`);
+      expect(f.body.status).toBe("active");
+      await eventually(
+        () => k.api("POST", `/projects/${probe!.projectId}/logs/search`, { body: { resource: { type: "frontend", ids: [probe!.id] }, q: '"out of memory"', limit: 50 } }),
+        (r) => r.status === 200 && (r.body.data as Array<{ body: string }>).some((e) => String(e.body).includes(`out of memory (its limit is ${MEMORY_MB} MB)`)),
+        30_000,
+      );
+      other.close();
+    }, 120_000);
+  });
 });
+
+/** Whether a TCP connection to 127.0.0.1:port succeeds from the test's own process. */
+function canConnect(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = connect(port, "127.0.0.1");
+    s.once("connect", () => (s.destroy(), resolve(true)));
+    s.once("error", () => resolve(false));
+  });
+}

@@ -4,13 +4,14 @@
 // whose global setup provides a Docker engine; functions.test.ts runs there too.
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
-import { connect, type Socket } from "node:net";
+import { connect, createServer, type Socket } from "node:net";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import Docker from "dockerode";
 import { describe, expect, inject, test } from "vitest";
 import { dockerOptions } from "../../runtime-sandbox/container";
 import { ROOT_RECIPES } from "../../runtime-sandbox/runtime-roots";
+import { appArchive, deployFrontend, frontendSettled, PROBE_APP, siteFetch } from "../support/frontends";
 import { deploy, settled, tgz, processesTagged } from "../support/functions";
 import { BUN, createProject, eventually, KILN, ROOT, startKiln, useKiln, type TestKiln } from "../support/kiln";
 
@@ -39,7 +40,9 @@ async function workersOf(k: TestKiln, functionId?: string) {
   return all.filter((c) => c.Labels["dev.kiln.owner"] === `${hostname()}/${k.proc.pid}` && (!functionId || c.Labels["dev.kiln.version"]?.startsWith(`${functionId}:`)));
 }
 
-const k = useKiln({ env: { KILN_FUNCTION_MEMORY_MB: "192" } });
+// Frontends: the stand-in next build installs from nothing (a registry nobody listens on); a Next.js server gets 384 MB.
+const FRONTEND_MEMORY_MB = 384;
+const k = useKiln({ env: { KILN_FUNCTION_MEMORY_MB: "192", KILN_FRONTEND_MEMORY_MB: String(FRONTEND_MEMORY_MB), npm_config_registry: "http://127.0.0.1:9/" } });
 
 describe("the container runtime", () => {
   // Issue 30: the same root filesystem serves a runtime in both profiles (bound as the container's /usr).
@@ -220,4 +223,66 @@ exports.handler = async (e) => {
   test("an engine that does not answer fails the start with a message naming the flag", async () => {
     await expect(startKiln({ args: ["--docker-host", "unix:///nonexistent/docker.sock"] })).rejects.toThrow(/no container engine answered.*--docker-host/s);
   });
+});
+
+describe("a Next.js frontend's server under the container runtime", () => {
+  test("runs as a container with the engine's memory limit, reaches Kiln's port (a function's invoke_url) and no other host port; past its memory limit it is stopped and the next request starts a new one", async () => {
+    const p = await createProject(k);
+    const fn = await settled(
+      k,
+      p.id,
+      (await deploy(k, p.id, { name: "backend", runtime: "nodejs22.x", invocation_mode: "http", is_public: "true", http_auth_mode: "none" }, tgz({ "index.js": `exports.handler = async () => ({ statusCode: 200, body: "backend" });` }))).body.id,
+    );
+    expect(fn.status).toBe("active");
+    const r = await deployFrontend(k, p.id, { name: "probe", framework: "nextjs" }, appArchive(PROBE_APP));
+    expect(r.status).toBe(201);
+    const f = await frontendSettled(k, p.id, r.body.id, 300_000);
+    expect(f.status, JSON.stringify((await k.api("GET", `/projects/${p.id}/frontends/${f.id}/deployments`)).body)).toBe("active");
+
+    // Another service on the host's loopback: reachable from here, not from the container.
+    const other = createServer((s) => s.end("other\n")).listen(0, "127.0.0.1");
+    await new Promise((res) => other.once("listening", res));
+    const otherPort = (other.address() as { port: number }).port;
+    try {
+      const kilnPort = Number(new URL(k.url).port);
+      const q = new URLSearchParams({ dataDir: k.dataDir, kilnPid: String(k.proc.pid), ports: [kilnPort, otherPort].join(",") });
+      q.append("fetch", fn.invoke_url);
+      const res = await siteFetch(f.site_url, `/probe?${q}`);
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as any;
+      expect(body.container).toBe(true);
+      expect(body.uid).toBe(1000);
+      expect(Number(body.memoryLimit)).toBe(FRONTEND_MEMORY_MB * 1024 * 1024);
+      // One CPU (KILN_FRONTEND_CPUS' default): a quota of one period per period.
+      expect(body.cpuMax).toBe("100000 100000");
+      expect(body.connects).toEqual({ [kilnPort]: "connected", [otherPort]: "ECONNREFUSED" });
+      expect(body.fetches[fn.invoke_url]).toEqual({ status: 200, body: "backend" });
+      expect(body.dataDir.err).toBe("ENOENT");
+      expect(body.writeCode.ok).toBeUndefined();
+      // The engine sees it as this Kiln's container (removed with it).
+      const mine = (await docker.listContainers({ filters: { label: ["dev.kiln.frontend"] } })).filter((c) => c.Labels["dev.kiln.owner"] === `${hostname()}/${k.proc.pid}`);
+      expect(mine).toHaveLength(1);
+
+      const alloc = await siteFetch(f.site_url, "/alloc", { method: "POST", body: "x" });
+      expect(alloc.status).toBe(502);
+      await alloc.arrayBuffer();
+      const again = await siteFetch(f.site_url, "/");
+      expect(again.status).toBe(200);
+      expect(((await again.json()) as { boot: string }).boot).not.toBe(body.boot);
+      await eventually(
+        () => k.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "frontend", ids: [f.id] }, q: '"out of memory"', limit: 50 } }),
+        (l) => l.status === 200 && (l.body.data as Array<{ body: string }>).some((e) => String(e.body).includes(`out of memory (its limit is ${FRONTEND_MEMORY_MB} MB)`)),
+        30_000,
+      );
+      // Deleting the frontend stops its server: the container goes.
+      expect((await k.api("DELETE", `/projects/${p.id}/frontends/${f.id}`)).status).toBe(202);
+      await eventually(
+        async () => (await docker.listContainers({ all: true, filters: { label: ["dev.kiln.frontend"] } })).filter((c) => c.Labels["dev.kiln.owner"] === `${hostname()}/${k.proc.pid}`),
+        (left) => left.length === 0,
+        60_000,
+      );
+    } finally {
+      other.close();
+    }
+  }, 420_000);
 });

@@ -15,7 +15,13 @@ import { FrontendBuildError, type FrontendFramework } from "../../runtime-sandbo
 const work = mkdtempSync(join(tmpdir(), "kiln-nextjs-test-"));
 const hidden = join(work, "data-dir");
 mkdirSync(hidden);
-const framework: FrontendFramework = createNextjsFramework({ hiddenPaths: [hidden], sandbox: { want: "auto", allowUnsandboxed: false }, warn: () => {} });
+// (No server starts here, so Kiln's address is one nothing listens on.)
+const framework: FrontendFramework = createNextjsFramework({
+  hiddenPaths: [hidden],
+  sandbox: { want: "auto", allowUnsandboxed: false },
+  warn: () => {},
+  kiln: () => ({ host: "127.0.0.1", port: 9, publicUrl: "http://127.0.0.1:9" }),
+});
 
 // Any registry access fails: a build must come from the prepared cache (or, here, a local folder).
 vi.stubEnv("npm_config_registry", "http://127.0.0.1:9/");

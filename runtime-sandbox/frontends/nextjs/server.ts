@@ -1,13 +1,16 @@
-import { spawn, type ChildProcess } from "node:child_process";
 import { chownSync, mkdirSync, readFileSync } from "node:fs";
 import { createServer, connect } from "node:net";
 import { dirname, join, posix } from "node:path";
-import { chooseIsolation, noSandboxMessage, sandboxUser, type Isolation } from "../../isolation";
-import { sandboxMounts, TASK_ROOT } from "../../mounts";
-import { isMissing, resolveRuntime } from "../../runtimes";
+import { CgroupHost, withCgroup, type WorkerCgroup } from "../../cgroups";
+import type { ContainerEngine } from "../../container";
+import { chooseIsolation, hostTool, noSandboxMessage, sandboxUser, type Isolation } from "../../isolation";
+import { SANDBOX_UID, sandboxMounts, TASK_ROOT, type Mount } from "../../mounts";
+import { isMissing, resolveRuntime, type ResolvedRuntime } from "../../runtimes";
 import { sandboxEnv } from "../../sandbox";
 import type { FrontendServeInput, FrontendServer } from "../types";
 import { SERVER_MANIFEST, type ServerManifest } from "./build";
+import { openServerNetwork, type KilnAddress, type ServerNetwork } from "./server-network";
+import { spawnLocal, startContainer, type ServerProcess } from "./server-process";
 
 /**
  * A Next.js deployment's server: the standalone `server.js` on Node.js (never in Kiln's process,
@@ -16,28 +19,65 @@ import { SERVER_MANIFEST, type ServerManifest } from "./build";
  * Kiln proxies each request to it over loopback HTTP, streaming both ways.
  *
  * The sandbox is the function workers' (bubblewrap or namespaces; read-only system, runtime and
- * code at /var/task; private /tmp; never root; seccomp; Kiln's data dir invisible) with one
- * difference: the host's network, because a web server is reached over TCP and its server
- * components call APIs (a Kiln function's URL, a database, a third party). It listens on a
- * loopback port Kiln picks; its environment is the sandbox minimum, the deployment's runtime
- * variables (no `NEXT_PUBLIC_*`), PORT and HOSTNAME.
+ * code at /var/task; private /tmp; never root; seccomp; Kiln's data dir invisible) plus a network
+ * namespace of its own whose only doors are unix sockets (server-network.ts): Kiln's requests in,
+ * Kiln's HTTP port out (a server component calls a Kiln function by its `invoke_url`), and the
+ * egress proxy for the internet; never the host's loopback services. Memory, processes and CPU
+ * are capped by a cgroup of its own like a function worker's (RLIMIT_DATA where no memory cgroup
+ * is writable). Its environment is the sandbox minimum, the deployment's runtime variables (no
+ * `NEXT_PUBLIC_*`), PORT and HOSTNAME, and the proxy variables.
+ *
+ * Only an explicitly unsandboxed Kiln (`allowUnsandboxed`, isolation "none") runs it on the host's
+ * network, listening on a loopback port Kiln picks.
  */
 
 export interface NextjsServerContext {
   hiddenPaths: string[];
   sandbox: { want: "auto" | "bubblewrap" | "namespaces"; allowUnsandboxed: boolean };
+  /** Kiln's HTTP listener and public URL, once it listens: the one host address the server reaches. */
+  kiln?: () => KilnAddress | null;
+  /** `--function-runtime docker`: the engine the server runs on as a container (connected on first use). */
+  containers?: (() => Promise<ContainerEngine>) | null;
 }
 
 const IDLE_MS = Number(process.env.KILN_FRONTEND_IDLE_MS) || 10 * 60_000;
 const START_TIMEOUT_MS = Number(process.env.KILN_FRONTEND_START_TIMEOUT_MS) || 30_000;
-const MEMORY_MB = Number(process.env.KILN_FRONTEND_MEMORY_MB) || 1024;
+
+/** The limits of one Next.js server (KILN_FRONTEND_MEMORY_MB, KILN_FRONTEND_CPUS, KILN_FRONTEND_MAX_PROCESSES). */
+export function frontendLimits(env: Record<string, string | undefined> = process.env): { memoryMb: number; cpus: number; maxProcesses: number } {
+  return {
+    memoryMb: Number(env.KILN_FRONTEND_MEMORY_MB) || 1024,
+    cpus: Number(env.KILN_FRONTEND_CPUS) || 1,
+    maxProcesses: Number(env.KILN_FRONTEND_MAX_PROCESSES) || 256,
+  };
+}
+
+// One cgroup folder for every Next.js server of this Kiln (a sub-folder per process), made on first use.
+let cgroups: CgroupHost | null | undefined;
+/** Kiln stops: the cgroup folder goes (every server has exited). */
+export function disposeFrontendCgroups(): void {
+  cgroups?.dispose();
+  cgroups = undefined;
+}
+
+function frontendCgroups(): CgroupHost | null {
+  if (cgroups === undefined) {
+    try {
+      cgroups = CgroupHost.detect("frontends");
+    } catch {
+      cgroups = null;
+    }
+  }
+  return cgroups;
+}
 
 // Headers that describe one connection, not the request (RFC 9110 §7.6.1).
 const HOP_BY_HOP = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te", "trailer", "proxy-authorization"];
 
 interface Running {
-  proc: ChildProcess;
-  port: number;
+  proc: ServerProcess;
+  /** Where requests go: a loopback port (unsandboxed) or the inbound relay's unix socket. */
+  target: { port: number } | { socket: string };
   exited: Promise<void>;
 }
 
@@ -47,6 +87,8 @@ export class NextjsServer implements FrontendServer {
   private stopped = false;
   private idleTimer: ReturnType<typeof setTimeout> | null = null;
   private inFlight = 0;
+  /** Processes Kiln itself is stopping (idle, stop): their end is not logged as a failure. */
+  private readonly killing = new WeakSet<ServerProcess>();
   /** How many times the process was started (a restart after a death counts). */
   starts = 0;
 
@@ -76,7 +118,10 @@ export class NextjsServer implements FrontendServer {
         return await this.forward(r, request);
       } catch (e) {
         // The process died under the request: a bodiless request is tried once more on a new one.
-        if (!this.stopped && r.proc.exitCode === null && r.proc.signalCode === null) return text(502, `the Next.js server did not answer: ${(e as Error).message}`);
+        // A refused or cut connection is what a dying server looks like before its sandbox has
+        // exited (an OOM kill inside, bubblewrap still reaping): give the exit a moment to show.
+        if (!this.stopped && r.proc.alive()) await Promise.race([r.proc.exit, new Promise((w) => setTimeout(w, 2000))]);
+        if (!this.stopped && r.proc.alive()) return text(502, `the Next.js server did not answer: ${(e as Error).message}`);
         if (request.method !== "GET" && request.method !== "HEAD") return text(502, "the Next.js server exited while answering");
         try {
           return await this.forward(await this.ensureRunning(), request);
@@ -87,6 +132,32 @@ export class NextjsServer implements FrontendServer {
     } finally {
       this.inFlight--;
       this.armIdle();
+    }
+  }
+
+  /**
+   * A WebSocket's way in: the server started if it is not running, and the URL of the upstream
+   * socket (`ws+unix://<relay socket>:<path>` when sandboxed, which Bun's WebSocket client opens;
+   * `ws://127.0.0.1:<port>` unsandboxed). Busy (no idle stop) until `release`.
+   */
+  async tunnel(): Promise<{ websocketUrl: (pathAndQuery: string) => string; release: () => void }> {
+    if (this.stopped) throw new Error("this deployment is no longer served");
+    this.inFlight++;
+    this.clearIdle();
+    let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      this.inFlight--;
+      this.armIdle();
+    };
+    try {
+      const { target } = await this.ensureRunning();
+      const websocketUrl = (pathAndQuery: string) => ("socket" in target ? `ws+unix://${target.socket}:${pathAndQuery}` : `ws://127.0.0.1:${target.port}${pathAndQuery}`);
+      return { websocketUrl, release };
+    } catch (e) {
+      release();
+      throw e;
     }
   }
 
@@ -104,7 +175,9 @@ export class NextjsServer implements FrontendServer {
     if (!headers.has("x-forwarded-host") && headers.get("host")) headers.set("x-forwarded-host", headers.get("host")!);
     if (!headers.has("x-forwarded-proto")) headers.set("x-forwarded-proto", url.protocol.replace(":", ""));
     const hasBody = request.method !== "GET" && request.method !== "HEAD" && request.body !== null;
-    const upstream = await fetch(`http://127.0.0.1:${r.port}${url.pathname}${url.search}`, {
+    const to = "socket" in r.target ? { url: `http://127.0.0.1${url.pathname}${url.search}`, unix: r.target.socket } : { url: `http://127.0.0.1:${r.target.port}${url.pathname}${url.search}` };
+    const upstream = await fetch(to.url, {
+      ...("unix" in to ? { unix: to.unix } : {}),
       method: request.method,
       headers,
       body: hasBody ? request.body : undefined,
@@ -151,7 +224,7 @@ export class NextjsServer implements FrontendServer {
   }
 
   private ensureRunning(): Promise<Running> {
-    if (this.running && this.running.proc.exitCode === null && this.running.proc.signalCode === null) return Promise.resolve(this.running);
+    if (this.running && this.running.proc.alive()) return Promise.resolve(this.running);
     this.starting ??= this.start().finally(() => {
       this.starting = null;
     });
@@ -159,40 +232,84 @@ export class NextjsServer implements FrontendServer {
   }
 
   private async start(): Promise<Running> {
-    const { isolation, problems } = chooseIsolation(this.ctx.sandbox);
-    if (!isolation) throw new Error(noSandboxMessage(problems));
+    const engine = this.ctx.containers ? await this.ctx.containers() : null;
+    const { isolation, problems } = engine ? { isolation: null, problems: [] } : chooseIsolation(this.ctx.sandbox);
+    if (!engine && !isolation) throw new Error(noSandboxMessage(problems));
     const result = this.input.result;
     const major = result.nodeVersion ?? "22";
     const runtime = await resolveRuntime(`nodejs${major}.x`);
     if (isMissing(runtime)) throw new Error(`Node.js ${major} is not available: ${runtime.missing}`);
     const serverDir = join(this.input.deploymentDir, result.serverDir ?? "server");
     const manifest = JSON.parse(readFileSync(join(serverDir, SERVER_MANIFEST), "utf8")) as ServerManifest;
-    const port = await freePort();
-    const env = sandboxEnv({
-      runtime,
-      env: { ...(result.runtimeEnv ?? {}), NODE_ENV: "production", PORT: String(port), HOSTNAME: "127.0.0.1", NEXT_TELEMETRY_DISABLED: "1" },
-    });
-    const cache = nextCacheDir(this.input.deploymentDir, serverDir, manifest.entry);
-    const argv = launchArgv(isolation, runtime.command, serverDir, manifest.entry, this.ctx.hiddenPaths, cache);
-    this.starts++;
-    const proc = spawn(argv.argv[0]!, argv.argv.slice(1), { env, cwd: argv.cwd, stdio: ["ignore", "pipe", "pipe"], detached: true, ...(argv.uid === undefined ? {} : { uid: argv.uid, gid: argv.gid }) });
-    const exited = new Promise<void>((resolve) => proc.once("close", () => resolve()));
-    pipeLines(proc.stdout!, (l) => this.input.log("info", l));
-    pipeLines(proc.stderr!, (l) => this.input.log("error", l));
-    proc.once("exit", (code, signal) => {
-      if (this.running?.proc === proc) this.running = null;
-      if (!this.stopped && code !== 0 && signal !== "SIGKILL") this.input.log("error", `the Next.js server exited (${signal ?? `code ${code}`}); the next request starts it again`);
-    });
-    const r: Running = { proc, port, exited };
+    const limits = frontendLimits();
+    const sandboxed = !!engine || isolation!.kind !== "none";
+    // Sandboxed: a network namespace of its own behind the relay; unsandboxed (opt-in): a host loopback port.
+    const net: ServerNetwork | null = sandboxed
+      ? await openServerNetwork(this.ctx.kiln?.() ?? null, (m) => this.input.log("warn", m), engine ? { uid: Number(SANDBOX_UID) } : undefined)
+      : null;
+    const port = net ? 0 : await freePort();
+    let proc: ServerProcess;
     try {
-      await waitForPort(port, proc, START_TIMEOUT_MS);
+      const env = sandboxEnv({
+        runtime,
+        env: { ...(result.runtimeEnv ?? {}), NODE_ENV: "production", NEXT_TELEMETRY_DISABLED: "1", ...(net ? net.env : { PORT: String(port), HOSTNAME: "127.0.0.1" }) },
+      });
+      const cache = nextCacheDir(this.input.deploymentDir, serverDir, manifest.entry, engine ? { uid: Number(SANDBOX_UID), gid: Number(SANDBOX_UID) } : sandboxUser());
+      this.starts++;
+      if (engine) {
+        // The same filesystem plan, relay and limits, enforced by the engine (memory without swap, CPUs, pids).
+        const extra: Mount[] = [{ kind: "bind", src: cache.host, dest: posix.join(TASK_ROOT, cache.inside), writable: true }, ...net!.mounts];
+        const mounts = sandboxMounts({ runtime: { mounts: [dirname(runtime.command)] }, codeDir: serverDir, network: false }, this.ctx.hiddenPaths, { extra });
+        const inside = posix.join(TASK_ROOT, manifest.entry);
+        proc = await startContainer(engine, {
+          cmd: [...nodeArgv(runtime.command, limits.memoryMb, net), inside],
+          env,
+          mounts,
+          workingDir: posix.dirname(inside),
+          memoryMb: limits.memoryMb,
+          cpus: limits.cpus,
+          maxProcesses: limits.maxProcesses,
+          labels: { "dev.kiln.frontend": this.input.deploymentDir.split("/").slice(-2).join("/") },
+        });
+      } else {
+        const host = frontendCgroups();
+        const cg = host ? host.create({ memoryMb: limits.memoryMb, maxProcesses: limits.maxProcesses, cpus: limits.cpus }) : null;
+        try {
+          proc = spawnLocal(launchArgv(isolation!, runtime, serverDir, manifest.entry, this.ctx.hiddenPaths, cache, net, limits.memoryMb, cg), env, cg);
+        } catch (e) {
+          cg?.killAll();
+          await cg?.remove().catch(() => {});
+          throw e;
+        }
+      }
     } catch (e) {
-      killGroup(proc);
+      await net?.close().catch(() => {});
+      throw e;
+    }
+    const exited = proc.closed.then(() => net?.close().catch(() => {}));
+    pipeLines(proc.stdout, (l) => this.input.log("info", l));
+    pipeLines(proc.stderr, (l) => this.input.log("error", l));
+    void proc.exit.then(({ code, signal, oomKilled }) => {
+      if (this.running?.proc === proc) this.running = null;
+      if (this.stopped || this.killing.has(proc)) return;
+      if (oomKilled) this.input.log("error", `the Next.js server was stopped: out of memory (its limit is ${limits.memoryMb} MB); the next request starts it again`);
+      // 137: a container's main process ended by SIGKILL.
+      else if (signal === "SIGKILL" || code === 137) this.input.log("error", "the Next.js server was killed; the next request starts it again");
+      else if (code !== 0) this.input.log("error", `the Next.js server exited (${signal ?? `code ${code}`}); the next request starts it again`);
+    });
+    const r: Running = { proc, target: net ? { socket: net.appSocket } : { port }, exited };
+    try {
+      await waitForServer(r.target, proc, START_TIMEOUT_MS);
+    } catch (e) {
+      this.killing.add(proc);
+      proc.kill();
       await exited;
       throw e;
     }
     if (this.stopped) {
-      killGroup(proc);
+      this.killing.add(proc);
+      proc.kill();
+      await exited;
       throw new Error("the deployment stopped serving");
     }
     this.running = r;
@@ -205,7 +322,8 @@ export class NextjsServer implements FrontendServer {
     const r = this.running;
     this.running = null;
     if (!r) return;
-    killGroup(r.proc);
+    this.killing.add(r.proc);
+    r.proc.kill();
     await r.exited;
   }
 
@@ -231,36 +349,66 @@ export class NextjsServer implements FrontendServer {
  * read-only. The mount point is made in the server folder first (a read-only bind cannot get one).
  * A root Kiln hands the folder to the sandbox uid.
  */
-function nextCacheDir(deploymentDir: string, serverDir: string, entry: string): { host: string; inside: string } {
+function nextCacheDir(deploymentDir: string, serverDir: string, entry: string, owner: { uid: number; gid: number } | null): { host: string; inside: string } {
   const host = join(deploymentDir, "next-cache");
   mkdirSync(host, { recursive: true });
   mkdirSync(join(serverDir, posix.dirname(entry), ".next", "cache"), { recursive: true });
-  const user = sandboxUser();
-  if (user) chownSync(host, user.uid, user.gid);
+  if (owner && process.getuid?.() === 0) chownSync(host, owner.uid, owner.gid);
   return { host, inside: posix.join(posix.dirname(entry), ".next", "cache") };
 }
 
-/** The sandboxed command line: the server folder read-only at /var/task, host network, node server.js. */
-function launchArgv(isolation: Isolation, node: string, serverDir: string, entry: string, hiddenPaths: string[], cache: { host: string; inside: string }): { argv: string[]; cwd: string; uid?: number; gid?: number } {
-  const nodeArgs = [node, `--max-old-space-size=${Math.floor(MEMORY_MB * 0.75)}`];
-  if (isolation.kind === "none") {
-    const run = isolation.enclose({ mounts: [], network: true, tmpfsBytes: 0, hostname: "", chdir: serverDir }, [...nodeArgs, join(serverDir, entry)]);
-    return { argv: run.argv, cwd: dirname(join(serverDir, entry)), uid: run.uid, gid: run.gid };
+/**
+ * The sandboxed command line: the server folder read-only at /var/task, the relay preloaded and the
+ * network namespace of its own (server-network.ts), node server.js; inside the server's cgroup, or
+ * with RLIMIT_DATA where there is no memory cgroup. Unsandboxed (opt-in): host network, no relay.
+ */
+function launchArgv(
+  isolation: Isolation,
+  runtime: ResolvedRuntime,
+  serverDir: string,
+  entry: string,
+  hiddenPaths: string[],
+  cache: { host: string; inside: string },
+  net: ServerNetwork | null,
+  memoryMb: number,
+  cg: WorkerCgroup | null,
+): { argv: string[]; cwd: string; uid?: number; gid?: number } {
+  const node = runtime.command;
+  const nodeArgs = nodeArgv(node, memoryMb, net);
+  const rlimits = dataLimit(runtime, memoryMb, cg, isolation.kind !== "none");
+  if (isolation.kind === "none" || !net) {
+    const run = isolation.enclose({ mounts: [], network: true, tmpfsBytes: 0, hostname: "", chdir: serverDir }, [...rlimits, ...nodeArgs, join(serverDir, entry)]);
+    return { argv: withCgroup(run.argv, cg), cwd: dirname(join(serverDir, entry)), uid: run.uid, gid: run.gid };
   }
-  const mounts = sandboxMounts({ runtime: { mounts: [dirname(node)] }, codeDir: serverDir, network: true }, hiddenPaths, {
-    extra: [{ kind: "bind", src: cache.host, dest: posix.join(TASK_ROOT, cache.inside), writable: true }],
-  });
+  const extra: Mount[] = [{ kind: "bind", src: cache.host, dest: posix.join(TASK_ROOT, cache.inside), writable: true }, ...net.mounts];
+  // The network /etc files (hosts: localhost; resolv.conf) though the namespace is private: names resolve as on the host.
+  const mounts = sandboxMounts({ runtime: { mounts: [dirname(node)] }, codeDir: serverDir, network: true }, hiddenPaths, { extra });
   const inside = posix.join(TASK_ROOT, entry);
-  const run = isolation.enclose({ mounts, network: true, tmpfsBytes: 256 * 1024 * 1024, hostname: "kiln-frontend", chdir: posix.dirname(inside) }, [...nodeArgs, inside]);
-  return { argv: run.argv, cwd: "/", uid: run.uid, gid: run.gid };
+  const run = isolation.enclose({ mounts, network: false, tmpfsBytes: 256 * 1024 * 1024, hostname: "kiln-frontend", chdir: posix.dirname(inside) }, [...rlimits, ...nodeArgs, inside]);
+  return { argv: withCgroup(run.argv, cg), cwd: "/", uid: run.uid, gid: run.gid };
 }
 
-function killGroup(proc: ChildProcess): void {
-  try {
-    if (proc.pid) process.kill(-proc.pid, "SIGKILL");
-  } catch {
-    // already gone
+/** node and its flags, before the entry: the heap cap, and with the relay its preload. */
+function nodeArgv(node: string, memoryMb: number, net: ServerNetwork | null): string[] {
+  // V8 fails cleanly ("heap out of memory") before the cgroup's OOM killer would strike.
+  return [node, `--max-old-space-size=${Math.max(64, Math.floor(memoryMb * 0.75))}`, ...(net ? ["--disable-warning=UNDICI-EHPA", ...net.nodeArgs] : [])];
+}
+
+// Node 24's V8 reserves a 512 MB code range at start-up, which RLIMIT_DATA counts (sandbox.ts planLaunch).
+const NODE24_CODE_RANGE_MB = 512;
+
+/** prlimit's RLIMIT_DATA (and no core files) when no memory cgroup caps the server. */
+function dataLimit(runtime: ResolvedRuntime, memoryMb: number, cg: WorkerCgroup | null, sandboxed: boolean): string[] {
+  const pl = hostTool("prlimit");
+  if (!pl) return [];
+  const out = [pl, "--core=0"];
+  if (!cg?.memory) {
+    const codeRange = Number(runtime.version.split(".")[0]) >= 24 ? NODE24_CODE_RANGE_MB : 0;
+    out.push(`--data=${(Math.max(96, memoryMb) + codeRange) * 1024 * 1024}`);
   }
+  // Inside bwrap's user namespace RLIMIT_NPROC counts only the sandbox's own processes.
+  if (!cg?.pids && sandboxed && process.getuid?.() !== 0) out.push(`--nproc=${frontendLimits().maxProcesses}`);
+  return [...out, "--"];
 }
 
 function freePort(): Promise<number> {
@@ -274,22 +422,22 @@ function freePort(): Promise<number> {
   });
 }
 
-/** Resolves once the port accepts a connection; rejects when the process exits first or time runs out. */
-async function waitForPort(port: number, proc: ChildProcess, timeoutMs: number): Promise<void> {
+/** Resolves once the server accepts a connection; rejects when the process exits first or time runs out. */
+async function waitForServer(target: Running["target"], proc: ServerProcess, timeoutMs: number): Promise<void> {
   const end = Date.now() + timeoutMs;
   let exitedWith: string | null = null;
-  proc.once("exit", (code, signal) => (exitedWith = signal ?? `code ${code}`));
+  void proc.exit.then(({ code, signal }) => (exitedWith = signal ?? `code ${code}`));
   for (;;) {
     if (exitedWith) throw new Error(`the server exited before it listened (${exitedWith})`);
-    if (await canConnect(port)) return;
+    if (await canConnect(target)) return;
     if (Date.now() > end) throw new Error(`the server did not listen within ${timeoutMs / 1000} s`);
     await new Promise((r) => setTimeout(r, 25));
   }
 }
 
-function canConnect(port: number): Promise<boolean> {
+function canConnect(target: Running["target"]): Promise<boolean> {
   return new Promise((resolve) => {
-    const s = connect({ port, host: "127.0.0.1" });
+    const s = "socket" in target ? connect(target.socket) : connect({ port: target.port, host: "127.0.0.1" });
     s.once("connect", () => {
       s.destroy();
       resolve(true);
