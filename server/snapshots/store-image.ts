@@ -105,9 +105,13 @@ export class StoreImages {
   }
 }
 
-/** Each table's inserted + updated + deleted rows so far, with every pending count flushed first. */
+/**
+ * Each table's inserted + updated + deleted rows so far, with every pending count flushed first.
+ * Without counting (`track_counts` off) each table gets a value of its own, so all count as changed.
+ */
 async function writeCounters(db: PGlite, image: StoreImage): Promise<string[]> {
-  await db.query("select pg_stat_force_next_flush()");
+  const on = (await db.query<{ on: boolean }>("select current_setting('track_counts')::boolean as on, pg_stat_force_next_flush() is null as flushed")).rows[0]!.on;
+  if (!on) return image.tables.map(() => crypto.randomUUID());
   const r = await db.query<{ w: string[] }>(
     `select array_agg((pg_stat_get_tuples_inserted(o) + pg_stat_get_tuples_updated(o) + pg_stat_get_tuples_deleted(o))::text order by i) as w from unnest($1::oid[]) with ordinality as u(o, i)`,
     [image.tables.map((t) => t.oid)],
