@@ -19,6 +19,7 @@ import type { Platform } from "./platform";
 import { loadSecretKey } from "./secrets/secret-key";
 import { secureStoredSecrets } from "./secrets/store-secrets";
 import { openControlStore } from "./store/open-store";
+import type { ControlStore } from "./store/store";
 import { handleUnhandledRejections } from "./unhandled-rejections";
 import { RequestGate } from "./http/gate";
 import type { SecretKey } from "./secrets/secret-key";
@@ -118,12 +119,11 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
     config,
     clock,
     gate,
-    stopState: async () => {
-      const s = state;
-      await s.stop();
-    },
-    startState: async () => {
-      state = await openState({ config, clock, log, secretKey, address, snapshots, print: out.print, trace, setPhase: (p) => (phase = p) });
+    stopState: (keepStore) => state.stop(keepStore),
+    store: () => state.store,
+    openStore: () => openControlStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: SCHEMA, warn: (m) => log.warn(m) }),
+    startState: async (store) => {
+      state = await openState({ config, clock, log, secretKey, address, snapshots, print: out.print, trace, setPhase: (p) => (phase = p), store });
       transport.deps = state.services;
       transport.guard = state.guard;
     },
@@ -242,26 +242,33 @@ interface StateOptions {
   print: (line: string) => void;
   trace: (phase: string) => void;
   setPhase: (p: string) => void;
+  /** A control store already open (a snapshot restore keeps it across the areas' restart). */
+  store?: ControlStore;
 }
 
 /** The control store and every area on it: what boot starts, and what a snapshot restore stops and starts again. */
 interface State {
+  store: ControlStore;
   services: Services;
   guard: Guard;
   hostRouters: HostRouter[];
   closing(): void;
-  stop(): Promise<void>;
+  /** Stops the areas, and closes the control store unless `keepStore`. */
+  stop(keepStore?: boolean): Promise<void>;
 }
 
 async function openState(o: StateOptions): Promise<State> {
   const { config, clock, log, secretKey, trace } = o;
   const undo: (() => unknown)[] = [];
-  const stop = async () => {
+  let keepStore = false;
+  const stop = async (keep = false) => {
+    keepStore = keep;
     for (const u of undo.splice(0).reverse()) await Promise.resolve().then(u).catch((e) => log.error("stopping failed", e));
   };
   try {
-    const store = await openControlStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: SCHEMA, warn: (m) => log.warn(m) });
+    const store = o.store ?? (await openControlStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, schema: SCHEMA, warn: (m) => log.warn(m) }));
     undo.push(() => {
+      if (keepStore) return;
       o.setPhase("closing the control store");
       return store.close();
     });
@@ -306,7 +313,7 @@ async function openState(o: StateOptions): Promise<State> {
     }
     trace("state ready");
     const hostRouters = started.flatMap((a) => (a.hostRouter ? [a.hostRouter(s, guard)] : []));
-    return { services: s, guard, hostRouters, closing: () => started.forEach((a) => a.closing?.(s)), stop };
+    return { store, services: s, guard, hostRouters, closing: () => started.forEach((a) => a.closing?.(s)), stop };
   } catch (err) {
     await stop();
     throw err;
@@ -318,12 +325,17 @@ async function openState(o: StateOptions): Promise<State> {
  * end), then stops in reverse order (engines, files and sockets released after their users).
  */
 async function stopAreas(areas: AnyArea[], services: Services, phase: (p: string) => void): Promise<void> {
+  const trace = process.env.KILN_TRACE_SNAPSHOTS === "1";
   for (const area of areas) {
     phase(`draining ${area.name}`);
+    const t0 = performance.now();
     await Promise.resolve(area.drain?.(services)).catch((e) => services.log.error(`draining ${area.name} failed`, e));
+    if (trace && area.drain) console.error(`stop: drained ${area.name} +${Math.round(performance.now() - t0)} ms`);
   }
   for (const area of [...areas].reverse()) {
     phase(`stopping ${area.name}`);
+    const t0 = performance.now();
     await Promise.resolve(area.stop?.(services)).catch((e) => services.log.error(`stopping ${area.name} failed`, e));
+    if (trace && area.stop) console.error(`stop: stopped ${area.name} +${Math.round(performance.now() - t0)} ms`);
   }
 }

@@ -2,7 +2,10 @@ import type { Clock } from "../clock";
 import type { Config } from "../config";
 import type { RequestGate } from "../http/gate";
 import { badRequest, conflict, HttpError, notFound } from "../http/errors";
+import type { ControlStore } from "../store/store";
+import type { PgliteStore } from "../store/pglite-store";
 import { SNAPSHOT_NAME, SnapshotFiles, type SnapshotMeta } from "./files";
+import { StoreImages } from "./store-image";
 
 /** Snapshots Kiln takes itself: the seed applied at start, or the state right after start. */
 export const RESET_POINTS = ["seed", "start"] as const;
@@ -10,6 +13,8 @@ export type ResetPoint = (typeof RESET_POINTS)[number];
 
 /** How long a snapshot or restore waits for the requests in flight before it gives up (409). */
 const QUIESCE_MS = 30_000;
+/** The control store's folder in the data dir: with an image in memory, a restore puts it back with SQL. */
+const CONTROL = "control";
 
 /**
  * Snapshots of the whole platform (embedded profile). Every state Kiln has lives in the data dir, so
@@ -20,6 +25,8 @@ const QUIESCE_MS = 30_000;
  */
 export class Snapshots {
   private files: SnapshotFiles;
+  /** Per snapshot taken or restored by this process: the control store's rows (server/snapshots/store-image.ts). */
+  private images = new StoreImages();
   private chain: Promise<unknown> = Promise.resolve();
   /** What `POST /_kiln/reset` restores: the seed, or the state right after start; set once Kiln took it at start. */
   resetPoint: ResetPoint | null = null;
@@ -29,11 +36,16 @@ export class Snapshots {
       config: Config;
       clock: Clock;
       gate: RequestGate;
-      /** Stops every area and the control store, and starts them again (server/main.ts). */
-      stopState(): Promise<void>;
+      /** Stops every area, and the control store unless `keepStore` (server/main.ts). */
+      stopState(keepStore: boolean): Promise<void>;
       /** Ends responses that never finish by themselves (live log tails), so in-flight requests can end. */
       closing(): void;
-      startState(): Promise<void>;
+      /** Starts every area again, on `store` when given (else it opens the control store). */
+      startState(store?: ControlStore): Promise<void>;
+      /** The running state's control store. */
+      store(): ControlStore;
+      /** Opens the control store from the data dir's files (with the areas stopped). */
+      openStore(): Promise<ControlStore>;
     },
   ) {
     this.files = new SnapshotFiles(opts.config.dataDir);
@@ -71,7 +83,7 @@ export class Snapshots {
     checkName(name, "create");
     return this.serial(async () => {
       if (this.files.get(name)) throw conflict(`snapshot '${name}' exists; delete it first`);
-      return this.swapping(own, () => this.files.save(name, this.opts.clock.now().toISOString(), this.opts.clock.offsetMs()));
+      return this.saving(own, name);
     });
   }
 
@@ -81,10 +93,29 @@ export class Snapshots {
     return this.serial(async () => {
       const meta = this.files.get(name);
       if (!meta) throw notFound(`snapshot '${name}' not found`);
-      await this.swapping(own, async () => {
-        await this.files.restore(name);
-        await this.opts.clock.restoreOffset(meta.clock_offset_ms);
-      });
+      if (this.images.has(name)) {
+        // The store stays open and gets its rows back with SQL; the other files are copied back where they differ.
+        await this.swapping(own, true, async (store, t) => {
+          const files = this.files.restoreChanged(name, new Set([CONTROL]));
+          t(`files put back (${files.copied} copied, ${files.removed} removed)`);
+          const tables = await this.images.restore(pglite(store), name);
+          t(`control store rows put back (${tables} tables)`);
+          await this.opts.clock.restoreOffset(meta.clock_offset_ms);
+          return store;
+        });
+      } else {
+        // A snapshot this process has no image of (taken before a restart): its files, whole; the
+        // store is opened from them and imaged, so the next restore of it is the quick one.
+        await this.swapping(own, false, async (_, t) => {
+          await this.files.restore(name);
+          t("files copied");
+          const store = await this.opts.openStore();
+          await this.images.take(pglite(store), name).catch(() => this.images.delete(name));
+          t("control store opened and imaged");
+          await this.opts.clock.restoreOffset(meta.clock_offset_ms);
+          return store;
+        });
+      }
       return { name, restored_at: this.opts.clock.now().toISOString() };
     });
   }
@@ -95,6 +126,7 @@ export class Snapshots {
     return this.serial(async () => {
       if ((RESET_POINTS as readonly string[]).includes(name) && this.resetPoint === name) throw badRequest(`snapshot '${name}' is what POST /_kiln/reset restores; it cannot be deleted`);
       if (!this.files.delete(name)) throw notFound(`snapshot '${name}' not found`);
+      this.images.delete(name);
     });
   }
 
@@ -109,7 +141,8 @@ export class Snapshots {
     const why = this.unavailable();
     if (why) throw new Error(`--resettable: ${why}`);
     if (this.files.get(point)) this.files.delete(point);
-    await this.serial(() => this.swapping(0, () => this.files.save(point, this.opts.clock.now().toISOString(), this.opts.clock.offsetMs())));
+    this.images.delete(point);
+    await this.serial(() => this.saving(0, point));
     this.resetPoint = point;
   }
 
@@ -124,26 +157,51 @@ export class Snapshots {
     return next;
   }
 
-  /** With the gate closed and the state stopped: run `fn`, then start the state again (even if `fn` failed). */
-  private async swapping<T>(own: number, fn: () => Promise<T>): Promise<T> {
+  /**
+   * Stops the areas (the control store stays open), checkpoints the store so its files on disk are
+   * whole, copies the state, and keeps an image of the store's rows for a quick restore.
+   */
+  private saving(own: number, name: string): Promise<SnapshotMeta> {
+    return this.swapping(own, true, async (store, t) => {
+      await store.query("checkpoint");
+      const meta = await this.files.save(name, this.opts.clock.now().toISOString(), this.opts.clock.offsetMs());
+      t("files copied");
+      await this.images.take(pglite(store), name);
+      t("control store imaged");
+      return store;
+    }).then(() => this.files.get(name)!);
+  }
+
+  /**
+   * With the gate closed and the areas stopped (and the control store closed unless `keepStore`):
+   * run `fn`, which returns the store to start the areas on; the areas start again even if `fn`
+   * failed (on the store kept open, or one opened from the files).
+   */
+  private async swapping(own: number, keepStore: boolean, fn: (store: ControlStore, trace: (phase: string) => void) => Promise<ControlStore>): Promise<void> {
     const { gate } = this.opts;
     const t = phaseTimer();
     if (!(await gate.close(own, QUIESCE_MS, () => this.opts.closing()))) throw new HttpError(409, { error: `requests still in flight after ${QUIESCE_MS / 1000} s; nothing was changed` });
     t("quiesced");
     try {
-      await this.opts.stopState();
-      t("areas and control store stopped");
+      const kept = keepStore ? this.opts.store() : null;
+      await this.opts.stopState(keepStore);
+      t(keepStore ? "areas stopped" : "areas and control store stopped");
+      let store: ControlStore | undefined = kept ?? undefined;
       try {
-        return await fn();
+        store = await fn(kept!, t);
       } finally {
-        t("files copied");
-        await this.opts.startState();
-        t("control store and areas started");
+        await this.opts.startState(store);
+        t("areas started");
       }
     } finally {
       gate.open();
     }
   }
+}
+
+function pglite(store: ControlStore) {
+  if (store.kind !== "pglite") throw new Error("snapshots need the embedded control store");
+  return (store as PgliteStore).pglite;
 }
 
 /** `KILN_TRACE_SNAPSHOTS=1` prints how long each phase of a snapshot or restore took (bench/testing.ts). */

@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process";
-import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { constants, copyFileSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, symlinkSync, utimesSync, writeFileSync, type Stats } from "node:fs";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -94,6 +94,25 @@ export class SnapshotFiles {
     void rm(trash, { recursive: true, force: true }).catch(() => {});
   }
 
+  /**
+   * Makes the data dir's state equal to the snapshot's by copying back only the files that differ
+   * (size or modification time: a copy keeps the snapshot's time, and any later write changes it)
+   * and removing what the snapshot does not have; `keep` entries (the control store, put back with
+   * SQL) are left alone. A test's few writes cost a few files instead of the whole state.
+   */
+  restoreChanged(name: string, keep: ReadonlySet<string>): { copied: number; removed: number } {
+    const from = this.dir(name);
+    const counts = { copied: 0, removed: 0 };
+    const wanted = new Set(this.stateEntries(from).filter((e) => !keep.has(e)));
+    for (const e of this.stateEntries(this.dataDir)) {
+      if (keep.has(e) || wanted.has(e)) continue;
+      rmSync(join(this.dataDir, e), { recursive: true, force: true });
+      counts.removed++;
+    }
+    for (const e of wanted) syncEntry(join(from, e), join(this.dataDir, e), counts);
+    return counts;
+  }
+
   removeState(): void {
     for (const e of this.stateEntries(this.dataDir)) rmSync(join(this.dataDir, e), { recursive: true, force: true });
   }
@@ -122,4 +141,31 @@ function sizeOf(path: string): number {
   let total = 0;
   for (const e of readdirSync(path)) total += sizeOf(join(path, e));
   return total;
+}
+
+/** `to` becomes a copy of `from`; files whose size and modification time match are taken as equal. */
+function syncEntry(from: string, to: string, counts: { copied: number; removed: number }): void {
+  const src = lstatSync(from);
+  let dst: Stats | null = null;
+  try {
+    dst = lstatSync(to);
+  } catch {}
+  if (src.isDirectory()) {
+    if (dst && !dst.isDirectory()) rmSync(to, { recursive: true, force: true }), (dst = null);
+    if (!dst) mkdirSync(to, { mode: src.mode & 0o7777 });
+    const names = readdirSync(from);
+    const keep = new Set(names);
+    if (dst) for (const n of readdirSync(to)) if (!keep.has(n)) rmSync(join(to, n), { recursive: true, force: true }), counts.removed++;
+    for (const n of names) syncEntry(join(from, n), join(to, n), counts);
+    return;
+  }
+  if (dst && dst.isFile() && src.isFile() && dst.size === src.size && Math.abs(dst.mtimeMs - src.mtimeMs) < 1) return;
+  if (dst) rmSync(to, { recursive: true, force: true });
+  if (src.isSymbolicLink()) symlinkSync(readlinkSync(from), to);
+  else {
+    // A reflink where the file system has them, a copy elsewhere; the snapshot's time marks it unchanged.
+    copyFileSync(from, to, constants.COPYFILE_FICLONE);
+    utimesSync(to, src.atimeMs / 1000, src.mtimeMs / 1000);
+  }
+  counts.copied++;
 }

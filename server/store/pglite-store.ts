@@ -27,6 +27,11 @@ export class PgliteStore implements ControlStore {
   readonly kind = "pglite" as const;
   constructor(private readonly db: PGlite) {}
 
+  /** The PGlite instance, for what needs more than SQL text (snapshot images, server/snapshots/store-image.ts). */
+  get pglite(): PGlite {
+    return this.db;
+  }
+
   async query<T extends Row = Row>(text: string, params?: unknown[]): Promise<T[]> {
     return (await this.db.query<T>(text, clean(params))).rows;
   }

@@ -146,6 +146,58 @@ describe.runIf(STORE === "embedded")("snapshots of the whole platform", () => {
     expect((await eventually(() => k.api("GET", execution), (r) => r.body.status === "completed", 30_000)).body.status).toBe("completed");
   }, 240_000);
 
+  test("restores in any order: each snapshot comes back whole after writes, deletes and other snapshots' restores", async () => {
+    // A restore puts back only what changed since the snapshot (or since it was last restored); this
+    // walks the cases that rule must get right, in the control store and in a database's files.
+    const p = await createProject(k);
+    const db = await activeDatabase(k, p.id);
+    const sql = async (text: string) => {
+      const c = connect(db.connection_string);
+      await c.unsafe(text);
+      await c.end({ timeout: 1 });
+    };
+    await sql("create table items (id int primary key, name text not null); insert into items values (1, 'a')");
+    const projectNames = async () => ((await k.api("GET", "/projects?limit=100")).body.data as Array<{ name: string }>).map((x) => x.name).sort();
+    const variables = async () => ((await k.api("GET", `/projects/${p.id}/variables`)).body.data as Array<{ name: string }>).map((v) => v.name).sort();
+    const setVar = async (name: string) => {
+      const r = await k.api("POST", `/projects/${p.id}/variables`, { body: { name, value: "v" } });
+      expect(r.status).toBe(201);
+      return r.body.id as string;
+    };
+    const one = await setVar("ONE");
+    const base = await projectNames();
+    expect((await save("order-a")).status).toBe(201);
+
+    // Writes after A: a new project, a deleted variable (a delete only), a row changed.
+    const x = await createProject(k);
+    expect((await k.api("DELETE", `/projects/${p.id}/variables/${one}`)).status).toBe(204);
+    await sql("update items set name = 'b' where id = 1");
+    expect((await save("order-b")).status).toBe(201);
+    await setVar("TWO");
+    await sql("insert into items values (2, 'c')");
+
+    // A: X's project and the later rows are gone, the deleted variable is back.
+    expect((await restore("order-a")).status).toBe(200);
+    expect(await projectNames()).toEqual(base);
+    expect(await variables()).toEqual(["ONE"]);
+    expect(await itemNames(db.connection_string)).toEqual(["a"]);
+    // B, right after A's restore rewrote what B has too.
+    expect((await restore("order-b")).status).toBe(200);
+    expect(await projectNames()).toEqual([...base, x.name].sort());
+    expect(await variables()).toEqual([]);
+    expect(await itemNames(db.connection_string)).toEqual(["b"]);
+    // A again with nothing written in between, then a write and A once more.
+    expect((await restore("order-a")).status).toBe(200);
+    expect(await variables()).toEqual(["ONE"]);
+    expect((await restore("order-a")).status).toBe(200);
+    expect(await projectNames()).toEqual(base);
+    await setVar("THREE");
+    expect((await restore("order-a")).status).toBe(200);
+    expect(await variables()).toEqual(["ONE"]);
+    expect(await itemNames(db.connection_string)).toEqual(["a"]);
+    for (const n of ["order-a", "order-b"]) expect((await k.api("DELETE", `/_kiln/snapshots/${n}`)).status).toBe(204);
+  }, 180_000);
+
   test("requests during a restore finish first, then wait or get 503 with Retry-After; after it they see the restored state", async () => {
     expect((await save("during")).status).toBe(201);
     const made = await createProject(k);
@@ -229,6 +281,38 @@ describe.runIf(STORE === "embedded")("snapshots of the whole platform", () => {
     // Snapshots survive a reset (they are not part of the state).
     expect((await k.api("GET", "/_kiln/snapshots")).body.data.map((s: any) => s.name)).toContain("kept");
   }, 120_000);
+});
+
+describe.runIf(STORE === "embedded")("snapshots across a restart", () => {
+  test("a snapshot taken while the control store stays open is restored by a later Kiln on the same data dir, then again", async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "kiln-test-"));
+    try {
+      const first = await startKiln({ dataDir });
+      let kept: { id: string };
+      try {
+        kept = await createProject(first);
+        expect((await first.api("POST", "/_kiln/snapshots", { body: { name: "across" } })).status).toBe(201);
+      } finally {
+        await first.stop();
+      }
+      const second = await startKiln({ dataDir });
+      try {
+        const later = await createProject(second);
+        // The first restore of this process reads the snapshot's files; the second its image in memory.
+        for (let i = 0; i < 2; i++) {
+          const r = await second.api("POST", "/_kiln/snapshots/across/restore");
+          expect(r.status).toBe(200);
+          expect((await second.api("GET", `/projects/${kept.id}`)).status).toBe(200);
+          expect((await second.api("GET", `/projects/${later.id}`)).status).toBe(404);
+          await createProject(second);
+        }
+      } finally {
+        await second.stop();
+      }
+    } finally {
+      removeDir(dataDir);
+    }
+  }, 180_000);
 });
 
 const FIXTURES = join(ROOT, "test/fixtures");
