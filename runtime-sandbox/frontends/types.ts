@@ -32,6 +32,8 @@ export interface FrameworkContext {
   sandbox: { want: "auto" | "bubblewrap" | "namespaces"; allowUnsandboxed: boolean };
   /** Kiln's own warnings (not a deployment's). */
   warn: (message: string) => void;
+  /** Timers on the platform clock (idle stops): tests move it instead of waiting. setTimeout when absent. */
+  after?: (ms: number, run: () => void, label: string) => { cancel(): void };
 }
 
 export interface FrontendBuildInput {
@@ -88,6 +90,11 @@ export interface FrontendServeInput {
  */
 export interface FrontendServer {
   fetch(request: Request): Promise<Response>;
+  /**
+   * A WebSocket's way in: the server started if it is not running, and its loopback port; the server
+   * counts as busy (no idle stop) until `release`. Kiln's proxy opens the upstream socket itself.
+   */
+  tunnel?(): Promise<{ port: number; release: () => void }>;
   /** Stop the process (if running) and refuse further requests; resolves once it has exited. */
   stop(): Promise<void>;
 }

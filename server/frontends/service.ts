@@ -13,9 +13,12 @@ import { deploymentOf, frontendOf, type DeploymentRecord, type FrontendRecord } 
 import type { DeployFields } from "./schemas";
 import { readManifest } from "./static-files";
 import type { ServedSite } from "./static-serve";
+import type { ProxiedSocket } from "./websocket-proxy";
 
 /** The spec's hard limit of frontends per project, for every plan. */
 export const HARD_FRONTEND_LIMIT = 10_000;
+/** Platform time between the attempts of a switch that could not complete (then the deployment fails, the frontend stays `degraded`). */
+export const SWITCH_RETRY_DELAYS_MS = [5_000, 30_000, 120_000];
 export const PLAN_CAP_MESSAGE = "frontend deployment limit exceeded for your plan";
 
 /** A deployment that serves: its files loaded, and its framework's server when it has one. */
@@ -25,6 +28,8 @@ export interface Served {
   site: ServedSite;
   result: FrontendBuildResult;
   server: FrontendServer | null;
+  /** WebSockets open to its server (closed when it stops serving). */
+  sockets: Set<ProxiedSocket>;
 }
 
 export interface FrontendsDeps {
@@ -41,6 +46,8 @@ export interface FrontendsDeps {
   keepPreviousMs: number;
   /** Fault injection (KILN_FAULTS=frontend_build_delay:<ms>): each build waits this long of platform time first, so tests can queue behind it. */
   buildDelayMs: number;
+  /** Takes one injected failure of that name (KILN_FAULTS), if any are left. */
+  fault: (name: string) => boolean;
 }
 
 /**
@@ -261,18 +268,15 @@ export class FrontendsService {
     const log = async (level: string, text: string) => this.d.buildLog(ref, level, text);
     const outDir = this.deploymentDir(dep.id);
     let scratch: string | null = null;
+    /** The new deployment's server once started: stopped again when its switch does not happen. */
+    let started: FrontendServer | null = null;
     const t0 = performance.now();
     try {
       await log("info", `${dep.kind} ${dep.id} of frontend ${frontend.name} started`);
       if (this.d.buildDelayMs) {
-        const signal = this.aborts.signal;
         // On the platform clock: a test holds builds for as long as it wants and releases them by advancing it.
-        await new Promise<void>((resolve) => {
-          if (signal.aborted) return resolve();
-          const t = this.d.clock.after(this.d.buildDelayMs, resolve, "frontend build delay (fault)");
-          signal.addEventListener("abort", () => (t.cancel(), resolve()), { once: true });
-        });
-        if (signal.aborted) throw new Error("stopped");
+        await this.sleep(this.d.buildDelayMs, "frontend build delay (fault)");
+        if (this.aborts.signal.aborted) throw new Error("stopped");
       }
       scratch = await scratchDir(join(this.d.dir, "scratch"));
       const src = join(scratch, "source");
@@ -298,30 +302,23 @@ export class FrontendsService {
         site: { dir: join(outDir, result.staticDir), manifest, spaFallback: result.kind === "static" },
         result,
         server: await this.startServer(outDir, result, frontend),
+        sockets: new Set(),
       };
+      started = served.server;
       // A server that cannot start must not take the traffic: it is started (and answers once) before the
       // switch, so the first requests after it do not wait for a cold start, and a broken one fails the
       // deployment while the previous one keeps serving.
       if (served.server) await this.warm(served, log);
       // The switch: the record first (a restart serves what the store says), then the table.
-      await this.d.store.transaction(async (tx) => {
-        const done = this.now();
-        await tx.query(`update frontend_deployments set status = 'succeeded', finished_at = $2, framework = $3, result = $4, warnings = $5 where id = $1`, [
-          dep.id,
-          done,
-          result.kind,
-          JSON.stringify(result),
-          JSON.stringify(result.warnings),
-        ]);
-        await tx.query(`update frontends set serving_deployment_id = $2, status = 'active', framework = $3, updated_at = $4 where id = $1 and status <> 'deleted'`, [frontend.id, dep.id, result.kind, done]);
-      });
-      this.switchTo(served);
+      await this.switchWithRecovery(frontend, dep, served, log);
+      started = null;
       await log("info", `deployment ${dep.id} serves (built and published in ${Math.round(performance.now() - t0)} ms)`);
       await log("info", "build succeeded");
     } catch (err) {
       const message = err instanceof FrontendBuildError ? err.message : this.aborts.signal.aborted ? "the build was stopped: Kiln is stopping" : `build failed: ${(err as Error).message}`;
       if (!(err instanceof FrontendBuildError) && !this.aborts.signal.aborted) this.d.log.error(`frontend ${frontend.name}: deployment ${dep.id} failed`, err);
       await log("error", message).catch(() => {});
+      await started?.stop().catch(() => {});
       await removeDir(outDir);
       if (this.aborts.signal.aborted) {
         // Resumed at the next start: back in the queue.
@@ -342,6 +339,62 @@ export class FrontendsService {
       // At a stop the log store may already be draining (areas drain in order): the lines are flushed by it.
       if (!this.aborts.signal.aborted) await this.d.flushLogs().catch(() => {});
     }
+  }
+
+  /**
+   * The switch to a built deployment, and its bounded recovery (spec: Frontend status, `degraded`):
+   * when it cannot complete, the frontend is `degraded` and the previous deployment keeps serving,
+   * while the switch alone (no rebuild) is tried again after each of SWITCH_RETRY_DELAYS_MS on the
+   * platform clock. Recovery stands down as soon as a newer deployment is queued. Once the retries
+   * are exhausted the deployment fails and the frontend stays `degraded` until a deployment switches.
+   */
+  private async switchWithRecovery(frontend: FrontendRecord, dep: DeploymentRecord, served: Served, log: (level: string, text: string) => Promise<void>): Promise<void> {
+    const result = served.result;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        // Fault injection (KILN_FAULTS=frontend_switch:<n>): the next n switches away from a serving deployment fail.
+        if (this.served(frontend.project_id, frontend.name) && this.d.fault("frontend_switch")) throw new Error("injected fault: frontend_switch");
+        await this.d.store.transaction(async (tx) => {
+          const done = this.now();
+          await tx.query(`update frontend_deployments set status = 'succeeded', finished_at = $2, framework = $3, result = $4, warnings = $5 where id = $1`, [
+            dep.id,
+            done,
+            result.kind,
+            JSON.stringify(result),
+            JSON.stringify(result.warnings),
+          ]);
+          await tx.query(`update frontends set serving_deployment_id = $2, status = 'active', framework = $3, updated_at = $4 where id = $1 and status <> 'deleted'`, [frontend.id, dep.id, result.kind, done]);
+        });
+        this.switchTo(served);
+        if (attempt > 0) await log("info", `the switch to deployment ${dep.id} completed at attempt ${attempt + 1}: the frontend is active again`);
+        return;
+      } catch (err) {
+        if (this.aborts.signal.aborted) throw err;
+        const why = (err as Error).message;
+        if (attempt === 0) {
+          await this.d.store.query(`update frontends set status = 'degraded', updated_at = $2 where id = $1 and status <> 'deleted'`, [frontend.id, this.now()]);
+          this.d.log.warn(`frontend ${frontend.name}: the switch to deployment ${dep.id} could not complete (${why}); recovering`);
+        }
+        if (attempt >= SWITCH_RETRY_DELAYS_MS.length)
+          throw new FrontendBuildError(`built, but the switch to it could not complete after ${attempt + 1} attempts (${why}): the previous deployment keeps serving and the frontend is degraded; a redeploy retries`);
+        const delay = SWITCH_RETRY_DELAYS_MS[attempt]!;
+        await log("warn", `the switch to this deployment could not complete (${why}): the previous deployment keeps serving; trying the switch again in ${delay / 1000} s (attempt ${attempt + 2} of ${SWITCH_RETRY_DELAYS_MS.length + 1})`);
+        await this.sleep(delay, "frontend switch recovery");
+        if (this.aborts.signal.aborted) throw new Error("stopped");
+        const [newer] = await this.d.store.query(`select id from frontend_deployments where frontend_id = $1 and status = 'queued' limit 1`, [frontend.id]);
+        if (newer) throw new FrontendBuildError(`built, but its switch could not complete (${why}) and recovery stood down: deployment ${newer.id} was queued after it`);
+      }
+    }
+  }
+
+  /** Waits on the platform clock; ends early when Kiln stops. */
+  private sleep(ms: number, label: string): Promise<void> {
+    const signal = this.aborts.signal;
+    return new Promise<void>((resolve) => {
+      if (signal.aborted) return resolve();
+      const t = this.d.clock.after(ms, resolve, label);
+      signal.addEventListener("abort", () => (t.cancel(), resolve()), { once: true });
+    });
   }
 
   /** Selected variables: all of the project's, or the named ones (`scoped`; a name not set is skipped with a warning). */
@@ -386,7 +439,12 @@ export class FrontendsService {
     const key = `${served.frontend.project_id}/${served.frontend.name}`;
     const previous = this.serving.get(key);
     this.serving.set(key, served);
-    if (previous && previous.deploymentId !== served.deploymentId) this.retire(previous, this.d.keepPreviousMs);
+    if (previous && previous.deploymentId !== served.deploymentId) {
+      // Its WebSockets close now (1012: service restart), so clients reconnect to the new deployment;
+      // its HTTP requests in flight finish where they began.
+      closeSockets(previous, 1012, "the site was redeployed: reconnect");
+      this.retire(previous, this.d.keepPreviousMs);
+    }
   }
 
   private retire(s: Served, afterMs: number): void {
@@ -410,6 +468,7 @@ export class FrontendsService {
     this.serving.delete(key);
     this.onDetach?.(f.id);
     if (s) {
+      closeSockets(s, 1001, "the frontend was deleted");
       await s.server?.stop().catch(() => {});
       await removeDir(this.deploymentDir(s.deploymentId));
     }
@@ -452,7 +511,7 @@ export class FrontendsService {
         const result = (typeof r.result === "string" ? JSON.parse(r.result) : r.result) as FrontendBuildResult;
         const outDir = this.deploymentDir(f.serving_deployment_id!);
         const site: ServedSite = { dir: join(outDir, result.staticDir), manifest: await readManifest(join(outDir, result.staticDir)), spaFallback: result.kind === "static" };
-        this.switchTo({ frontend: { id: f.id, name: f.name, project_id: f.project_id }, deploymentId: f.serving_deployment_id!, site, result, server: await this.startServer(outDir, result, f) });
+        this.switchTo({ frontend: { id: f.id, name: f.name, project_id: f.project_id }, deploymentId: f.serving_deployment_id!, site, result, server: await this.startServer(outDir, result, f), sockets: new Set() });
       } catch (err) {
         this.d.log.error(`frontend ${f.name}: its deployment ${f.serving_deployment_id} cannot serve (redeploy it)`, err);
         await this.d.store.query(`update frontends set status = 'degraded' where id = $1`, [f.id]);
@@ -462,8 +521,14 @@ export class FrontendsService {
     for (const q of queued) this.kick(q.frontend_id as string);
   }
 
+  /** Stopping begins: open WebSockets close (1001) before Kiln's listener waits for what is in flight. */
+  closing(): void {
+    for (const s of this.serving.values()) closeSockets(s, 1001, "Kiln is stopping");
+  }
+
   /** Stopping: builds end (their deployments run again at the next start); servers stop. */
   async drain(): Promise<void> {
+    this.closing();
     this.aborts.abort();
     await Promise.allSettled([...this.runners.values()]);
     for (const t of this.retiring) clearTimeout(t);
@@ -477,4 +542,8 @@ export class FrontendsService {
   async settled(frontendId: string): Promise<void> {
     await this.runners.get(frontendId);
   }
+}
+
+function closeSockets(s: Served, code: number, reason: string): void {
+  for (const socket of [...s.sockets]) socket.close(code, reason);
 }

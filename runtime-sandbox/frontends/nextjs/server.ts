@@ -26,6 +26,8 @@ import { SERVER_MANIFEST, type ServerManifest } from "./build";
 export interface NextjsServerContext {
   hiddenPaths: string[];
   sandbox: { want: "auto" | "bubblewrap" | "namespaces"; allowUnsandboxed: boolean };
+  /** The idle stop's timer (the platform clock in Kiln); setTimeout when absent. */
+  after?: (ms: number, run: () => void, label: string) => { cancel(): void };
 }
 
 const IDLE_MS = Number(process.env.KILN_FRONTEND_IDLE_MS) || 10 * 60_000;
@@ -45,7 +47,7 @@ export class NextjsServer implements FrontendServer {
   private running: Running | null = null;
   private starting: Promise<Running> | null = null;
   private stopped = false;
-  private idleTimer: ReturnType<typeof setTimeout> | null = null;
+  private idleTimer: { cancel(): void } | null = null;
   private inFlight = 0;
   /** How many times the process was started (a restart after a death counts). */
   starts = 0;
@@ -87,6 +89,26 @@ export class NextjsServer implements FrontendServer {
     } finally {
       this.inFlight--;
       this.armIdle();
+    }
+  }
+
+  async tunnel(): Promise<{ port: number; release: () => void }> {
+    if (this.stopped) throw new Error("this deployment is no longer served");
+    this.inFlight++;
+    this.clearIdle();
+    let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      this.inFlight--;
+      this.armIdle();
+    };
+    try {
+      const r = await this.ensureRunning();
+      return { port: r.port, release };
+    } catch (e) {
+      release();
+      throw e;
     }
   }
 
@@ -210,18 +232,24 @@ export class NextjsServer implements FrontendServer {
   }
 
   private clearIdle(): void {
-    if (this.idleTimer) clearTimeout(this.idleTimer);
+    this.idleTimer?.cancel();
     this.idleTimer = null;
   }
 
   private armIdle(): void {
     this.clearIdle();
     if (this.stopped || this.inFlight > 0 || !this.running) return;
-    this.idleTimer = setTimeout(() => {
+    const run = () => {
       this.idleTimer = null;
       if (this.inFlight === 0) void this.stopProcess();
-    }, this.o.idleMs ?? IDLE_MS);
-    this.idleTimer.unref?.();
+    };
+    const ms = this.o.idleMs ?? IDLE_MS;
+    if (this.ctx.after) this.idleTimer = this.ctx.after(ms, run, "frontend server idle stop");
+    else {
+      const t = setTimeout(run, ms);
+      t.unref?.();
+      this.idleTimer = { cancel: () => clearTimeout(t) };
+    }
   }
 }
 
