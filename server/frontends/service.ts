@@ -164,6 +164,28 @@ export class FrontendsService {
     }
   }
 
+  /**
+   * The settings the next deployment builds with (a configuration manifest: no archive, no
+   * deployment): `app_root` (a redeploy's), `variable_scope` and `variables` (every deployment's). The
+   * serving deployment and one already building keep what they were built with.
+   */
+  async updateSettings(projectId: string, idOrName: string, patch: { app_root?: string | null; variable_scope?: "scoped" | "all"; variables?: string[] }): Promise<FrontendRecord> {
+    const f0 = await this.get(projectId, idOrName);
+    await this.d.store.transaction(async (tx) => {
+      const [row] = await tx.query(`select * from frontends where id = $1 for update`, [f0.id]);
+      const f = frontendOf(row!);
+      await this.refuseWhileDeleting(tx, f);
+      await tx.query(`update frontends set app_root = $2, variable_scope = $3, variables = $4, updated_at = $5 where id = $1`, [
+        f.id,
+        patch.app_root === undefined ? f.app_root : patch.app_root,
+        patch.variable_scope ?? f.variable_scope,
+        JSON.stringify(patch.variables ?? f.variables),
+        this.now(),
+      ]);
+    });
+    return this.get(projectId, f0.id);
+  }
+
   /** A new deployment of the latest archive with the stored app_root. */
   async redeploy(projectId: string, idOrName: string): Promise<FrontendRecord> {
     const f0 = await this.get(projectId, idOrName);
