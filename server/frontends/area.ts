@@ -1,8 +1,10 @@
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Server } from "bun";
 import type { AccountsService } from "../accounts/service";
 import { defineArea } from "../area";
 import { takeFault } from "../config";
+import { newId } from "../ids";
 import type { LogsService } from "../logs/service";
 import type { MetricsService } from "../metrics/service";
 import type { Platform } from "../platform";
@@ -55,6 +57,8 @@ export const frontendsArea = defineArea({
       keepPreviousMs: KEEP_PREVIOUS_MS,
       buildDelayMs: config.faults.frontend_build_delay ?? 0,
       fault: (name) => takeFault(config, name),
+      // Several instances may share the PostgreSQL store, each with its own data dir (docs/frontends.md).
+      shared: store.kind === "postgres" ? { pollMs: Number(process.env.KILN_FRONTEND_SYNC_MS ?? 1000), instanceId: dataDirId(join(config.dataDir, "frontends")) } : null,
     });
     const tls = { server: null as Server<unknown> | null, port: null as number | null };
     // The HTTPS listener starts after Kiln listens (its certificate may need two RSA keys first); custom
@@ -139,3 +143,16 @@ export const frontendsArea = defineArea({
   drain: ({ frontends }) => frontends.drain(),
   stop: ({ frontendTls }) => frontendTls.close(),
 });
+
+/** The data dir's id (kept in `<dir>/instance-id`): which instance runs a deployment, across its restarts. */
+function dataDirId(dir: string): string {
+  const file = join(dir, "instance-id");
+  try {
+    return readFileSync(file, "utf8").trim();
+  } catch {
+    const id = newId();
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(file, id);
+    return id;
+  }
+}
