@@ -318,8 +318,10 @@ export class FrontendsService {
     try {
       await log("info", `${dep.kind} ${dep.id} of frontend ${frontend.name} started`);
       if (this.d.buildDelayMs) {
-        // On the platform clock: a test holds builds for as long as it wants and releases them by advancing it.
-        await this.sleep(this.d.buildDelayMs, "frontend build delay (fault)");
+        // On the platform clock, counted from the deploy request: a test holds builds for as long as it
+        // wants and releases them by advancing it, however late the runner got here.
+        const left = Date.parse(dep.created_at) + this.d.buildDelayMs - this.d.clock.nowMs();
+        if (left > 0) await this.sleep(left, "frontend build delay (fault)");
         if (this.aborts.signal.aborted) throw new Error("stopped");
       }
       scratch = await scratchDir(join(this.d.dir, "scratch"));
