@@ -332,9 +332,9 @@ function siteSocket(siteUrl: string, path: string, o: { protocols?: string[]; he
 
 describe("frontend deployment queue", () => {
   // Each build first waits an hour of platform time: deploys made meanwhile queue behind it, whatever
-  // the machine's speed, until the test advances the clock. The next five switches away from a serving
+  // the machine's speed, until the test advances the clock. The next six switches away from a serving
   // deployment fail (the `degraded` test takes all of them; it runs first).
-  const k = useKiln({ args: ["--controllable-clock"], env: { KILN_FAULTS: "frontend_build_delay:3600000,frontend_switch:5", npm_config_registry: "http://127.0.0.1:9/" } });
+  const k = useKiln({ args: ["--controllable-clock"], env: { KILN_FAULTS: "frontend_build_delay:3600000,frontend_switch:6", npm_config_registry: "http://127.0.0.1:9/" } });
   const advance = async (seconds: number) => expect((await k.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds } })).status).toBe(200);
   const history = async (projectId: string, id: string) => (await k.api("GET", `/projects/${projectId}/frontends/${id}/deployments`)).body.data as any[];
 
@@ -345,24 +345,37 @@ describe("frontend deployment queue", () => {
     const f1 = await settled(k, p.id, first.body.id);
     expect(f1.status).toBe("active");
 
-    // Every attempt of this switch fails (faults 1-4): degraded at once, still serving version one.
-    expect((await deployFrontend(k, p.id, { name: "edge" }, site("two"))).status).toBe(200);
+    // A switch that fails (fault 1): degraded at once, still serving version one; its recovery stands
+    // down once a newer deploy is queued.
+    const two = await deployFrontend(k, p.id, { name: "edge" }, site("two"));
+    expect(two.status).toBe(200);
     await advance(3600);
     const degraded = await eventually(() => k.api("GET", `/projects/${p.id}/frontends/${f1.id}`), (r) => r.body.status === "degraded", 60_000);
-    expect(degraded.body.current_deployment_id).not.toBe(f1.current_deployment_id);
+    expect(degraded.body.current_deployment_id).toBe(two.body.current_deployment_id);
     expect(await (await siteFetch(f1.site_url, "/")).text()).toContain("version one");
-    expect((await history(p.id, f1.id))[0]).toMatchObject({ kind: "deploy", status: "building" });
-    // Recovery runs on the platform clock (retries after 5 s, 30 s, 120 s), then gives up.
+    expect((await history(p.id, f1.id))[0]).toMatchObject({ id: two.body.current_deployment_id, status: "building" });
+    const three = await deployFrontend(k, p.id, { name: "edge" }, site("three"));
+    expect(three.body.pending_deployment_id).toEqual(expect.any(String));
+    const stoodDown = await eventually(
+      async () => (await advance(10), history(p.id, f1.id)),
+      (d) => d.find((x: any) => x.id === two.body.current_deployment_id)?.status !== "building",
+      60_000,
+    );
+    expect(stoodDown.find((x: any) => x.id === two.body.current_deployment_id)).toMatchObject({ status: "failed", error: expect.stringMatching(/recovery stood down: deployment .* was queued after it/) });
+
+    // Every attempt of the next one's switch fails (faults 2-5): recovery runs on the platform clock
+    // (retries after 5 s, 30 s, 120 s), then gives up; the frontend stays degraded, serving version one.
+    await advance(3600);
     const given = await eventually(
       async () => (await advance(150), history(p.id, f1.id)),
-      (d) => d[0].status !== "building",
+      (d) => d[0].id === three.body.pending_deployment_id && d[0].status !== "building" && d[0].status !== "queued",
       60_000,
     );
     expect(given[0]).toMatchObject({ status: "failed", error: expect.stringMatching(/switch to it could not complete after 4 attempts.*a redeploy retries/) });
     expect((await k.api("GET", `/projects/${p.id}/frontends/${f1.id}`)).body.status).toBe("degraded");
     expect(await (await siteFetch(f1.site_url, "/")).text()).toContain("version one");
 
-    // A redeploy (of the latest archive: version two) retries: its first switch fails (fault 5), the recovery's next attempt completes.
+    // A redeploy (of the latest archive: version three) retries: its first switch fails (fault 6), the recovery's next attempt completes.
     expect((await k.api("POST", `/projects/${p.id}/frontends/${f1.id}/redeploy`)).status).toBe(200);
     await advance(3600);
     const recovered = await eventually(
@@ -371,7 +384,7 @@ describe("frontend deployment queue", () => {
       60_000,
     );
     expect((await history(p.id, f1.id))[0]).toMatchObject({ id: recovered.body.current_deployment_id, kind: "redeploy", status: "succeeded" });
-    expect(await (await siteFetch(f1.site_url, "/")).text()).toContain("version two");
+    expect(await (await siteFetch(f1.site_url, "/")).text()).toContain("version three");
   });
 
   it("proxies WebSockets to the app's server both ways, closes them on redeploy and delete; stops the idle server on the platform clock and restarts one that died", async () => {
@@ -388,7 +401,7 @@ describe("frontend deployment queue", () => {
     // Through the site URL to the app's /ws: the handshake's path, cookie, host and subprotocol reach it;
     // text and binary frames go both ways.
     const s = siteSocket(f.site_url, "/ws?room=7", { protocols: ["fixture.v1", "fixture.v2"], headers: { cookie: "session=abc" } });
-    expect(await s.opened).toBe(true);
+    expect(await s.opened, "the first socket opens").toBe(true);
     expect(s.ws.protocol).toBe("fixture.v2");
     expect(JSON.parse((await s.next(1)) as string)).toEqual({ hello: boot1, path: "/ws?room=7", cookie: "session=abc", forwardedHost: new URL(f.site_url).host, protocol: "fixture.v2" });
     s.ws.send("hi");
@@ -428,7 +441,7 @@ describe("frontend deployment queue", () => {
 
     // Deleting the frontend closes its sockets (1001).
     const s3 = siteSocket(f.site_url, "/ws");
-    expect(await s3.opened).toBe(true);
+    expect(await s3.opened, "a socket after the restart opens").toBe(true);
     expect((await k.api("DELETE", `/projects/${p.id}/frontends/${f.id}`)).status).toBe(202);
     expect((await s3.closed).code).toBe(1001);
   });
