@@ -4,9 +4,14 @@ import type { Platform } from "./platform";
 import type { SecretColumn } from "./secrets/store-secrets";
 import type { Migration } from "./store/migrations";
 import type { Sql } from "./store/store";
+import type { Upgrade } from "./http/websocket-bridge";
 
-/** Requests addressed by host name (function addresses), tried before the path routes; null passes. */
-export type HostRouter = (request: Request, meta: { ip: string; arrivedAt: number }) => Promise<Response> | null;
+/**
+ * Requests addressed by host name (function addresses), tried before the path routes; null passes.
+ * `meta.upgrade` (WebSocket upgrade requests only) hands the connection to a bridge; the router then
+ * answers UPGRADED (server/http/websocket-bridge.ts).
+ */
+export type HostRouter = (request: Request, meta: { ip: string; arrivedAt: number; upgrade?: Upgrade }) => Promise<Response> | null;
 
 /**
  * One API area (`server/<area>/area.ts`): everything Kiln needs to know to run it. `start` declares

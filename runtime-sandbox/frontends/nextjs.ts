@@ -29,7 +29,7 @@ export function createNextjsFramework(ctx: FrameworkContext): FrontendFramework 
       return buildNextjs({ hiddenPaths: ctx.hiddenPaths, sandbox: ctx.sandbox }, input);
     },
     serve(input: FrontendServeInput) {
-      const server = new NextjsServer({ hiddenPaths: ctx.hiddenPaths, sandbox: ctx.sandbox, kiln: ctx.kiln, containers }, input, { onStop: (s) => servers.delete(s) });
+      const server = new NextjsServer({ hiddenPaths: ctx.hiddenPaths, sandbox: ctx.sandbox, kiln: ctx.kiln, containers, after: ctx.after }, input, { onStop: (s) => servers.delete(s) });
       servers.add(server);
       return server;
     },

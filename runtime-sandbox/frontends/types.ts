@@ -39,6 +39,8 @@ export interface FrameworkContext {
   kiln?: () => { host: string; port: number; publicUrl: string } | null;
   /** `--function-runtime docker`: Next.js servers run as containers on this engine (builds stay in the local sandbox). */
   containers?: { host?: string; image?: string } | null;
+  /** Timers on the platform clock (idle stops): tests move it instead of waiting. setTimeout when absent. */
+  after?: (ms: number, run: () => void, label: string) => { cancel(): void };
 }
 
 export interface FrontendBuildInput {

@@ -1,11 +1,15 @@
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Server } from "bun";
 import type { AccountsService } from "../accounts/service";
 import { defineArea } from "../area";
+import { takeFault } from "../config";
+import { newId } from "../ids";
 import type { LogsService } from "../logs/service";
 import type { MetricsService } from "../metrics/service";
 import type { Platform } from "../platform";
 import type { VariablesService } from "../variables/service";
+import { bridgeHandlers, isUpgradeRequest, UPGRADED, type Upgrade } from "../http/websocket-bridge";
 import { DomainsService } from "./domains";
 import { FRONTENDS_MIGRATIONS } from "./migrations";
 import { frontendRoutes } from "./routes";
@@ -52,9 +56,14 @@ export const frontendsArea = defineArea({
         kiln: () => (address.httpPort() ? { host: config.host, port: address.httpPort(), publicUrl: address.publicUrl() } : null),
         // The production profile: the Next.js server in a container, like function workers.
         containers: config.functionRuntime === "docker" ? { host: config.dockerHost, image: config.functionImage } : null,
+        // Idle stops on the platform clock: a test moves it rather than waiting ten minutes.
+        after: (ms, run, label) => clock.after(ms, run, label),
       },
       keepPreviousMs: KEEP_PREVIOUS_MS,
       buildDelayMs: config.faults.frontend_build_delay ?? 0,
+      fault: (name) => takeFault(config, name),
+      // Several instances may share the PostgreSQL store, each with its own data dir (docs/frontends.md).
+      shared: store.kind === "postgres" ? { pollMs: Number(process.env.KILN_FRONTEND_SYNC_MS ?? 1000), instanceId: dataDirId(join(config.dataDir, "frontends")) } : null,
     });
     const tls = { server: null as Server<unknown> | null, port: null as number | null };
     // The HTTPS listener starts after Kiln listens (its certificate may need two RSA keys first); custom
@@ -75,13 +84,13 @@ export const frontendsArea = defineArea({
     /** Custom domain → frontend id, refreshed whenever the listener is. */
     let domainRoutes = new Map<string, string>();
     frontends.onDetach = () => void domains.apply();
-    const route = (request: Request, arrivedAt: number): Promise<Response> | null => {
+    const route = (request: Request, arrivedAt: number, upgrade?: Upgrade): Promise<Response> | null => {
       const host = request.headers.get("host");
       const site = matchSiteHost(host, config.frontendsDomain);
-      if (site) return serveSite(serveDeps, frontends.served(site.projectId, site.name), request, arrivedAt);
+      if (site) return serveSite(serveDeps, frontends.served(site.projectId, site.name), request, arrivedAt, upgrade);
       if (host && domainRoutes.size) {
         const id = domainRoutes.get(host.toLowerCase().replace(/:\d+$/, ""));
-        if (id) return serveSite(serveDeps, frontends.servedById(id), request, arrivedAt);
+        if (id) return serveSite(serveDeps, frontends.servedById(id), request, arrivedAt, upgrade);
       }
       return null;
     };
@@ -110,7 +119,12 @@ export const frontendsArea = defineArea({
           hostname: config.host,
           port,
           tls: entries,
-          fetch: (request) => route(request, performance.now()) ?? new Response("No frontend serves this address.\n", { status: 404, headers: { "Content-Type": "text/plain; charset=utf-8" } }),
+          websocket: bridgeHandlers,
+          fetch: async (request, srv) => {
+            const upgrade: Upgrade | undefined = isUpgradeRequest(request) ? (bridge, headers) => srv.upgrade(request, { data: bridge, headers }) : undefined;
+            const res = (await route(request, performance.now(), upgrade)) ?? new Response("No frontend serves this address.\n", { status: 404, headers: { "Content-Type": "text/plain; charset=utf-8" } });
+            return res === UPGRADED ? (undefined as unknown as Response) : res;
+          },
         });
         if (tls.port === null) log.info(`frontends HTTPS on port ${tls.server.port} (site certificate from the local CA at ${site.caPath})`);
         tls.port = tls.server.port ?? null;
@@ -124,12 +138,26 @@ export const frontendsArea = defineArea({
     return { frontends, domains, frontendTls: { ...frontendTls, startTls } };
   },
   routes: frontendRoutes,
-  hostRouter: (deps) => (request, m) => deps.frontendTls.route(request, m.arrivedAt),
+  hostRouter: (deps) => (request, m) => deps.frontendTls.route(request, m.arrivedAt, m.upgrade),
   project: { cleanup: (projectId, { frontends }) => frontends.removeAll(projectId) },
   resume: async ({ frontends, frontendTls }) => {
     await frontends.resume();
     frontendTls.startTls();
   },
+  closing: ({ frontends }) => frontends.closing(),
   drain: ({ frontends }) => frontends.drain(),
   stop: ({ frontendTls }) => frontendTls.close(),
 });
+
+/** The data dir's id (kept in `<dir>/instance-id`): which instance runs a deployment, across its restarts. */
+function dataDirId(dir: string): string {
+  const file = join(dir, "instance-id");
+  try {
+    return readFileSync(file, "utf8").trim();
+  } catch {
+    const id = newId();
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(file, id);
+    return id;
+  }
+}

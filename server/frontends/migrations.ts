@@ -57,4 +57,20 @@ export const FRONTENDS_MIGRATIONS: Migration[] = [
       create unique index frontend_domains_domain on frontend_domains (domain);
     `,
   },
+  {
+    // The production profile: instances share the control store, each with its own data dir. A
+    // deployment's archive and its built output are kept here too, so any instance serves (and
+    // redeploys) what another built.
+    id: "frontends/002-frontend-code",
+    sql: `
+      create table frontend_code (
+        deployment_id text not null,
+        kind text not null,
+        bytes bytea not null,
+        primary key (deployment_id, kind)
+      );
+      -- The data dir of the instance running a deployment: its restart runs it again, another instance's does not.
+      alter table frontend_deployments add column builder text;
+    `,
+  },
 ];

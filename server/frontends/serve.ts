@@ -1,5 +1,7 @@
+import { isUpgradeRequest, UPGRADED, type Upgrade } from "../http/websocket-bridge";
 import type { Served } from "./service";
 import { serveFile } from "./static-serve";
+import { proxyWebSocket } from "./websocket-proxy";
 
 export interface ServeDeps {
   region: string;
@@ -24,11 +26,29 @@ const text = (status: number, body: string, headers: Record<string, string> = {}
  * Next.js deployment), else the static site's fallback. Each request is counted (metrics, usage) and
  * logged (resource.type=frontend).
  */
-export async function serveSite(d: ServeDeps, s: Served | null, request: Request, arrivedAt: number): Promise<Response> {
+export async function serveSite(d: ServeDeps, s: Served | null, request: Request, arrivedAt: number, upgrade?: Upgrade): Promise<Response> {
   if (!s) return text(404, "No frontend serves this address (yet): deploy one, or check its status with GET /projects/{id}/frontends.\n");
   let res: Response;
   const { pathname, search } = pathOf(request.url);
   try {
+    if (upgrade && isUpgradeRequest(request)) {
+      // A WebSocket goes to the app's server (a static site has none to take it).
+      if (!s.server?.tunnel) res = text(400, "this site is static: it has no server to take a WebSocket\n");
+      else {
+        let tunnel: { websocketUrl: (pathAndQuery: string) => string; release: () => void } | null = null;
+        try {
+          tunnel = await s.server.tunnel();
+        } catch (e) {
+          res = text(503, `the frontend's server could not start: ${(e as Error).message}\n`);
+        }
+        if (tunnel) res = await proxyWebSocket(request, `${pathname}${search}`, tunnel, upgrade, s.sockets);
+      }
+      const status = res! === UPGRADED ? 101 : res!.status;
+      const ms = performance.now() - arrivedAt;
+      d.record(s, status, ms);
+      d.accessLog(s, status >= 500 ? "error" : status >= 400 ? "warn" : "info", `${request.method} ${pathname}${search} ${status} (WebSocket) ${ms.toFixed(1)}ms`);
+      return res!;
+    }
     const readOnly = request.method === "GET" || request.method === "HEAD";
     const fromFiles = readOnly ? serveFile(s.site, request, pathname, !s.server) : null;
     if (fromFiles) res = fromFiles;

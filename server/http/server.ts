@@ -8,6 +8,7 @@ import { invokeBodyLimit, jsonBodyLimit, unreadBodies } from "./body";
 import { errorResponse, HttpError, jsonResponse } from "./errors";
 import { type SentPath, sentPathProblem, sentPathRoutes } from "./exact-path";
 import { METHODS, type Method, type Router, type Transport } from "./route";
+import { bridgeHandlers, isUpgradeRequest, UPGRADED, type SocketBridge } from "./websocket-bridge";
 
 /** Bun's hard limit on a request body (4 GiB less one byte, the most it takes). */
 const SERVER_BODY_CEILING = 2 ** 32 - 1;
@@ -96,19 +97,23 @@ export function serveHttp(t: Transport, router: Router, byHost: HostRouter = () 
     return app.handle(request);
   };
 
-  const handle = async (request: Request, srv: Server<unknown>, sent: SentPath | null): Promise<Response> => {
+  const handle = async (request: Request, srv: Server<unknown>, sent: SentPath | null): Promise<Response | undefined> => {
     // Closed while a snapshot or restore swaps the state (gate.ts): wait, or 503 after the hold.
     const wait = t.gate?.enter(request);
     if (wait && !(await wait))
       return finish(jsonResponse(503, { error: "Kiln is saving or restoring a snapshot; try again shortly" }, { "Retry-After": "1" }), false);
     try {
-      return await handleInside(request, srv, sent);
+      const res = await handleInside(request, srv, sent);
+      // The connection became a WebSocket (a frontend's): Bun answers the handshake itself.
+      return res === UPGRADED ? undefined : res;
     } finally {
       t.gate?.leave();
     }
   };
   const handleInside = async (request: Request, srv: Server<unknown>, sent: SentPath | null): Promise<Response> => {
-    meta.set(request, { ip: srv.requestIP(request)?.address ?? "unknown", arrivedAt: performance.now() });
+    const m: { ip: string; arrivedAt: number; upgrade?: (bridge: SocketBridge, headers?: Record<string, string>) => boolean } = { ip: srv.requestIP(request)?.address ?? "unknown", arrivedAt: performance.now() };
+    if (isUpgradeRequest(request)) m.upgrade = (bridge, headers) => (srv as Server<SocketBridge>).upgrade(request, { data: bridge, headers });
+    meta.set(request, m);
     const verdict = judgeCliVersion(request.headers.get("x-service-cli-version"), KILN_VERSION, t.config.minCliVersion);
     if (verdict === "require_upgrade") {
       const res = jsonResponse(
@@ -120,13 +125,13 @@ export function serveHttp(t: Transport, router: Router, byHost: HostRouter = () 
     }
     let res: Response;
     try {
-      const m = meta.get(request)!;
       res = (await byHost(request, m)) ?? (await route(request, sent));
     } catch (err) {
       res = t.renderError(err, request);
     }
     // Refused over its limit: the rest of the body is discarded as it comes, for as long as it keeps coming.
     if (unreadBodies.has(request)) srv.timeout(request, UNREAD_BODY_IDLE_SECONDS);
+    if (res === UPGRADED) return res;
     return finish(res, verdict === "suggest_upgrade");
   };
 
@@ -137,8 +142,10 @@ export function serveHttp(t: Transport, router: Router, byHost: HostRouter = () 
     maxRequestBodySize,
     // Every path with no empty segment matches one of these, which hand over its segments as sent;
     // the rest (`//`, a trailing `/`) reach `fetch` (function addresses take any path).
-    routes: sentPathRoutes<Server<unknown>>(handle),
-    fetch: (request, srv) => handle(request, srv, null),
+    // (A WebSocket upgrade resolves to undefined: Bun then answers the handshake itself.)
+    routes: sentPathRoutes<Server<unknown>>((request, srv, sent) => handle(request, srv, sent) as Promise<Response>),
+    fetch: (request, srv) => handle(request, srv, null) as Promise<Response>,
+    websocket: bridgeHandlers,
     error(err) {
       t.log.error("unhandled server error", err);
       return jsonResponse(500, { error: "internal error" });

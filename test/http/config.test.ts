@@ -590,12 +590,12 @@ describe("oauth and frontends sections", () => {
     expect((await k.api("GET", `${base}/google`)).body.client_id).toBe("google-client-2");
   }, 60_000);
 
-  test("frontends: settings and custom domain exported without TLS material; never created or deleted (skipped/missing); changes that need a deploy or a certificate are error entries", async () => {
+  test("frontends: settings and custom domain exported without TLS material; never created or deleted (skipped/missing); settings applied for the next deployment; changes that need an archive or a certificate are error entries", async () => {
     const p = await createProject(k);
     const form = new FormData();
     form.append("name", "site");
     form.append("variables", "API_URL");
-    form.set("archive", new Blob([new Uint8Array(tgz({ "dist/index.html": "<h1>hi</h1>" }))]), "site.tgz");
+    form.set("archive", new Blob([new Uint8Array(tgz({ "dist/index.html": "<h1>hi</h1>", "other/index.html": "<h1>other</h1>" }))]), "site.tgz");
     const res = await fetch(`${k.url}/projects/${p.id}/frontends`, { method: "POST", headers: { authorization: `Bearer ${k.token}` }, body: form });
     expect(res.status, await res.clone().text()).toBe(201);
     const id = ((await res.json()) as any).id;
@@ -623,16 +623,31 @@ describe("oauth and frontends sections", () => {
     expect(cover.body.summary).toMatchObject({ skipped: 1, missing: 1, errors: 0 });
     expect((await k.api("GET", `/projects/${p.id}/frontends`)).body.data.map((x: any) => x.name)).toEqual(["site"]);
 
-    // A changed setting takes a deployment and a new custom domain its certificate: error entries
-    // naming the command; nothing changes. Detaching when none is attached is no step at all.
-    const change = await apply(p.id, { version: 1, frontends: [{ name: "site", variable_scope: "all", custom_domain: { domain: "www.example.com", tls: { mode: "byoc" } } }] });
+    // Settings are applied for the next deployment (none is made); a different framework takes a
+    // deployment of an archive and a new custom domain its certificate: error entries naming the command.
+    const change = await apply(p.id, { version: 1, frontends: [{ name: "site", framework: "nextjs", app_root: "./other/", variable_scope: "all", custom_domain: { domain: "www.example.com", tls: { mode: "byoc" } } }] });
     expect(change.status, change.text).toBe(200);
-    expect(actions(change.body)).toEqual({ "frontends site": "error", "frontend_domains site": "error" });
+    expect(actions(change.body)).toEqual({ "frontends site": "updated", "frontend_framework site": "error", "frontend_domains site": "error" });
     const notices = Object.fromEntries(change.body.results.map((r: any) => [r.section, r.notice]));
-    expect(notices.frontends).toMatch(/^variable_scope: "scoped" → "all": .*kiln frontends deploy site/);
+    expect(notices.frontends).toMatch(/^app_root: null → "other"; variable_scope: "scoped" → "all": applies at the frontend's next deployment \(kiln frontends redeploy site\)/);
+    expect(notices.frontend_framework).toMatch(/^framework: "static" → "nextjs": .*kiln frontends deploy site/);
     expect(notices.frontend_domains).toMatch(/www\.example\.com.*kiln frontends domain set site www\.example\.com/);
     expect(change.body.summary).toMatchObject({ errors: 2 });
-    expect(await exportText(p.id)).toBe(text);
+    const after = JSON.parse(await exportText(p.id)).frontends[0];
+    expect(after).toEqual({ ...m.frontends[0], app_root: "other", variable_scope: "all" });
+    // No deployment was made: the site still serves the archive's root; a redeploy builds from the stored app_root.
+    const u = new URL(f.site_url);
+    const page = async () => (await fetch(`http://127.0.0.1:${u.port}/`, { headers: { host: u.host } })).text();
+    expect(await page()).toContain("<h1>hi</h1>");
+    expect((await k.api("GET", `/projects/${p.id}/frontends/${id}/deployments`)).body.total).toBe(1);
+    expect((await k.api("POST", `/projects/${p.id}/frontends/${id}/redeploy`)).status).toBe(200);
+    const rebuilt = (await eventually(() => k.api("GET", `/projects/${p.id}/frontends/${id}`), (r) => r.status === 200 && r.body.status !== "provisioning" && !r.body.pending_deployment_id, 60_000)).body;
+    expect(rebuilt.status).toBe("active");
+    expect(await page()).toContain("<h1>other</h1>");
+    // Back as exported: applied again (unchanged framework and domain left out).
+    const back = await apply(p.id, { version: 1, frontends: [{ name: "site", app_root: null, variable_scope: "scoped", variables: ["API_URL"] }] });
+    expect(actions(back.body)).toEqual({ "frontends site": "updated" });
+    expect(JSON.parse(await exportText(p.id)).frontends).toEqual(m.frontends);
     const none = await apply(p.id, { version: 1, frontends: [{ name: "site", custom_domain: null }] });
     expect(actions(none.body)).toEqual({ "frontends site": "unchanged" });
 

@@ -1,6 +1,7 @@
 // Custom domains of frontends (spec part 2: Custom domain, its create body and results): uploaded
 // certificates checked and served by SNI on Kiln's HTTPS port, beside the default site certificate
 // from the data dir's local CA.
+import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { connect } from "node:tls";
@@ -61,7 +62,7 @@ function httpsGet(servername: string, ca?: string, port = tlsPort): Promise<{ cn
 }
 
 describe("custom domains", () => {
-  const k = useKiln({ args: ["--frontends-tls-port", String(tlsPort)] });
+  const k = useKiln({ args: ["--frontends-tls-port", String(tlsPort)], env: { npm_config_registry: "http://127.0.0.1:9/" } });
   const ca = issue("Test Root", [], { ca: true });
   const good = issue("shop.example.test", ["shop.example.test"], { issuer: ca });
   let p: { id: string };
@@ -90,6 +91,36 @@ describe("custom domains", () => {
     const r = await httpsGet(host, localCa);
     expect(r.authorized).toBe(true);
     expect(r.body).toContain("<h1>shop</h1>");
+  });
+
+  it("proxies a WebSocket at the site URL over HTTPS (wss) to the app's server", async () => {
+    // The stand-in app whose server takes WebSockets (test/fixtures/frontends/ws-app; no real next build).
+    const archive = execFileSync("tar", ["-czf", "-", "-C", join(import.meta.dirname, "../fixtures/frontends/ws-app"), "."]);
+    const form = new FormData();
+    form.set("name", "live");
+    form.set("framework", "nextjs");
+    form.set("archive", new Blob([new Uint8Array(archive)]), "app.tgz");
+    const res = await fetch(`${k.url}/projects/${p.id}/frontends`, { method: "POST", headers: { authorization: `Bearer ${k.token}` }, body: form });
+    expect(res.status).toBe(201);
+    const id = ((await res.json()) as any).id;
+    const live = (await eventually(() => k.api("GET", `/projects/${p.id}/frontends/${id}`), (r) => r.body.status !== "provisioning", 120_000)).body;
+    expect(live.status).toBe("active");
+    const host = new URL(live.site_url).hostname;
+    // To the loopback address (stock resolvers do not know *.localhost), the site's Host header routing it.
+    const ws = new WebSocket(`wss://127.0.0.1:${tlsPort}/ws?over=tls`, { tls: { rejectUnauthorized: false }, headers: { host: `${host}:${tlsPort}` } } as unknown as string[]);
+    const got: string[] = [];
+    ws.addEventListener("message", (e) => got.push(String(e.data)));
+    const opened = await new Promise<boolean>((resolve) => {
+      ws.addEventListener("open", () => resolve(true));
+      ws.addEventListener("error", () => resolve(false));
+    });
+    expect(opened).toBe(true);
+    await eventually(async () => got.length, (n) => n >= 1, 10_000);
+    expect(JSON.parse(got[0]!)).toMatchObject({ path: "/ws?over=tls", forwardedHost: `${host}:${tlsPort}` });
+    ws.send("secure");
+    await eventually(async () => got.length, (n) => n >= 2, 10_000);
+    expect(got[1]).toBe("echo:secure");
+    ws.close(1000, "bye");
   });
 
   it("refuses certificates that do not fit, naming the problem", async () => {

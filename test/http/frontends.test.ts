@@ -1,5 +1,6 @@
 // Frontends (spec part 2: Frontend, Frontend status, the Frontends endpoints, create fields, build and
 // runtime rules 3-4, Limits): static sites from archives, their site addresses, deployments.
+import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -308,10 +309,142 @@ describe("frontends", () => {
   });
 });
 
+/** The WebSocket stand-in app (test/fixtures/frontends/ws-app): a Next.js deployment whose `next build` is a local fake. */
+function wsApp(): Buffer {
+  return execFileSync("tar", ["-czf", "-", "-C", join(import.meta.dirname, "../fixtures/frontends/ws-app"), "."], { maxBuffer: 16 << 20 });
+}
+
+/** A WebSocket to a site (Kiln's port, the site's Host header), with every event it gets in order. */
+function siteSocket(siteUrl: string, path: string, o: { protocols?: string[]; headers?: Record<string, string> } = {}) {
+  const u = new URL(siteUrl);
+  const ws = new WebSocket(`ws://127.0.0.1:${u.port}${path}`, { headers: { host: u.host, ...o.headers }, protocols: o.protocols } as unknown as string[]);
+  ws.binaryType = "arraybuffer";
+  const got: (string | number[])[] = [];
+  const closed = new Promise<{ code: number; reason: string }>((resolve) => ws.addEventListener("close", (e) => resolve({ code: e.code, reason: e.reason })));
+  const opened = new Promise<boolean>((resolve) => {
+    ws.addEventListener("open", () => resolve(true));
+    ws.addEventListener("error", () => resolve(false));
+  });
+  ws.addEventListener("message", (e) => got.push(typeof e.data === "string" ? e.data : [...new Uint8Array(e.data as ArrayBuffer)]));
+  const next = async (n: number) => (await eventually(async () => got.length, (len) => len >= n, 20_000), got[n - 1]!);
+  return { ws, got, opened, closed, next };
+}
+
 describe("frontend deployment queue", () => {
   // Each build first waits an hour of platform time: deploys made meanwhile queue behind it, whatever
-  // the machine's speed, until the test advances the clock.
-  const k = useKiln({ args: ["--controllable-clock"], env: { KILN_FAULTS: "frontend_build_delay:3600000" } });
+  // the machine's speed, until the test advances the clock. The next six switches away from a serving
+  // deployment fail (the `degraded` test takes all of them; it runs first).
+  const k = useKiln({ args: ["--controllable-clock"], env: { KILN_FAULTS: "frontend_build_delay:3600000,frontend_switch:6", npm_config_registry: "http://127.0.0.1:9/" } });
+  const advance = async (seconds: number) => expect((await k.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds } })).status).toBe(200);
+  const history = async (projectId: string, id: string) => (await k.api("GET", `/projects/${projectId}/frontends/${id}/deployments`)).body.data as any[];
+
+  it("marks a frontend degraded when a switch cannot complete: the previous deployment keeps serving, recovery retries without a rebuild, a redeploy retries", async () => {
+    const p = await createProject(k);
+    const first = await deployFrontend(k, p.id, { name: "edge" }, site("one"));
+    await advance(3600);
+    const f1 = await settled(k, p.id, first.body.id);
+    expect(f1.status).toBe("active");
+
+    // A switch that fails (fault 1): degraded at once, still serving version one; its recovery stands
+    // down once a newer deploy is queued.
+    const two = await deployFrontend(k, p.id, { name: "edge" }, site("two"));
+    expect(two.status).toBe(200);
+    await advance(3600);
+    const degraded = await eventually(() => k.api("GET", `/projects/${p.id}/frontends/${f1.id}`), (r) => r.body.status === "degraded", 60_000);
+    expect(degraded.body.current_deployment_id).toBe(two.body.current_deployment_id);
+    expect(await (await siteFetch(f1.site_url, "/")).text()).toContain("version one");
+    expect((await history(p.id, f1.id))[0]).toMatchObject({ id: two.body.current_deployment_id, status: "building" });
+    const three = await deployFrontend(k, p.id, { name: "edge" }, site("three"));
+    expect(three.body.pending_deployment_id).toEqual(expect.any(String));
+    const stoodDown = await eventually(
+      async () => (await advance(10), history(p.id, f1.id)),
+      (d) => d.find((x: any) => x.id === two.body.current_deployment_id)?.status !== "building",
+      60_000,
+    );
+    expect(stoodDown.find((x: any) => x.id === two.body.current_deployment_id)).toMatchObject({ status: "failed", error: expect.stringMatching(/recovery stood down: deployment .* was queued after it/) });
+
+    // Every attempt of the next one's switch fails (faults 2-5): recovery runs on the platform clock
+    // (retries after 5 s, 30 s, 120 s), then gives up; the frontend stays degraded, serving version one.
+    await advance(3600);
+    const given = await eventually(
+      async () => (await advance(150), history(p.id, f1.id)),
+      (d) => d[0].id === three.body.pending_deployment_id && d[0].status !== "building" && d[0].status !== "queued",
+      60_000,
+    );
+    expect(given[0]).toMatchObject({ status: "failed", error: expect.stringMatching(/switch to it could not complete after 4 attempts.*a redeploy retries/) });
+    expect((await k.api("GET", `/projects/${p.id}/frontends/${f1.id}`)).body.status).toBe("degraded");
+    expect(await (await siteFetch(f1.site_url, "/")).text()).toContain("version one");
+
+    // A redeploy (of the latest archive: version three) retries: its first switch fails (fault 6), the recovery's next attempt completes.
+    expect((await k.api("POST", `/projects/${p.id}/frontends/${f1.id}/redeploy`)).status).toBe(200);
+    await advance(3600);
+    const recovered = await eventually(
+      async () => (await advance(10), k.api("GET", `/projects/${p.id}/frontends/${f1.id}`)),
+      (r) => r.body.status === "active" && !r.body.pending_deployment_id,
+      60_000,
+    );
+    expect((await history(p.id, f1.id))[0]).toMatchObject({ id: recovered.body.current_deployment_id, kind: "redeploy", status: "succeeded" });
+    expect(await (await siteFetch(f1.site_url, "/")).text()).toContain("version three");
+  });
+
+  it("proxies WebSockets to the app's server both ways, closes them on redeploy and delete; stops the idle server on the platform clock and restarts one that died", async () => {
+    const p = await createProject(k);
+    const r = await deployFrontend(k, p.id, { name: "live", framework: "nextjs" }, wsApp());
+    expect(r.status).toBe(201);
+    await advance(3600);
+    const f = await settled(k, p.id, r.body.id);
+    expect(f.status, JSON.stringify(await history(p.id, r.body.id))).toBe("active");
+    expect(f.framework).toBe("nextjs");
+    const boot = async () => ((await (await siteFetch(f.site_url, "/boot")).json()) as { boot: string }).boot;
+    const boot1 = await boot();
+
+    // Through the site URL to the app's /ws: the handshake's path, cookie, host and subprotocol reach it;
+    // text and binary frames go both ways.
+    const s = siteSocket(f.site_url, "/ws?room=7", { protocols: ["fixture.v1", "fixture.v2"], headers: { cookie: "session=abc" } });
+    expect(await s.opened, "the first socket opens").toBe(true);
+    expect(s.ws.protocol).toBe("fixture.v2");
+    expect(JSON.parse((await s.next(1)) as string)).toEqual({ hello: boot1, path: "/ws?room=7", cookie: "session=abc", forwardedHost: new URL(f.site_url).host, protocol: "fixture.v2" });
+    s.ws.send("hi");
+    expect(await s.next(2)).toBe("echo:hi");
+    s.ws.send(new Uint8Array([1, 2, 3, 250]));
+    expect(await s.next(3)).toEqual([250, 3, 2, 1]);
+    // An open socket keeps the server up past its idle time.
+    await advance(11 * 60);
+    s.ws.send("still there");
+    expect(await s.next(4)).toBe("echo:still there");
+    expect(await boot()).toBe(boot1);
+    // A path the app does not take: no socket (502), nothing else harmed.
+    expect(await siteSocket(f.site_url, "/nows").opened).toBe(false);
+
+    // A redeploy closes it cleanly (1012: reconnect), and a new socket reaches the new deployment's server.
+    expect((await k.api("POST", `/projects/${p.id}/frontends/${f.id}/redeploy`)).status).toBe(200);
+    await advance(3600);
+    expect(await s.closed).toEqual({ code: 1012, reason: "the site was redeployed: reconnect" });
+    await settled(k, p.id, f.id);
+    const boot2 = await boot();
+    expect(boot2).not.toBe(boot1);
+    const s2 = siteSocket(f.site_url, "/ws");
+    expect(JSON.parse((await s2.next(1)) as string).hello).toBe(boot2);
+    // The client closes: the app hears the same code and reason (it answers the close in kind).
+    s2.ws.close(4000, "done here");
+    expect(await s2.closed).toEqual({ code: 4000, reason: "done here" });
+
+    // Idle: ten minutes of platform time without a request stop the server; the next request starts a new one.
+    expect(await boot()).toBe(boot2);
+    await advance(11 * 60);
+    const boot3 = await boot();
+    expect(boot3).not.toBe(boot2);
+    // A server that dies is started again by the next request.
+    expect((await siteFetch(f.site_url, "/die")).status).toBe(200);
+    const boot4 = await eventually(boot, (b) => b !== boot3, 20_000);
+    expect(boot4).not.toBe(boot3);
+
+    // Deleting the frontend closes its sockets (1001).
+    const s3 = siteSocket(f.site_url, "/ws");
+    expect(await s3.opened, "a socket after the restart opens").toBe(true);
+    expect((await k.api("DELETE", `/projects/${p.id}/frontends/${f.id}`)).status).toBe(202);
+    expect((await s3.closed).code).toBe(1001);
+  });
 
   it("runs one deployment at a time, supersedes queued ones, queues a delete behind the running one, and deploys other frontends concurrently", async () => {
     const p = await createProject(k);

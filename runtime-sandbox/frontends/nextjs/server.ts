@@ -38,6 +38,8 @@ export interface NextjsServerContext {
   kiln?: () => KilnAddress | null;
   /** `--function-runtime docker`: the engine the server runs on as a container (connected on first use). */
   containers?: (() => Promise<ContainerEngine>) | null;
+  /** The idle stop's timer (the platform clock in Kiln); setTimeout when absent. */
+  after?: (ms: number, run: () => void, label: string) => { cancel(): void };
 }
 
 const IDLE_MS = Number(process.env.KILN_FRONTEND_IDLE_MS) || 10 * 60_000;
@@ -85,7 +87,7 @@ export class NextjsServer implements FrontendServer {
   private running: Running | null = null;
   private starting: Promise<Running> | null = null;
   private stopped = false;
-  private idleTimer: ReturnType<typeof setTimeout> | null = null;
+  private idleTimer: { cancel(): void } | null = null;
   private inFlight = 0;
   /** Processes Kiln itself is stopping (idle, stop): their end is not logged as a failure. */
   private readonly killing = new WeakSet<ServerProcess>();
@@ -328,18 +330,24 @@ export class NextjsServer implements FrontendServer {
   }
 
   private clearIdle(): void {
-    if (this.idleTimer) clearTimeout(this.idleTimer);
+    this.idleTimer?.cancel();
     this.idleTimer = null;
   }
 
   private armIdle(): void {
     this.clearIdle();
     if (this.stopped || this.inFlight > 0 || !this.running) return;
-    this.idleTimer = setTimeout(() => {
+    const run = () => {
       this.idleTimer = null;
       if (this.inFlight === 0) void this.stopProcess();
-    }, this.o.idleMs ?? IDLE_MS);
-    this.idleTimer.unref?.();
+    };
+    const ms = this.o.idleMs ?? IDLE_MS;
+    if (this.ctx.after) this.idleTimer = this.ctx.after(ms, run, "frontend server idle stop");
+    else {
+      const t = setTimeout(run, ms);
+      t.unref?.();
+      this.idleTimer = { cancel: () => clearTimeout(t) };
+    }
   }
 }
 

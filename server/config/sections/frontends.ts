@@ -14,13 +14,13 @@ const entry = z
   .object({
     name: deployFields.shape.name,
     framework: z.enum(["nextjs", "static"]).nullable().optional().describe("what the frontend's deployment built (set by a deploy)"),
-    app_root: z.string().max(1024).nullable().optional(),
+    app_root: deployFields.shape.app_root.unwrap().nullable().optional().describe("the app's folder in the archive, for the next redeploy (a deploy gives its own)"),
     variable_scope: deployFields.shape.variable_scope,
     variables: deployFields.shape.variables.optional(),
     custom_domain: customDomain.nullable().optional().describe("null: no custom domain (an attached one is detached); absent: left as it is"),
   })
   .strict()
-  .describe("settings and custom domain of an existing frontend; a manifest never creates, deploys or deletes frontends");
+  .describe("settings and custom domain of an existing frontend; settings apply at its next deployment; a manifest never creates, deploys or deletes frontends");
 type Entry = z.infer<typeof entry>;
 
 async function allFrontends(ctx: SectionContext): Promise<FrontendRecord[]> {
@@ -43,11 +43,12 @@ async function domainOf(ctx: SectionContext, f: FrontendRecord) {
 }
 
 /**
- * `frontends`: per frontend, the settings its deployments build with and its custom domain. Both take
- * things a manifest does not hold (an archive to build, a certificate and its key), so a manifest
- * checks them rather than changes them: a changed setting or a new or changed custom domain is an
- * `error` entry saying which command makes the change; detaching a domain (null) is applied.
- * Frontends absent from the project are `skipped`, unlisted ones `missing`.
+ * `frontends`: per frontend, the settings its deployments build with and its custom domain.
+ * `app_root`, `variable_scope` and `variables` are applied (stored for the next deployment; a
+ * manifest never deploys); what takes things a manifest does not hold is checked rather than
+ * changed: a different `framework` (an archive to build) or a new or changed custom domain (its
+ * certificate and key) is an `error` entry saying which command makes the change; detaching a
+ * domain (null) is applied. Frontends absent from the project are `skipped`, unlisted ones `missing`.
  */
 export const frontendsSection = defineSection<Entry[]>({
   key: "frontends",
@@ -75,13 +76,27 @@ export const frontendsSection = defineSection<Entry[]>({
       const now = settings(f) as Record<string, unknown>;
       const next: Record<string, unknown> = { ...now };
       for (const k of Object.keys(now)) if ((w as Record<string, unknown>)[k] !== undefined) next[k] = (w as Record<string, unknown>)[k];
-      if (same(now, next)) out.steps.push({ section: "frontends", name: f.name, action: "unchanged" });
+      if (next.app_root === "") next.app_root = null; // the archive's root either way
+      // What the last build was is not a setting: a different framework takes a deployment of an archive.
+      const { framework: haveFramework, ...haveSettings } = now;
+      const { framework: wantFramework, ...wantSettings } = next;
+      if (same(haveSettings, wantSettings)) out.steps.push({ section: "frontends", name: f.name, action: "unchanged" });
+      else if (f.status === "deleting")
+        out.steps.push({ section: "frontends", name: f.name, action: "error", notice: `${changeNotice(haveSettings, wantSettings)}: frontend '${f.name}' is being deleted` });
       else
         out.steps.push({
           section: "frontends",
           name: f.name,
+          action: "updated",
+          notice: `${changeNotice(haveSettings, wantSettings)}: applies at the frontend's next deployment (kiln frontends redeploy ${f.name}); the serving deployment keeps what it was built with`,
+          run: () => ctx.deps.frontends.updateSettings(ctx.project.id, f.id, { app_root: wantSettings.app_root as string | null, variable_scope: wantSettings.variable_scope as "scoped" | "all", variables: wantSettings.variables as string[] }),
+        });
+      if (!same(haveFramework, wantFramework))
+        out.steps.push({
+          section: "frontend_framework",
+          name: f.name,
           action: "error",
-          notice: `${changeNotice(now, next)}: a frontend's settings change with a deployment, which a manifest never makes (kiln frontends deploy ${f.name} ...)`,
+          notice: `framework: ${JSON.stringify(haveFramework)} → ${JSON.stringify(wantFramework)}: the framework is what a deployment's build found in its archive, which a manifest never holds (kiln frontends deploy ${f.name} ... [--framework nextjs])`,
         });
       if (w.custom_domain === undefined) continue;
       const cur = await domainOf(ctx, f);
