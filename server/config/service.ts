@@ -1,5 +1,5 @@
 // The YAML library loads at the first manifest that needs it, not at start (it costs ~0.1 s to load).
-const YAML = (): typeof import("yaml").default => require("yaml");
+const YAML = (): typeof import("yaml") => require("yaml");
 import * as z from "zod";
 import type { ManagementPrincipal } from "../auth/principal";
 import type { Clock } from "../clock";
