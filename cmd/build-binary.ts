@@ -32,7 +32,9 @@ for (const dir of ["bootstraps", "sandbox-etc"]) for (const f of readdirSync(joi
 files["sandbox-scripts/namespace-sandbox.sh"] = join(ROOT, "runtime-sandbox", "namespace-sandbox.sh");
 // The prepared data dirs (control store, databases) as archives: a fresh data dir on a new machine is
 // unpacked from them instead of running initdb (seconds; server/store/template.ts).
-const templates = join(ROOT, "dist", "templates");
+// Beside the output, one folder per output: two builds at once (the binary test's and a developer's)
+// never remove each other's archives.
+const templates = join(dirname(resolve(out)), `.${basename(out)}-templates`);
 rmSync(templates, { recursive: true, force: true });
 const prep = Bun.spawnSync([process.execPath, join(ROOT, "cmd/kiln.ts"), "internal", "prepare-template", "--archives", templates], { cwd: ROOT, stdout: "inherit", stderr: "inherit" });
 if (prep.exitCode !== 0) throw new Error("preparing the template archives failed");
