@@ -24,7 +24,6 @@ import { handleUnhandledRejections } from "./unhandled-rejections";
 import { RequestGate } from "./http/gate";
 import type { SecretKey } from "./secrets/secret-key";
 import { Snapshots } from "./snapshots/controller";
-import { applySeed, loadSeed } from "./snapshots/seed";
 import { readSavedToken } from "./accounts/service";
 
 export type Services = Awaited<ReturnType<typeof startAreas<typeof AREAS>>>;
@@ -85,7 +84,9 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   const log = out.log ?? createLogger();
   const trace = startupTrace();
   // A seed is checked whole (with every file it names) before anything is opened.
-  let seed = config.seed ? loadSeed(config.seed) : null;
+  // (Its module, with the YAML parser and a PostgreSQL client, loads only when there is one.)
+  const seeds = config.seed ? await import("./snapshots/seed") : null;
+  let seed = config.seed ? seeds!.loadSeed(config.seed) : null;
   // What a stop is waiting for, named when it takes too long (RunningKiln.stopPhase).
   let phase = "running";
   if (config.ephemeral) {
@@ -173,7 +174,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
     const pass = gate.pass();
     const token = config.platformToken ?? readSavedToken(config.dataDir) ?? "";
     try {
-      await applySeed(
+      await seeds!.applySeed(
         seed,
         async (method, path, body, bearer) => {
           const headers: Record<string, string> = { authorization: `Bearer ${bearer ?? token}`, [pass.header]: pass.value };

@@ -28,6 +28,18 @@ export interface MessageFilter {
 // Mail a dev app sends is small; the cap keeps one runaway attachment from eating the process.
 const MAX_MESSAGE_BYTES = 25 * 1024 * 1024;
 
+
+/**
+ * smtp-server builds a TLS context (parsing its bundled certificate and the system CAs, tens of ms
+ * of CPU) in its constructor even when TLS is off. The catcher speaks plain SMTP only (STARTTLS
+ * disabled, no implicit TLS), so there is no context to build.
+ */
+class PlainSmtpServer extends SMTPServer {
+  override updateSecureContext(): void {
+    this.secureContext = new Map();
+  }
+}
+
 /**
  * A local SMTP server that accepts every message, parses it and keeps it in memory, so that sign-up
  * and password-reset emails can be read (by a person in the dashboard, by a test through the API)
@@ -47,7 +59,7 @@ export class MailCatcher {
   async start(opts: { host?: string; port?: number } = {}): Promise<{ host: string; port: number }> {
     if (this.server) throw new Error("mail catcher already started");
     const host = opts.host ?? "127.0.0.1";
-    const server = new SMTPServer({
+    const server = new PlainSmtpServer({
       authOptional: true,
       allowInsecureAuth: true,
       // Plain SMTP only: there is no certificate to offer, and clients must not try to upgrade.

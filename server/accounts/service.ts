@@ -70,9 +70,10 @@ export class AccountsService {
    */
   async ensureDefault(config: Config, print: (line: string) => void): Promise<{ accountId: string }> {
     return this.store.transaction(async (tx) => {
-      const [existing] = await tx.query<{ id: string }>(`select id from accounts where is_default`);
+      const [existing] = await tx.query<{ id: string; plan: string }>(`select id, plan from accounts where is_default`);
       if (existing) {
-        await tx.query(`update accounts set plan = $2 where id = $1`, [existing.id, config.plan]);
+        // Written only when it changed: a start that writes nothing commits without a WAL flush.
+        if (existing.plan !== config.plan) await tx.query(`update accounts set plan = $2 where id = $1`, [existing.id, config.plan]);
         if (config.platformToken) await this.addToken(existing.id, config.platformToken, tx);
         return { accountId: existing.id };
       }

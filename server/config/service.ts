@@ -1,4 +1,5 @@
-import YAML from "yaml";
+// The YAML library loads at the first manifest that needs it, not at start (it costs ~0.1 s to load).
+const YAML = (): typeof import("yaml") => require("yaml");
 import * as z from "zod";
 import type { ManagementPrincipal } from "../auth/principal";
 import type { Clock } from "../clock";
@@ -27,7 +28,7 @@ const STALE_APPLY_MS = 10 * 60_000;
 
 /** The manifest as text: JSON with two-space indents, or YAML; both end with a newline. */
 export function renderManifest(m: Manifest, format: ManifestFormat): string {
-  if (format === "yaml") return YAML.stringify(m, { lineWidth: 0, aliasDuplicateObjects: false });
+  if (format === "yaml") return YAML().stringify(m, { lineWidth: 0, aliasDuplicateObjects: false });
   return `${JSON.stringify(m, null, 2)}\n`;
 }
 
@@ -63,7 +64,7 @@ export function parseManifestText(text: string, contentType: string | null, maxD
   const what = yamlType ? "YAML" : "JSON or YAML";
   let value: unknown;
   try {
-    const doc = YAML.parseDocument(text, { uniqueKeys: true });
+    const doc = YAML().parseDocument(text, { uniqueKeys: true });
     if (doc.errors.length) throw badRequest(`the request body is not valid ${what}: ${doc.errors[0]!.message.split("\n")[0]}`);
     value = doc.toJS({ maxAliasCount: 100 });
   } catch (err) {

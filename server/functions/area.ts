@@ -86,14 +86,15 @@ export const functionsArea = defineArea({
     const moved = await moveLegacyLogs(store, logs, config.regions[0]!);
     void moved.runtime.catch((e) => log.error("moving earlier invocation logs failed", e));
     await functions.resume();
-    // Say at start how function code is isolated (the probes take a few ms, after listening).
+    // Say at start how function code is isolated. The probes spawn a sandbox (blocking, tens of ms of
+    // CPU): a second after start, so they never hold up the first /healthz.
     if (!functionRuntime.containers) {
       setTimeout(() => {
         const c = chooseIsolation(functionRuntime.sandbox);
         if (!c.isolation) log.warn(noSandboxMessage(c.problems).replace("function code cannot run here", "functions and builds will be refused (503)"));
         else if (c.isolation.kind === "none") log.warn(`functions are NOT sandboxed: ${c.isolation.description}`);
         else log.info(`functions are sandboxed: ${c.isolation.description}`);
-      }, 0).unref?.();
+      }, 1000).unref?.();
     }
   },
   drain: ({ functions }) => functions.drain(),

@@ -2,8 +2,12 @@ import * as z from "zod";
 import { errorSchema } from "../http/common-schemas";
 import { buildOpenApi } from "../http/openapi";
 import type { AreaRouter } from "../http/route";
-import { serveMcp, type McpResource } from "./mcp-server";
-import { TOOLS, type McpDeps } from "./tools";
+import type { McpResource } from "./mcp-server";
+import type { McpDeps } from "./tools";
+
+// The MCP SDK (with ajv) and the tools cost ~0.3 s to load: loaded at the first /mcp request, not at start.
+let loaded: Promise<[typeof import("./mcp-server"), typeof import("./tools")]> | null = null;
+const loadMcp = () => (loaded ??= Promise.all([import("./mcp-server"), import("./tools")]));
 
 const jsonRpcMessage = z
   .looseObject({
@@ -64,6 +68,9 @@ export function mcpRoutes(r: AreaRouter<McpDeps>): void {
       406: jsonRpcError,
       415: jsonRpcError,
     },
-    handler: ({ deps, principal, project, request, body }) => serveMcp(request, body, { deps, project, principal }, TOOLS, resources),
+    handler: async ({ deps, principal, project, request, body }) => {
+      const [{ serveMcp }, { TOOLS }] = await loadMcp();
+      return serveMcp(request, body, { deps, project, principal }, TOOLS, resources);
+    },
   });
 }

@@ -57,6 +57,17 @@ function checkList(migrations: readonly Migration[]): void {
  */
 export async function migrate(store: ControlStore, migrations: readonly Migration[], opts: { refuseNewer?: readonly Migration[] } = {}): Promise<number> {
   checkList(migrations);
+  // The usual start, every migration already applied: one read, no transaction, no lock (an applied
+  // migration is never taken back, so nothing can change that answer under us). A store without the
+  // table yet (a new PostgreSQL database) fails the read and takes the full path below.
+  const recorded = await store.query<{ id: string }>(`select id from kiln_schema`).catch(() => null);
+  if (recorded) {
+    const ids = new Set(recorded.map((r) => r.id));
+    if (migrations.every((m) => ids.has(m.id))) {
+      refuseUnknown(ids, migrations, opts.refuseNewer);
+      return 0;
+    }
+  }
   const locked = <T>(fn: (tx: Sql) => Promise<T>) =>
     store.transaction(async (tx) => {
       await tx.query(`select pg_advisory_xact_lock(7420001)`);
@@ -67,14 +78,7 @@ export async function migrate(store: ControlStore, migrations: readonly Migratio
     await adoptLegacyVersions(tx);
     return new Set((await tx.query<{ id: string }>(`select id from kiln_schema`)).map((r) => r.id));
   });
-  if (opts.refuseNewer) {
-    const known = new Set([...migrations, ...opts.refuseNewer].map((m) => m.id));
-    const unknown = [...done].filter((id) => !known.has(id)).sort();
-    if (unknown.length)
-      throw new Error(
-        `the control store was upgraded by a newer Kiln (it has migration${unknown.length > 1 ? "s" : ""} ${unknown.slice(0, 3).join(", ")}${unknown.length > 3 ? ", ..." : ""} that this version does not know): run that version or a newer one on it (docs/production.md, "Upgrades")`,
-      );
-  }
+  refuseUnknown(done, migrations, opts.refuseNewer);
   let applied = 0;
   for (const m of migrations) {
     if (done.has(m.id)) continue;
@@ -88,6 +92,16 @@ export async function migrate(store: ControlStore, migrations: readonly Migratio
     if (ran) applied++;
   }
   return applied;
+}
+
+function refuseUnknown(done: Set<string>, migrations: readonly Migration[], refuseNewer: readonly Migration[] | undefined): void {
+  if (!refuseNewer) return;
+  const known = new Set([...migrations, ...refuseNewer].map((m) => m.id));
+  const unknown = [...done].filter((id) => !known.has(id)).sort();
+  if (unknown.length)
+    throw new Error(
+      `the control store was upgraded by a newer Kiln (it has migration${unknown.length > 1 ? "s" : ""} ${unknown.slice(0, 3).join(", ")}${unknown.length > 3 ? ", ..." : ""} that this version does not know): run that version or a newer one on it (docs/production.md, "Upgrades")`,
+    );
 }
 
 /** Records the legacy numbered migrations of an older store under their area ids (once). */

@@ -1,17 +1,19 @@
-import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { cp } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { homedir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { createRequire } from "node:module";
-import { embeddedVersion } from "../embedded/embedded";
+import { embeddedFilesUnder, embeddedVersion } from "../embedded/embedded";
 import { migrate, migrationsFingerprint, type Migration } from "./migrations";
 import { openPglite, PgliteStore, type PgliteExtensions } from "./pglite-store";
 
 /**
  * A fresh PGlite runs initdb for seconds. Instead, Kiln makes one closed, prepared data dir per
  * (kind, PGlite version, content) in a cache folder, once (at `npm ci` through postinstall, or at
- * first use), and every new instance is a copy of it: tens of milliseconds instead of seconds.
+ * first use), and every new instance is a copy of it: tens of milliseconds instead of seconds. The
+ * compiled binary carries its templates as archives (cmd/build-binary.ts), so even its first start
+ * on a new machine unpacks one (~0.1 s) instead of running initdb.
  */
 const pglitePkg = { version: embeddedVersion("@electric-sql/pglite") ?? (createRequire(import.meta.url)("@electric-sql/pglite/package.json") as { version: string }).version };
 
@@ -37,12 +39,52 @@ function templateDir(spec: TemplateSpec): string {
   return join(cacheRoot(), "templates", `${spec.kind}-v${TEMPLATE_FORMAT}-pglite${pglitePkg.version}-${spec.fingerprint}`);
 }
 
+/** The file name of a template's archive (`control-v4-pglite0.5.16-<fingerprint>.tar.gz`). */
+export function templateArchiveName(spec: TemplateSpec): string {
+  return `${basename(templateDir(spec))}.tar.gz`;
+}
+
+/** Writes the template's archive into `outDir` (made first if missing); returns its path. */
+export async function writeTemplateArchive(spec: TemplateSpec, outDir: string): Promise<string> {
+  const dir = await ensureTemplate(spec);
+  mkdirSync(outDir, { recursive: true });
+  const file = join(outDir, templateArchiveName(spec));
+  const { c: tar } = await import("tar");
+  await tar({ gzip: true, cwd: dir, file, portable: true }, readdirSync(dir));
+  return file;
+}
+
+/** Unpacks the binary's archive of this template into `tmp`; false when the binary has none (or runs from source). */
+async function unpackEmbedded(spec: TemplateSpec, tmp: string): Promise<boolean> {
+  const name = `templates/${templateArchiveName(spec)}`;
+  const file = embeddedFilesUnder("templates/").find(([n]) => n === name)?.[1];
+  if (!file) return false;
+  mkdirSync(tmp, { recursive: true });
+  const { x: untar } = await import("tar");
+  // A file inside the binary is read whole (tar's own file reader does not see Bun's /$bunfs).
+  const unpack = untar({ cwd: tmp });
+  await new Promise<void>((ok, fail) => {
+    unpack.on("error", fail);
+    unpack.on("close", () => ok());
+    unpack.end(readFileSync(file));
+  });
+  return true;
+}
+
 /** Makes the template if it is missing; safe against concurrent makers (atomic rename). */
 export async function ensureTemplate(spec: TemplateSpec): Promise<string> {
   const dir = templateDir(spec);
   if (existsSync(join(dir, "PG_VERSION"))) return dir;
   mkdirSync(join(dir, ".."), { recursive: true });
   const tmp = `${dir}.tmp-${process.pid}-${Date.now()}`;
+  if (await unpackEmbedded(spec, tmp)) {
+    try {
+      renameSync(tmp, dir);
+    } catch {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+    return dir;
+  }
   // 1 MB WAL segments instead of 16 MB keep every copy of the template small.
   const db = await openPglite(tmp, { initDbStartParams: ["--wal-segsize=1"], ...(spec.extensions ? { extensions: spec.extensions } : {}) });
   const store = new PgliteStore(db);

@@ -152,4 +152,20 @@ describe("the compiled binary", () => {
   test("stops cleanly on SIGTERM", async () => {
     expect(await k.stop()).toBe(0);
   });
+
+  test("a fresh data dir on a machine with no template cache is unpacked from the embedded template, not made by initdb", async () => {
+    // The archive keeps the files' times from when the template was prepared (before the build);
+    // an initdb now would write PG_VERSION now.
+    const cache = join(work, "empty-cache");
+    const startedAt = Date.now() - 1000;
+    const fresh = await startKiln({ binary, cwd: join(work, "run"), env: { PATH: join(work, "path"), HOME: join(work, "home"), KILN_CACHE_DIR: cache, XDG_CACHE_HOME: undefined }, startTimeoutMs: 120_000 });
+    try {
+      const templates = readdirSync(join(cache, "templates"));
+      expect(templates).toEqual([expect.stringMatching(/^control-v\d+-pglite[\d.]+-[0-9a-f]{16}$/)]);
+      expect(statSync(join(cache, "templates", templates[0]!, "PG_VERSION")).mtimeMs).toBeLessThan(startedAt);
+      expect((await fresh.api("GET", "/projects")).status).toBe(200);
+    } finally {
+      expect(await fresh.stop()).toBe(0);
+    }
+  }, 180_000);
 });

@@ -1,7 +1,6 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
-import { x as untar } from "tar";
 import { cacheRoot } from "../../store/template";
 import { COMPILED, embeddedFilesUnder, embeddedVersion } from "../../embedded/embedded";
 import type { ExtensionFiles } from "./extension-mount";
@@ -45,6 +44,8 @@ async function unpack(): Promise<ExtensionFiles> {
   const { files, key } = bundles();
   const dir = join(cacheRoot(), "extensions", key);
   if (!existsSync(join(dir, "share"))) {
+    // tar loads only when there is something to unpack (once per machine), not at every start.
+    const { x: untar } = await import("tar");
     mkdirSync(dirname(dir), { recursive: true });
     const tmp = `${dir}.tmp-${process.pid}-${Date.now()}`;
     try {
