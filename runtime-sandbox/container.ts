@@ -225,29 +225,34 @@ export class ContainerEngine {
         return { missing: `${label} ${want} (--runtime-image ${name}=${image}: the engine has no image ${image} and pulling it failed: ${firstLine((pe as Error).message)}; docker pull ${image}, or docker load it)` };
       }
     }
-    const candidates = kind === "python" ? [`python${want}`, "python3", "python"] : [`ruby${want}`, "ruby"];
+    // The name's own binary first, then the generic ones, then any other minor version (to say which one the image has).
+    const others = kind === "python" ? ["3.10", "3.11", "3.12", "3.13", "3.14"].filter((v) => v !== want).map((v) => `python${v}`) : ["3.3", "3.4", "4.0"].filter((v) => v !== want).map((v) => `ruby${v}`);
+    const candidates = [...(kind === "python" ? [`python${want}`, "python3", "python"] : [`ruby${want}`, "ruby"]), ...others];
     const code = kind === "python" ? ["-c", "import sys, platform; print(sys.executable); print(platform.python_version())"] : ["-e", "puts RbConfig.ruby; puts RUBY_VERSION"];
-    const tried: string[] = [];
-    for (const c of candidates) {
-      const out = await this.runOnce(image, [c, ...code]).catch((e: Error) => ({ code: -1, out: e.message }));
-      if (out.code !== 0) {
-        tried.push(c);
-        continue;
+    // One container through the image's /bin/sh when it has one; else one per candidate (a distroless image).
+    const viaShell = await this.runOnce(image, ["/bin/sh", "-c", `for c in ${candidates.join(" ")}; do if command -v "$c" >/dev/null 2>&1; then exec "$c" "$@"; fi; done; exit 127`, "probe", ...code]).catch(() => null);
+    let out = viaShell?.code === 0 ? viaShell.out : null;
+    if (!viaShell || viaShell.code === 126 || (viaShell.code === 127 && !viaShell.out)) {
+      for (const c of viaShell ? [] : candidates) {
+        const r = await this.runOnce(image, [c, ...code]).catch(() => null);
+        if (r?.code === 0) {
+          out = r.out;
+          break;
+        }
       }
-      const [executable, version] = out.out.trim().split("\n").map((l) => l.trim());
-      if (!executable || !version) continue;
-      if (version.split(".").slice(0, 2).join(".") !== want) return { missing: `${label} ${want} (--runtime-image ${name}=${image} runs ${label} ${version}, another version)` };
-      return {
-        kind,
-        command: executable,
-        version,
-        mounts: [],
-        image,
-        source: `image ${image}`,
-        ...(kind === "python" ? { pip: [executable, "-m", "pip"] } : { bundle: [executable, "-S", "bundle"] }),
-      };
     }
-    return { missing: `${label} ${want} (--runtime-image ${name}=${image}: none of ${tried.join(", ")} runs in that image)` };
+    const [executable, version] = (out ?? "").trim().split("\n").map((l) => l.trim());
+    if (!executable || !version) return { missing: `${label} ${want} (--runtime-image ${name}=${image}: none of ${candidates.slice(0, kind === "python" ? 3 : 2).join(", ")} runs in that image)` };
+    if (version.split(".").slice(0, 2).join(".") !== want) return { missing: `${label} ${want} (--runtime-image ${name}=${image} runs ${label} ${version}, another version)` };
+    return {
+      kind,
+      command: executable,
+      version,
+      mounts: [],
+      image,
+      source: `image ${image}`,
+      ...(kind === "python" ? { pip: [executable, "-m", "pip"] } : { bundle: [executable, "-S", "bundle"] }),
+    };
   }
 
   /** Runs a command in a throw-away container of `image` (no network, as the sandbox user); its exit code and stdout. */
@@ -529,8 +534,12 @@ export async function baseImageTar(): Promise<Readable> {
 export async function rootImageTar(root: string): Promise<Readable> {
   const { create } = await import("tar");
   const top = readdirSync(root).filter((e) => e !== "kiln-root.json");
-  // portable: no host uids or times; the files are root's inside, as Debian ships them.
-  return create({ cwd: root, portable: true, gzip: false }, top) as unknown as Readable;
+  // portable: no host uids or times; the files are root's inside, as Debian ships them. Device nodes
+  // (mmdebstrap's /dev) are left out: the engine makes the container's /dev, and opening them to
+  // archive would read the host's devices.
+  const filter = (_p: string, st: { isCharacterDevice?: () => boolean; isBlockDevice?: () => boolean; isFIFO?: () => boolean; isSocket?: () => boolean }) =>
+    !(st.isCharacterDevice?.() || st.isBlockDevice?.() || st.isFIFO?.() || st.isSocket?.());
+  return create({ cwd: root, portable: true, gzip: false, filter: filter as never }, top) as unknown as Readable;
 }
 
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {

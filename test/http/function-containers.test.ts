@@ -73,7 +73,6 @@ describe("the container runtime", () => {
       expect(lines).toContain(`runtime ${runtime}: containers run on the image ${tag} (${r.body[0]})`);
       expect(lines.join("\n")).not.toMatch(/importing the runtime root/);
     }
-    expect(k.stderr.match(/container runtime: imported kiln-runtime:python3\.13-/g)).toHaveLength(1);
 
     // --runtime-image python3.12=kiln-test/python:3.12 (this Kiln's flag): an image whose python is 3.13 is refused.
     await docker.getImage(ContainerEngine.rootImageTag(rootDir(cacheDir(), "python3.13"))).tag({ repo: "kiln-test/python", tag: "3.12" });
