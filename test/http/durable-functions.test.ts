@@ -347,11 +347,15 @@ end
       `def handler(event, step):\n    step.run("one", lambda: 1)\n    step.sleep("wait", "10m")\n    return step.run("two", lambda: 2)\n`,
       `def handler(event, step):\n    step.sleep("one", "1m")\n    step.sleep("wait", "10m")\n    return 3\n`,
     ],
+    ruby: [
+      `def handler(event:, step:)\n  step.run("one") { 1 }\n  step.sleep("wait", "10m")\n  step.run("two") { 2 }\nend\n`,
+      `def handler(event:, step:)\n  step.run("uno") { 1 }\n  step.sleep("wait", "10m")\n  3\nend\n`,
+    ],
   };
-  for (const lang of ["node", "python"] as const) {
+  for (const lang of ["node", "python", "ruby"] as const) {
     test(`${lang}: a replay that asks for steps in another order fails the execution with a clear error`, async () => {
-      const file = lang === "node" ? "index.js" : "main.py";
-      const runtime = lang === "node" ? "nodejs22.x" : "python3.11";
+      const file = FILE[lang];
+      const runtime = RUNTIME[lang];
       const id = (await deployDurable(k, p.id, { name: `drift-${lang}`, runtime }, tgz({ [file]: DRIFT[lang][0]! }))).body.id;
       await active(k, p.id, id);
       const ex = await k.api("POST", `/projects/${p.id}/durable-functions/${id}/executions`, { body: { input: {} } });
@@ -362,9 +366,11 @@ end
       const e = await settledExecution(p.id, id, ex.body.id);
       expect(e.status).toBe("failed");
       expect(e.error).toBe(
-        lang === "node"
-          ? 'non-deterministic replay: step 1 was run "one" when the execution first ran, and is now run "renamed"'
-          : 'non-deterministic replay: step 1 was run "one" when the execution first ran, and is now sleep "one"',
+        {
+          node: 'non-deterministic replay: step 1 was run "one" when the execution first ran, and is now run "renamed"',
+          python: 'non-deterministic replay: step 1 was run "one" when the execution first ran, and is now sleep "one"',
+          ruby: 'non-deterministic replay: step 1 was run "one" when the execution first ran, and is now run "uno"',
+        }[lang],
       );
     });
   }
