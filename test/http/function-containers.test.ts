@@ -45,8 +45,8 @@ const k = useKiln({ env: { KILN_FUNCTION_MEMORY_MB: "192" }, args: ["--runtime-i
 describe("the container runtime", () => {
   // Issue 30: one artifact per runtime in both profiles. A runtime root is imported as the
   // containers' image (tagged by its folder's content hash, once per engine); --runtime-image serves a
-  // version from an image of its own, checked for the exact version. Two roots only: an import of
-  // about 100 MB takes seconds.
+  // version from an image of its own, checked for the exact version. Few imports: one of about
+  // 100 MB takes 5-25 s here.
   test("the Python and Ruby runtime roots are the containers' images, on the exact version; --runtime-image serves a runtime from an image, another version is refused", { timeout: 180_000 }, async () => {
     const p = await createProject(k);
     const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
@@ -54,7 +54,8 @@ describe("the container runtime", () => {
       python: { "main.py": "import platform, sys, os\n\ndef handler(event, context):\n    return [platform.python_version(), sys.executable, os.path.exists('/usr/bin/bwrap')]\n" },
       ruby: { "main.rb": "def handler(event:, context:)\n  [RUBY_VERSION, RbConfig.ruby, File.exist?('/usr/bin/bwrap')]\nend\n" },
     };
-    for (const runtime of ["python3.13", "ruby3.4"]) {
+    // One root here (the durable tests of the docker project run python3.11 and ruby3.3 on theirs).
+    for (const runtime of ["python3.13"]) {
       const tag = ContainerEngine.rootImageTag(rootDir(cacheDir(), runtime));
       const fn = await settled(k, p.id, (await deploy(k, p.id, { name: `root-${runtime.replace(/\W/g, "-")}`, runtime }, tgz(code[runtime.startsWith("python") ? "python" : "ruby"]))).body.id);
       expect(fn.status, runtime).toBe("active");
@@ -65,7 +66,8 @@ describe("the container runtime", () => {
       // The root's own /usr, not the host's (which has bubblewrap).
       expect(r.body[2]).toBe(false);
       const [worker] = await workersOf(k, fn.id);
-      expect(worker!.Image).toBe(tag);
+      // (Podman names it with its registry: docker.io/library/kiln-runtime:...)
+      expect(worker!.Image.replace(/^docker\.io\/library\//, "")).toBe(tag);
       // Imported once: a second function of the runtime reuses the image, and the build log says which.
       const again = await settled(k, p.id, (await deploy(k, p.id, { name: `again-${runtime.replace(/\W/g, "-")}`, runtime }, tgz(code[runtime.startsWith("python") ? "python" : "ruby"]))).body.id);
       const deps = (await k.api("GET", `/projects/${p.id}/functions/${again.id}/deployments`)).body.data;
@@ -82,8 +84,13 @@ describe("the container runtime", () => {
     expect(wrongDeps[0].error).toMatch(/^runtime python3\.12 is not available on this machine: Python 3\.12 \(--runtime-image python3\.12=kiln-test\/python:3\.12 runs Python 3\.13\.\d+, another version\)$/);
 
     // --runtime-image ruby3.3=kiln-test/ruby:3.3: an image of that version (here made from the ruby3.3 root, as a user's own image would be) serves it.
-    const res = await docker.importImage((await rootImageTar(rootDir(cacheDir(), "ruby3.3"))) as unknown as string, { repo: "kiln-test/ruby:3.3" });
-    await new Promise<void>((resolve, reject) => docker.modem.followProgress(res, (err) => (err ? reject(err) : resolve())));
+    // (The engine may have it already: the durable tests of this project run ruby3.3 on its root's image.)
+    const ruby33 = docker.getImage(ContainerEngine.rootImageTag(rootDir(cacheDir(), "ruby3.3")));
+    if (await ruby33.inspect().then(() => true, () => false)) await ruby33.tag({ repo: "kiln-test/ruby", tag: "3.3" });
+    else {
+      const res = await docker.importImage((await rootImageTar(rootDir(cacheDir(), "ruby3.3"))) as unknown as string, { repo: "kiln-test/ruby:3.3" });
+      await new Promise<void>((resolve, reject) => docker.modem.followProgress(res, (err) => (err ? reject(err) : resolve())));
+    }
     const img = await settled(k, p.id, (await deploy(k, p.id, { name: "image33", runtime: "ruby3.3" }, tgz(code.ruby))).body.id);
     const imgDeps = (await k.api("GET", `/projects/${p.id}/functions/${img.id}/deployments`)).body.data;
     expect(imgDeps[0].error).toBeNull();
@@ -91,7 +98,7 @@ describe("the container runtime", () => {
     const r = await k.api("POST", `/functions/${img.id}/invoke`, { token: sk, body: { payload: {} } });
     expect(r.status, JSON.stringify(r.body)).toBe(200);
     expect(r.body).toEqual([expect.stringMatching(/^3\.3\./), "/usr/bin/ruby3.3", false]);
-    expect((await workersOf(k, img.id))[0]!.Image).toBe("kiln-test/ruby:3.3");
+    expect((await workersOf(k, img.id))[0]!.Image.replace(/^(docker\.io|localhost)\//, "")).toBe("kiln-test/ruby:3.3");
   });
 
   test("a function runs in a container with the engine's limits; the warm container is reused", async () => {
