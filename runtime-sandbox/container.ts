@@ -241,7 +241,7 @@ export class ContainerEngine {
         }
       }
     }
-    const [executable, version] = (out ?? "").trim().split("\n").map((l) => l.trim());
+    const [executable, version] = (out ?? "").trim().split(/\r?\n/).map((l) => l.trim());
     if (!executable || !version) return { missing: `${label} ${want} (--runtime-image ${name}=${image}: none of ${candidates.slice(0, kind === "python" ? 3 : 2).join(", ")} runs in that image)` };
     if (version.split(".").slice(0, 2).join(".") !== want) return { missing: `${label} ${want} (--runtime-image ${name}=${image} runs ${label} ${version}, another version)` };
     return {
@@ -263,7 +263,18 @@ export class ContainerEngine {
       User: `${SANDBOX_PATHS.uid}:${SANDBOX_PATHS.uid}`,
       Env: ["LANG=C.UTF-8", "HOME=/tmp"],
       Labels: { [LABEL]: "1", [OWNER_LABEL]: `${hostname()}/${process.pid}` },
-      HostConfig: { NetworkMode: "none", ReadonlyRootfs: true, Tmpfs: { "/tmp": "rw,size=16m,mode=1777" }, CapDrop: ["ALL"], SecurityOpt: ["no-new-privileges"] },
+      HostConfig: {
+        NetworkMode: "none",
+        ReadonlyRootfs: true,
+        Tmpfs: { "/tmp": "rw,size=16m,mode=1777" },
+        CapDrop: ["ALL"],
+        SecurityOpt: ["no-new-privileges"],
+        // As for workers: Podman's own defaults fail to apply under lower engine limits.
+        Ulimits: [
+          { Name: "nofile", Soft: NOFILE, Hard: NOFILE },
+          { Name: "nproc", Soft: NPROC, Hard: NPROC },
+        ],
+      },
     });
     try {
       await c.start();
@@ -278,6 +289,8 @@ export class ContainerEngine {
 
 /** The payload of a multiplexed (non-TTY) log buffer: 8-byte headers (stream, 0, 0, 0, size BE) before each frame. */
 function demux(b: Buffer): string {
+  // Podman may answer a container's logs unframed: then the bytes are the output itself.
+  if (b.length < 8 || b[0]! > 2 || b[1] !== 0 || b[2] !== 0 || b[3] !== 0) return b.toString();
   const parts: Buffer[] = [];
   for (let i = 0; i + 8 <= b.length; ) {
     const size = b.readUInt32BE(i + 4);
