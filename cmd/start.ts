@@ -26,6 +26,7 @@ export function startCommand(program: Command): void {
     .option("--docker-host <address>", "container engine API for --function-runtime docker: unix:///path or tcp://host:port (KILN_DOCKER_HOST; default DOCKER_HOST, then the Docker and Podman sockets)")
     .option("--function-image <image>", "base image of function containers, imported when missing (KILN_FUNCTION_IMAGE; default kiln-runtime:base)")
     .option("--runtime-path <name=path>", "serve a function runtime with this interpreter of exactly that version, e.g. python3.12=/opt/python3.12/bin/python3.12 (repeatable; KILN_RUNTIME_PATHS, comma-separated)", (v: string, acc: string[] = []) => [...acc, v])
+    .option("--runtime-image <name=image>", "--function-runtime docker: run a Python or Ruby runtime in this image's interpreter of exactly that version, e.g. python3.12=python:3.12-slim (repeatable; KILN_RUNTIME_IMAGES, comma-separated)", (v: string, acc: string[] = []) => [...acc, v])
     .option("--smtp-port <n>", "SMTP port of the built-in mail catcher (0 picks a free one; KILN_SMTP_PORT)")
     .option("--mail-catcher <mode>", "who reads the built-in mail catcher's pages: open (no credential; default without --database-url/--postgres-url), token (this Kiln's platform token; default with them) or off (needs KILN_SMTP_URL) (KILN_MAIL_CATCHER)")
     .option("--public-url <url>", "address used in links Kiln mails out (KILN_PUBLIC_URL; default: the listening address)")
@@ -36,15 +37,7 @@ export function startCommand(program: Command): void {
     .option("--min-cli-version <v>", "answer 426 to CLIs older than this (or KILN_MIN_CLI_VERSION)")
     .action(async (opts, cmd: Command) => {
       const json = Boolean(cmd.optsWithGlobals().json);
-      if (opts.runtimePath?.length) {
-        const { RUNTIME_NAMES } = await import("../runtime-sandbox/runtimes");
-        for (const pair of opts.runtimePath as string[]) {
-          const [name, path] = [pair.slice(0, pair.indexOf("=")), pair.slice(pair.indexOf("=") + 1)];
-          if (!RUNTIME_NAMES.includes(name) || name.startsWith("nodejs") || !path.startsWith("/"))
-            throw new Error(`--runtime-path must be <python or ruby runtime name>=<absolute path>, e.g. python3.12=/usr/local/bin/python3.12; got "${pair}"`);
-        }
-        process.env.KILN_RUNTIME_PATHS = [process.env.KILN_RUNTIME_PATHS, ...(opts.runtimePath as string[])].filter(Boolean).join(",");
-      }
+      await applyRuntimeFlags(opts);
       const config = resolveConfig(opts);
       const { startKiln } = await import("../server/main");
       const running = await startKiln(config);
@@ -55,4 +48,20 @@ export function startCommand(program: Command): void {
       const code = running.services.consoleSignIn.current();
       if (!json && code) console.log(`Console: ${running.url}/_console#code=${code} (a one-time sign-in link, valid 15 minutes)`);
     });
+}
+
+/** --runtime-path and --runtime-image (of start and doctor) into KILN_RUNTIME_PATHS / KILN_RUNTIME_IMAGES, checked. */
+export async function applyRuntimeFlags(opts: { runtimePath?: string[]; runtimeImage?: string[] }): Promise<void> {
+  const { RUNTIME_NAMES } = await import("../runtime-sandbox/runtimes");
+  const valid = (name: string) => RUNTIME_NAMES.includes(name) && !name.startsWith("nodejs");
+  for (const pair of opts.runtimePath ?? []) {
+    const [name, path] = [pair.slice(0, pair.indexOf("=")), pair.slice(pair.indexOf("=") + 1)];
+    if (!valid(name) || !path.startsWith("/")) throw new Error(`--runtime-path must be <python or ruby runtime name>=<absolute path>, e.g. python3.12=/usr/local/bin/python3.12; got "${pair}"`);
+  }
+  for (const pair of opts.runtimeImage ?? []) {
+    const [name, image] = [pair.slice(0, pair.indexOf("=")), pair.slice(pair.indexOf("=") + 1)];
+    if (!valid(name) || !/^[\w][\w.\-/:@]*$/.test(image)) throw new Error(`--runtime-image must be <python or ruby runtime name>=<image>, e.g. python3.12=python:3.12-slim; got "${pair}"`);
+  }
+  if (opts.runtimePath?.length) process.env.KILN_RUNTIME_PATHS = [process.env.KILN_RUNTIME_PATHS, ...opts.runtimePath].filter(Boolean).join(",");
+  if (opts.runtimeImage?.length) process.env.KILN_RUNTIME_IMAGES = [process.env.KILN_RUNTIME_IMAGES, ...opts.runtimeImage].filter(Boolean).join(",");
 }

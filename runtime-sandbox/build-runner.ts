@@ -1,3 +1,4 @@
+import type { ContainerEngine } from "./container";
 import { spawn } from "node:child_process";
 import { lchownSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -24,6 +25,8 @@ export interface BuildOptions {
   sandbox: { want: SandboxChoice; allowUnsandboxed: boolean };
   /** Kiln is stopping: the installer is killed and the build fails as interrupted. */
   signal?: AbortSignal;
+  /** --function-runtime docker: the build imports the runtime's image, and loads a --runtime-image runtime's code in a container. */
+  containers?: ContainerEngine;
 }
 
 /**

@@ -3,11 +3,13 @@ import { chmodSync, copyFileSync, lstatSync, mkdirSync, mkdtempSync, readdirSync
 import { randomBytes } from "node:crypto";
 import { createServer, type Server, type Socket } from "node:net";
 import { hostname, tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { PassThrough, type Readable } from "node:stream";
 import type Docker from "dockerode";
 import { DEFAULT_MAX_PROCESSES, pidAlive, runtimeArgv, sandboxEnv, sandboxMounts, SANDBOX_PATHS, type LaunchSpec, type Mount } from "./sandbox";
 import { descendants, sandboxProcesses } from "./process-tree";
+import { isUnder } from "./mounts";
+import type { ResolvedRuntime } from "./runtimes";
 import type { ExitStatus, WorkerProcess } from "./worker";
 
 /**
@@ -15,7 +17,11 @@ import type { ExitStatus, WorkerProcess } from "./worker";
  * engine, driven through dockerode. The container sees what a bubblewrap sandbox sees (the same
  * mount plan from sandbox.ts: the host's /usr and runtime read-only, bootstraps at /var/runtime,
  * code at /var/task) on top of a tiny base image that only holds the merged-/usr links, the sandbox
- * user and empty mount points. Limits are the engine's: memory (no swap), pids, a sized /tmp, no
+ * user and empty mount points. A Python or Ruby runtime served by a runtime root (runtime-roots.ts)
+ * runs on that root itself instead: `docker import` of the root's tar, tagged by the root's folder
+ * name (runtime name + recipe hash), imported once per engine and reused, so a container runs the
+ * same interpreter and libraries as the sandbox. A runtime given by `--runtime-image` runs on that
+ * image (its own interpreter, probed once for the exact version). Limits are the engine's: memory (no swap), pids, a sized /tmp, no
  * capabilities, no network unless asked. The protocol channel is a unix socket in a per-worker
  * folder bind-mounted at /run/kiln, so it works with the network switched off.
  *
@@ -205,6 +211,155 @@ export class ContainerEngine {
   describe(): string {
     return `${this.version} at ${this.address}, image ${this.image}`;
   }
+
+  private readonly rootImports = new Map<string, Promise<string>>();
+
+  /** The image a runtime's containers start from: its root's, its --runtime-image, or the base image. */
+  imageFor(runtime: Pick<ResolvedRuntime, "root" | "image">, log?: (msg: string) => void): Promise<string> {
+    if (runtime.image) return Promise.resolve(runtime.image);
+    if (!runtime.root) return Promise.resolve(this.image);
+    const root = runtime.root;
+    let p = this.rootImports.get(root);
+    if (!p) {
+      p = this.importRoot(root, log ?? (() => {}));
+      this.rootImports.set(root, p);
+      // A failed import is tried again by the next use.
+      p.catch(() => this.rootImports.delete(root));
+    }
+    return p;
+  }
+
+  /** `kiln-runtime:<name>-<recipe hash>`: a root folder's name is its content address. */
+  static rootImageTag(root: string): string {
+    return `kiln-runtime:${basename(root)}`;
+  }
+
+  private async importRoot(root: string, log: (msg: string) => void): Promise<string> {
+    const tag = ContainerEngine.rootImageTag(root);
+    try {
+      await this.docker.getImage(tag).inspect();
+      return tag;
+    } catch (e) {
+      if ((e as { statusCode?: number }).statusCode !== 404) throw e;
+    }
+    const t0 = Date.now();
+    log(`container runtime: importing the runtime root ${root} as the image ${tag}`);
+    const res = await this.docker.importImage((await rootImageTar(root)) as unknown as string, { repo: tag });
+    await new Promise<void>((resolve, reject) => this.docker.modem.followProgress(res, (err) => (err ? reject(err) : resolve())));
+    await this.docker.getImage(tag).inspect();
+    log(`container runtime: imported ${tag} in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    return tag;
+  }
+
+  private readonly imageProbes = new Map<string, Promise<ResolvedRuntime | { missing: string }>>();
+
+  /**
+   * A runtime served by `--runtime-image name=image`: the image (pulled if the engine lacks it) and
+   * the interpreter on its PATH (`python3.12`, `python3`, `python` / `ruby`), run once to check it
+   * is exactly the version the name says. Remembered for the life of the process.
+   */
+  runtimeFromImage(name: string, kind: "python" | "ruby", want: string, image: string): Promise<ResolvedRuntime | { missing: string }> {
+    const key = `${name}=${image}`;
+    let p = this.imageProbes.get(key);
+    if (!p) {
+      p = this.probeImage(name, kind, want, image);
+      this.imageProbes.set(key, p);
+      // Misses are not remembered: pulling or tagging the image later takes effect.
+      void p.then((r) => "missing" in r && this.imageProbes.delete(key));
+    }
+    return p;
+  }
+
+  private async probeImage(name: string, kind: "python" | "ruby", want: string, image: string): Promise<ResolvedRuntime | { missing: string }> {
+    const label = kind === "python" ? "Python" : "Ruby";
+    try {
+      await this.docker.getImage(image).inspect();
+    } catch (e) {
+      if ((e as { statusCode?: number }).statusCode !== 404) return { missing: `${label} ${want} (--runtime-image ${name}=${image}: ${(e as Error).message})` };
+      try {
+        const res = await this.docker.pull(image);
+        await new Promise<void>((resolve, reject) => this.docker.modem.followProgress(res, (err) => (err ? reject(err) : resolve())));
+      } catch (pe) {
+        return { missing: `${label} ${want} (--runtime-image ${name}=${image}: the engine has no image ${image} and pulling it failed: ${firstLine((pe as Error).message)}; docker pull ${image}, or docker load it)` };
+      }
+    }
+    // The name's own binary first, then the generic ones, then any other minor version (to say which one the image has).
+    const others = kind === "python" ? ["3.10", "3.11", "3.12", "3.13", "3.14"].filter((v) => v !== want).map((v) => `python${v}`) : ["3.3", "3.4", "4.0"].filter((v) => v !== want).map((v) => `ruby${v}`);
+    const candidates = [...(kind === "python" ? [`python${want}`, "python3", "python"] : [`ruby${want}`, "ruby"]), ...others];
+    const code = kind === "python" ? ["-c", "import sys, platform; print(sys.executable); print(platform.python_version())"] : ["-e", "puts RbConfig.ruby; puts RUBY_VERSION"];
+    // One container through the image's /bin/sh when it has one; else one per candidate (a distroless image).
+    const viaShell = await this.runOnce(image, ["/bin/sh", "-c", `for c in ${candidates.join(" ")}; do if command -v "$c" >/dev/null 2>&1; then exec "$c" "$@"; fi; done; exit 127`, "probe", ...code]).catch(() => null);
+    let out = viaShell?.code === 0 ? viaShell.out : null;
+    if (!viaShell || viaShell.code === 126 || (viaShell.code === 127 && !viaShell.out)) {
+      for (const c of viaShell ? [] : candidates) {
+        const r = await this.runOnce(image, [c, ...code]).catch(() => null);
+        if (r?.code === 0) {
+          out = r.out;
+          break;
+        }
+      }
+    }
+    const [executable, version] = (out ?? "").trim().split(/\r?\n/).map((l) => l.trim());
+    if (!executable || !version) return { missing: `${label} ${want} (--runtime-image ${name}=${image}: none of ${candidates.slice(0, kind === "python" ? 3 : 2).join(", ")} runs in that image)` };
+    if (version.split(".").slice(0, 2).join(".") !== want) return { missing: `${label} ${want} (--runtime-image ${name}=${image} runs ${label} ${version}, another version)` };
+    return {
+      kind,
+      command: executable,
+      version,
+      mounts: [],
+      image,
+      source: `image ${image}`,
+      ...(kind === "python" ? { pip: [executable, "-m", "pip"] } : { bundle: [executable, "-S", "bundle"] }),
+    };
+  }
+
+  /** Runs a command in a throw-away container of `image` (no network, as the sandbox user); its exit code and stdout. */
+  private async runOnce(image: string, cmd: string[]): Promise<{ code: number; out: string }> {
+    const c = await this.docker.createContainer({
+      Image: image,
+      Cmd: cmd,
+      User: `${SANDBOX_PATHS.uid}:${SANDBOX_PATHS.uid}`,
+      Env: ["LANG=C.UTF-8", "HOME=/tmp"],
+      Labels: { [LABEL]: "1", [OWNER_LABEL]: `${hostname()}/${process.pid}` },
+      HostConfig: {
+        NetworkMode: "none",
+        ReadonlyRootfs: true,
+        Tmpfs: { "/tmp": "rw,size=16m,mode=1777" },
+        CapDrop: ["ALL"],
+        SecurityOpt: ["no-new-privileges"],
+        // As for workers: Podman's own defaults fail to apply under lower engine limits.
+        Ulimits: [
+          { Name: "nofile", Soft: NOFILE, Hard: NOFILE },
+          { Name: "nproc", Soft: NPROC, Hard: NPROC },
+        ],
+      },
+    });
+    try {
+      await c.start();
+      const r = (await withTimeout(c.wait(), 60_000)) as { StatusCode?: number };
+      const logs = (await c.logs({ stdout: true, stderr: false, follow: false })) as unknown as Buffer;
+      return { code: r.StatusCode ?? -1, out: demux(Buffer.from(logs)) };
+    } finally {
+      await c.remove({ force: true }).catch(() => {});
+    }
+  }
+}
+
+/** The payload of a multiplexed (non-TTY) log buffer: 8-byte headers (stream, 0, 0, 0, size BE) before each frame. */
+function demux(b: Buffer): string {
+  // Podman may answer a container's logs unframed: then the bytes are the output itself.
+  if (b.length < 8 || b[0]! > 2 || b[1] !== 0 || b[2] !== 0 || b[3] !== 0) return b.toString();
+  const parts: Buffer[] = [];
+  for (let i = 0; i + 8 <= b.length; ) {
+    const size = b.readUInt32BE(i + 4);
+    parts.push(b.subarray(i + 8, i + 8 + size));
+    i += 8 + size;
+  }
+  return Buffer.concat(parts).toString();
+}
+
+function firstLine(s: string): string {
+  return s.split("\n")[0]!.slice(0, 300);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -288,7 +443,14 @@ class ContainerProcess implements WorkerProcess {
     // Podman refuses uid= but honours mode=.
     const owner = this.engine.podman ? "mode=1777" : `uid=${SANDBOX_PATHS.uid},gid=${SANDBOX_PATHS.uid}`;
     const tmpfs: Record<string, string> = { "/tmp": `rw,exec,nosuid,nodev,size=${memBytes},${owner}` };
+    const image = await this.engine.imageFor(s.runtime);
+    if (this.killed) throw new Error("stopped before it started");
+    // On a root's (or a --runtime-image's) image the system is the image's own: no host /usr, no
+    // root folder bound over it.
+    const own = (m: { src: string; dest: string }) =>
+      s.runtime.image ? ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives"].some((d) => isUnder(m.dest, d)) : !!s.runtime.root && isUnder(m.src, s.runtime.root);
     for (const m of sandboxMounts(s, this.hiddenPaths, { networkEtc: false })) {
+      if (m.kind === "bind" && own(m)) continue;
       if (m.kind === "bind") binds.push(`${m.src}:${m.dest}:ro`);
       else if (m.kind === "cover-dir") tmpfs[m.dest] = "ro,size=4k";
       else if (m.kind === "cover-file") binds.push(`/dev/null:${m.dest}:ro`);
@@ -297,7 +459,7 @@ class ContainerProcess implements WorkerProcess {
     binds.push(`${this.dir}:${CHANNEL_DIR}`);
     const env = { ...sandboxEnv(s), KILN_CHANNEL: `${CHANNEL_DIR}/channel.sock`, KILN_CHANNEL_TOKEN: token };
     const container = await this.engine.docker.createContainer({
-      Image: this.engine.image,
+      Image: image,
       Cmd: runtimeArgv(s, SANDBOX_PATHS),
       Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
       User: `${SANDBOX_PATHS.uid}:${SANDBOX_PATHS.uid}`,
@@ -434,6 +596,21 @@ export async function baseImageTar(): Promise<Readable> {
   const stream = create({ cwd: root, portable: true, gzip: false }, ["."]) as unknown as Readable;
   stream.on("end", () => rmSync(root, { recursive: true, force: true }));
   return stream;
+}
+
+/**
+ * A runtime root as an image's tar: the root as it is (merged-/usr links, its own /etc). The sandbox
+ * user's passwd/group arrive as binds, as in every sandbox, and the engine makes the mount points.
+ */
+export async function rootImageTar(root: string): Promise<Readable> {
+  const { create } = await import("tar");
+  const top = readdirSync(root).filter((e) => e !== "kiln-root.json");
+  // portable: no host uids or times; the files are root's inside, as Debian ships them. Device nodes
+  // (mmdebstrap's /dev) are left out: the engine makes the container's /dev, and opening them to
+  // archive would read the host's devices.
+  const filter = (_p: string, st: { isCharacterDevice?: () => boolean; isBlockDevice?: () => boolean; isFIFO?: () => boolean; isSocket?: () => boolean }) =>
+    !(st.isCharacterDevice?.() || st.isBlockDevice?.() || st.isFIFO?.() || st.isSocket?.());
+  return create({ cwd: root, portable: true, gzip: false, filter: filter as never }, top) as unknown as Readable;
 }
 
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {

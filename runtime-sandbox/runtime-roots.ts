@@ -83,7 +83,7 @@ export function sourceName(r: RootRecipe): string {
 
 export function howToProvide(name: string): string {
   const manager = name.startsWith("python") ? "pyenv" : "rbenv";
-  return `give Kiln an interpreter of exactly that version: kiln start --runtime-path ${name}=/path/to/${name} (KILN_RUNTIME_PATHS), or put it on PATH as ${name} or in ${manager} (${manager} install ${name.replace(/^\D+/, "")}); it serves both --function-runtime process and docker`;
+  return `give Kiln an interpreter of exactly that version: kiln start --runtime-path ${name}=/path/to/${name} (KILN_RUNTIME_PATHS), or put it on PATH as ${name} or in ${manager} (${manager} install ${name.replace(/^\D+/, "")}); it serves both --function-runtime process and docker (where an image of it also does: --runtime-image ${name}=<image>)`;
 }
 
 // 2: Python roots carry the standard library's bytecode.

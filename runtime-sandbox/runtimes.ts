@@ -28,6 +28,8 @@ export interface ResolvedRuntime {
   mounts: string[];
   /** A root filesystem Kiln provisioned (runtime-roots.ts): its /usr replaces the host's in the sandbox. */
   root?: string;
+  /** A container image with the interpreter (`--runtime-image`, docker profile only): `command` is its path inside. */
+  image?: string;
   /** What serves it, for doctor and the build log: "Debian trixie root (…)", "host interpreter", "npm node@22". */
   source?: string;
   /** pip's command line in the build sandbox (Python). */
@@ -106,23 +108,48 @@ export async function resolveRuntime(name: string, opts: { progress?: Progress }
   return r;
 }
 
+/**
+ * Where each runtime name's interpreter comes from, the same on every machine (the table of
+ * docs/functions.md): npm, a Debian suite's root, or nothing reachable (a host interpreter of exactly
+ * that version, --runtime-path, or --runtime-image in the docker profile).
+ */
+export function runtimeSource(name: string): string {
+  const spec = RUNTIMES[name];
+  if (!spec) return "unknown";
+  if (spec.kind === "node") return `npm node@${spec.major}`;
+  const recipe = ROOT_RECIPES[name];
+  if (recipe) return `Debian ${sourceName(recipe)} (${recipe.packages[0]!.replace(/\/.*$/, "")})`;
+  return "none: host interpreter, --runtime-path or --runtime-image";
+}
+
 /** For `kiln doctor`: never installs anything. */
-export async function listRuntimes(): Promise<Array<{ name: string; servedBy: string | null; missing?: string }>> {
-  const out: Array<{ name: string; servedBy: string | null; missing?: string }> = [];
+export async function listRuntimes(): Promise<Array<{ name: string; source: string; servedBy: string | null; missing?: string }>> {
+  const out: Array<{ name: string; source: string; servedBy: string | null; missing?: string }> = [];
   for (const [name, spec] of Object.entries(RUNTIMES)) {
+    const n = out.length;
+    await listOne(name, spec, out as Array<{ name: string; servedBy: string | null; missing?: string }>);
+    for (const r of out.slice(n)) r.source = runtimeSource(name);
+    const image = runtimeImageOverride(name);
+    if (image) for (const r of out.slice(n)) r.servedBy = `${r.servedBy ?? "-"}; --function-runtime docker: --runtime-image ${image}`;
+  }
+  return out;
+}
+
+async function listOne(name: string, spec: RuntimeSpec, out: Array<{ name: string; servedBy: string | null; missing?: string }>): Promise<void> {
+  {
     if (spec.kind === "node") {
       const installed = readNodeInstall(nodeDir(spec.major), spec.major);
       if (installed) out.push({ name, servedBy: `${installed.command} (v${installed.version})` });
       else if (!nodeInstallAllowed()) out.push({ name, servedBy: null, missing: notInstalledMessage(spec.major) });
       else if (which("npm")) out.push({ name, servedBy: `npm node@${spec.major} (installed on first use)` });
       else out.push({ name, servedBy: null, missing: `npm (needed once to install Node ${spec.major})` });
-      continue;
+      return;
     }
     const override = runtimePathOverride(name);
     const cached = cachedRoot(cacheDir(), name);
     if (override) {
       const r = await checkHostInterpreter(spec, override);
-      out.push(isMissing(r) ? { name, servedBy: null, missing: r.missing } : { name, servedBy: `--runtime-path ${r.command} (${r.version})` });
+      out.push(isMissing(r) ? { name, servedBy: null, missing: r.missing } : { name, servedBy: `--runtime-path ${override}${r.command === override ? "" : ` (${r.command})`}, ${r.version}` });
     } else if (cached) {
       out.push({ name, servedBy: `Debian ${cached.suite} root, ${cached.binary} (${cached.version}, ${(cached.bytes / 1e6).toFixed(0)} MB)` });
     } else if (ROOT_RECIPES[name] && runtimeInstallAllowed()) {
@@ -134,7 +161,6 @@ export async function listRuntimes(): Promise<Array<{ name: string; servedBy: st
       else out.push({ name, servedBy: null, missing: `${NO_SOURCE[name]}: ${howToProvide(name)}` });
     }
   }
-  return out;
 }
 
 /** What a first use of `name` would install now (for the build log), or null when nothing is needed. */
@@ -159,12 +185,30 @@ export async function prepareRuntimeRoots(names = Object.keys(ROOT_RECIPES), pro
 }
 
 /** `--runtime-path name=/path` of `kiln start` (KILN_RUNTIME_PATHS: name=path,name=path). */
-function runtimePathOverride(name: string): string | null {
+export function runtimePathOverride(name: string): string | null {
   for (const pair of (process.env.KILN_RUNTIME_PATHS ?? "").split(",")) {
     const i = pair.indexOf("=");
     if (i > 0 && pair.slice(0, i).trim() === name) return pair.slice(i + 1).trim();
   }
   return null;
+}
+
+/** `--runtime-image name=image` of `kiln start` (KILN_RUNTIME_IMAGES: name=image,name=image); the docker profile only. */
+export function runtimeImageOverride(name: string): string | null {
+  for (const pair of (process.env.KILN_RUNTIME_IMAGES ?? "").split(",")) {
+    const i = pair.indexOf("=");
+    if (i > 0 && pair.slice(0, i).trim() === name) return pair.slice(i + 1).trim();
+  }
+  return null;
+}
+
+type ImageResolver = (name: string, kind: "python" | "ruby", version: string, image: string) => Promise<ResolvedRuntime | MissingRuntime>;
+let imageResolver: ImageResolver | null = null;
+
+/** Set by the container engine of `--function-runtime docker`: `--runtime-image` names resolve through it. */
+export function setRuntimeImageResolver(r: ImageResolver | null): void {
+  imageResolver = r;
+  for (const n of [...resolved.keys()]) if (runtimeImageOverride(n)) resolved.delete(n);
 }
 
 /** Runtime roots (and Node) may be fetched on first use unless KILN_RUNTIME_INSTALL or KILN_NODE_INSTALL is off. */
@@ -177,6 +221,8 @@ export function runtimeInstallAllowed(): boolean {
  * interpreter of exactly that minor version, else what to do.
  */
 async function resolveInterpreter(name: string, spec: RuntimeSpec, progress?: Progress): Promise<ResolvedRuntime | MissingRuntime> {
+  const image = runtimeImageOverride(name);
+  if (image && imageResolver) return imageResolver(name, spec.kind as "python" | "ruby", `${spec.major}.${spec.minor}`, image);
   const override = runtimePathOverride(name);
   if (override) return withTools(await checkHostInterpreter(spec, override), "--runtime-path");
   const recipe = ROOT_RECIPES[name];

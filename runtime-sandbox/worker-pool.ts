@@ -186,6 +186,14 @@ export class WorkerPool {
     if (this.unavailable) throw new FunctionError("sandbox_unavailable", this.unavailable);
     const runtime = await resolveRuntime(v.runtime);
     if (isMissing(runtime)) throw new FunctionError("runtime_missing", `runtime ${v.runtime} is not available on this machine; install ${runtime.missing}`);
+    // A runtime root's image is imported once (usually by the build already), before the clock starts.
+    if (this.containers && runtime.root) {
+      try {
+        await this.containers.imageFor(runtime, (m) => this.report(m));
+      } catch (e) {
+        throw new FunctionError("runtime_missing", `runtime ${v.runtime}: importing its root filesystem into the container engine failed: ${(e as Error).message}`);
+      }
+    }
     // The clock starts after the runtime is at hand: a first-use install of Node is not the function's time.
     const callerDeadline = ctx.deadlineMs ?? Infinity;
     const limitMessage = `the function timed out after ${v.limits.timeoutMs} ms`;

@@ -187,12 +187,15 @@ export function functionsCommand(program: Command): void {
     .command("doctor")
     .description("what serves each function runtime on this machine, and how functions are isolated")
     .option("--docker-host <address>", "also check this container engine (unix:///path or tcp://host:port) for --function-runtime docker")
-    .action(async (opts: { dockerHost?: string }, cmd: Command) => {
+    .option("--runtime-path <name=path>", "as kiln start's: check this interpreter for the runtime (repeatable; KILN_RUNTIME_PATHS)", (v: string, acc: string[] = []) => [...acc, v])
+    .option("--runtime-image <name=image>", "as kiln start's: the image serving the runtime under --function-runtime docker (repeatable; KILN_RUNTIME_IMAGES)", (v: string, acc: string[] = []) => [...acc, v])
+    .action(async (opts: { dockerHost?: string; runtimePath?: string[]; runtimeImage?: string[] }, cmd: Command) => {
       const json = Boolean(cmd.optsWithGlobals().json);
+      await (await import("../start")).applyRuntimeFlags(opts);
       const { listRuntimes } = await import("../../runtime-sandbox/runtimes");
       const { chooseIsolation, noSandboxMessage } = await import("../../runtime-sandbox/isolation");
       const rows = await listRuntimes();
-      const runtimes = rows.map((r) => ({ runtime: r.name, served_by: r.servedBy ?? null, install: r.missing ?? null }));
+      const runtimes = rows.map((r) => ({ runtime: r.name, source: r.source, served_by: r.servedBy ?? null, install: r.missing ?? null }));
       const problems: string[] = [];
       const want = (process.env.KILN_FUNCTION_SANDBOX ?? "auto") as "auto" | "bubblewrap" | "namespaces";
       const choice = chooseIsolation({ want, allowUnsandboxed: process.env.KILN_ALLOW_UNSANDBOXED_FUNCTIONS === "1" });
@@ -221,7 +224,7 @@ export function functionsCommand(program: Command): void {
       }
       const report = { runtimes, isolation, not_used: choice.problems, limits, cgroups: cgroupNotes, containers };
       output(json, report, () => {
-        printTable(runtimes.map((r) => ({ ...r, install: r.install ?? "" })), ["runtime", "served_by", "install"], "runtimes");
+        printTable(runtimes.map((r) => ({ ...r, install: r.install ?? "" })), ["runtime", "source", "served_by", "install"], "runtimes");
         for (const p of choice.problems) console.log(`not used: ${p}`);
         console.log(`isolation: ${isolation}`);
         console.log(`limits: ${limits.join(", ")}`);

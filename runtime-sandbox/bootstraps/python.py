@@ -135,6 +135,19 @@ def describe(e):
     return {"error": str(e), "type": type(e).__name__}
 
 
+_BOOTSTRAP = os.path.abspath(__file__)
+
+
+def format_exc(e):
+    """Python's own traceback of e (as the interpreter prints an uncaught one), without this bootstrap's frames."""
+    tb = e.__traceback__
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) == _BOOTSTRAP:
+        tb = tb.tb_next
+    if tb is not None:
+        e.__traceback__ = tb
+    return "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+
+
 def flush_partial():
     sys.stdout.flush_partial() if isinstance(sys.stdout, LogStream) else None
     sys.stderr.flush_partial() if isinstance(sys.stderr, LogStream) else None
@@ -221,7 +234,7 @@ class Step:
             except (TypeError, ValueError) as e:
                 error = e
         if error is not None:
-            log("error", "".join(traceback.format_exception(error)).rstrip())
+            log("error", format_exc(error))
             frame = {"status": "failed", "error": _error_of(error)}
         if retries is not None:
             frame["retries"] = retries
@@ -316,7 +329,7 @@ def main():
         handler = load()
     except BaseException as e:  # SyntaxError, ImportError, SystemExit at import time...
         flush_partial()
-        log("error", "".join(traceback.format_exception(e)).rstrip())
+        log("error", format_exc(e))
         if isinstance(e, MemoryError):
             send({"t": "fatal", "kind": "out_of_memory", "error": "MemoryError"})
         else:
@@ -350,12 +363,12 @@ def main():
             continue
         except MemoryError as e:
             flush_partial()
-            log("error", "".join(traceback.format_exception(e)).rstrip())
+            log("error", format_exc(e))
             send({"t": "fatal", "kind": "out_of_memory", "error": "MemoryError"})
             os._exit(1)
         except Exception as e:
             flush_partial()
-            log("error", "".join(traceback.format_exception(e)).rstrip())
+            log("error", format_exc(e))
             send({"t": "error", "id": msg["id"], **describe(e)})
             continue
         flush_partial()

@@ -43,7 +43,7 @@ export const functionsArea = defineArea({
       blobDir: join(config.dataDir, "blobs", "functions"),
       codeDir: join(config.dataDir, "functions"),
       maxFunctions: () => config.maxFunctions,
-      build: { hiddenPaths: [config.dataDir], sandbox },
+      build: { hiddenPaths: [config.dataDir], sandbox, containers: containers ?? undefined },
       // With containers a deploy is accepted; a build that needs a local sandbox and finds none fails
       // with the same message (builds run on this host).
       sandboxProblem: () => {
@@ -71,6 +71,7 @@ export const functionsArea = defineArea({
       async close() {
         await (await pool)?.close();
         await containers?.settle();
+        if (containers) (await import("../../runtime-sandbox/runtimes")).setRuntimeImageResolver(null);
       },
     };
     return { functions, functionPool, functionRuntime };
@@ -120,5 +121,8 @@ async function connectContainerEngine(config: Config, log: Logger) {
   const { ContainerEngine } = await import("../../runtime-sandbox/container");
   const engine = await ContainerEngine.connect({ host: config.dockerHost, image: config.functionImage, hiddenPaths: [config.dataDir], log: (m) => log.info(m) });
   log.info(`functions run in containers: ${engine.describe()}`);
+  // --runtime-image names resolve to their image on this engine.
+  const { setRuntimeImageResolver } = await import("../../runtime-sandbox/runtimes");
+  setRuntimeImageResolver((name, kind, version, image) => engine.runtimeFromImage(name, kind, version, image));
   return engine;
 }

@@ -67,6 +67,10 @@ export async function buildDeployment(b: DeploymentBuild): Promise<string | null
   return error;
 }
 
+function hasLines(file: string): boolean {
+  return existsSync(file) && readFileSync(file, "utf8").split("\n").some((l) => l.trim() && !l.trim().startsWith("#"));
+}
+
 /**
  * The compile build of a deployment in its extracted source folder: reserved-path check, runtime
  * check, dependency installation from the manifests, then the code loaded once in the worker
@@ -91,12 +95,25 @@ export async function buildFunction(root: string, build: StoredBuildConfig, o: B
   });
   if (isMissing(runtime)) return `runtime ${build.runtime} is not available on this machine: ${runtime.missing}`;
   if (provisioning) await log("info", `runtime ${build.runtime}: installed (${runtime.version}, ${runtime.source ?? runtime.command})`);
+  if (o.containers && runtime.root) {
+    // The containers run on the root itself: imported into the engine once, here rather than at the first invocation.
+    try {
+      const image = await o.containers.imageFor(runtime, (m) => void log("info", `runtime ${build.runtime}: ${m.replace(/^container runtime: /, "")}`));
+      await log("info", `runtime ${build.runtime}: containers run on the image ${image} (${runtime.version})`);
+    } catch (e) {
+      return `runtime ${build.runtime}: importing its root filesystem into the container engine failed: ${(e as Error).message}`;
+    }
+  }
+  if (runtime.image) await log("info", `runtime ${build.runtime}: containers run on --runtime-image ${runtime.image} (${runtime.command}, ${runtime.version})`);
   if (!build.entry) {
     const expected = runtimeFamily(build.runtime) === "node" ? "index.js or index.mjs" : runtimeFamily(build.runtime) === "python" ? "main.py" : "main.rb";
     return `no entry file: expected ${expected} in the function root (${build.function_root})`;
   }
   const installDir = join(root, build.install_root);
   const family = runtimeFamily(build.runtime);
+  if (runtime.image && ((family === "python" && hasLines(join(installDir, "requirements.txt"))) || (family === "ruby" && existsSync(join(installDir, "Gemfile")))))
+    // Installers run in this host's build sandbox (its egress proxy, its package-manager settings), where an image's interpreter is not.
+    return `dependency installation: runtime ${build.runtime} is served by --runtime-image ${runtime.image}, whose interpreter does not run in the build sandbox on this host; give Kiln an interpreter of that version for builds too (--runtime-path ${build.runtime}=/path), or deploy without ${family === "python" ? "requirements.txt" : "a Gemfile"}`;
   if (family === "node" && existsSync(join(installDir, "package.json"))) {
     const pkg = JSON.parse(readFileSync(join(installDir, "package.json"), "utf8")) as { dependencies?: Record<string, string> };
     if (pkg.dependencies && Object.keys(pkg.dependencies).length > 0) {

@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { newId } from "../ids";
 import { isoTimeOrNull as iso, type ControlStore, type Row, type Sql } from "../store/store";
 import type { SandboxChoice } from "../../runtime-sandbox/isolation";
+import type { BuildOptions } from "../../runtime-sandbox/build-runner";
 import type { BuildLogs, StoredBuildConfig } from "./builds";
 import { toRecord, type FunctionRecord } from "./records";
 import type { SharedCode } from "./shared-code";
@@ -35,7 +36,7 @@ export interface DeploymentQueueDeps {
   /** Stops the workers of every version of a function except `keep` (a deployment id). */
   retireWorkers: (functionId: string, keep?: string) => Promise<void>;
   /** Where dependency installs run: the build sandbox, never seeing these paths. */
-  build: { hiddenPaths: string[]; sandbox: { want: SandboxChoice; allowUnsandboxed: boolean } };
+  build: { hiddenPaths: string[]; sandbox: { want: SandboxChoice; allowUnsandboxed: boolean }; containers?: BuildOptions["containers"] };
   log: { error: (m: string, e?: unknown) => void };
   /** Runs in the transaction that marks a function deleted: what hangs off it (schedulers) goes with it. */
   onDeleted: (tx: Sql, functionId: string) => Promise<void>;

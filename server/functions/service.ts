@@ -2,6 +2,7 @@ import { HttpError } from "../http/errors";
 import { newId } from "../ids";
 import type { ControlStore, Sql } from "../store/store";
 import type { SandboxChoice } from "../../runtime-sandbox/isolation";
+import type { BuildOptions } from "../../runtime-sandbox/build-runner";
 import type { FunctionBuildConfig, NormalizedSource } from "./archive";
 import type { BuildLogs } from "./builds";
 import { DeploymentQueue } from "./deployment-queue";
@@ -22,7 +23,7 @@ export interface FunctionsDeps {
   /** Stops the workers of every version of a function except `keep` (a deployment id). */
   retireWorkers: (functionId: string, keep?: string) => Promise<void>;
   /** Where dependency installs run: the build sandbox, never seeing these paths. */
-  build: { hiddenPaths: string[]; sandbox: { want: SandboxChoice; allowUnsandboxed: boolean } };
+  build: { hiddenPaths: string[]; sandbox: { want: SandboxChoice; allowUnsandboxed: boolean }; containers?: BuildOptions["containers"] };
   /** Why no build can run here (no sandbox and none allowed): deploys are then a 503 naming the fix. */
   sandboxProblem: () => string | null;
   log: { error: (m: string, e?: unknown) => void };

@@ -1,6 +1,6 @@
 // Durable functions (issue 16, docs/durable-functions.md): the collection, executions with
 // journaled steps replayed in fresh segments, sleeps and retries on the platform clock, stop,
-// re-run from a step, schedulers, usage and logs. Node and Python; both control stores.
+// re-run from a step, schedulers, usage and logs. Node, Python and Ruby; both control stores.
 import { beforeAll, describe, expect, test } from "vitest";
 import { tgz } from "../support/functions";
 import { createProject, createToken, eventually, useKiln, type TestKiln } from "../support/kiln";
@@ -49,6 +49,21 @@ def handler(event, step):
     return {"a": a, "b": b}
 `;
 
+const RB_WORKFLOW = `
+def handler(event:, step:)
+  a = step.run("pick") { { "n" => rand, "got" => event["x"] } }
+  step.sleep("nap", "3h")
+  b = step.run("double") { a["got"] * 2 }
+  { "a" => a, "b" => b }
+end
+`;
+
+type Lang = "node" | "python" | "ruby";
+const RUNTIME: Record<Lang, string> = { node: "nodejs22.x", python: "python3.11", ruby: "ruby3.3" };
+const FILE: Record<Lang, string> = { node: "index.js", python: "main.py", ruby: "main.rb" };
+// Each workflow's nap, in hours.
+const NAP: Record<Lang, number> = { node: 1, python: 2, ruby: 3 };
+
 describe("durable functions", () => {
   let p: { id: string };
   let sk: string;
@@ -57,10 +72,10 @@ describe("durable functions", () => {
     sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "backend" } })).body.key;
   });
 
-  for (const lang of ["node", "python"] as const) {
+  for (const lang of ["node", "python", "ruby"] as const) {
     test(`${lang}: steps are journaled, a sleep waits on the platform clock holding no worker, replays never re-run a completed step`, async () => {
-      const code = lang === "node" ? tgz({ "index.js": NODE_WORKFLOW }) : tgz({ "main.py": PY_WORKFLOW });
-      const created = await deployDurable(k, p.id, { name: `flow-${lang}`, runtime: lang === "node" ? "nodejs22.x" : "python3.11" }, code);
+      const code = tgz({ [FILE[lang]]: { node: NODE_WORKFLOW, python: PY_WORKFLOW, ruby: RB_WORKFLOW }[lang] });
+      const created = await deployDurable(k, p.id, { name: `flow-${lang}`, runtime: RUNTIME[lang] }, code);
       expect(created.status).toBe(201);
       expect(Object.keys(created.body).sort()).toEqual(["created_at", "handler", "id", "name", "runtime", "status", "updated_at"]);
       const fn = await active(k, p.id, created.body.id);
@@ -77,11 +92,11 @@ describe("durable functions", () => {
       const picked = sleeping.steps[0].output;
       expect(picked.got).toBe(21);
       const wake = Date.parse(sleeping.steps[1].wake_at);
-      expect(wake - Date.parse(sleeping.steps[1].started_at)).toBe(lang === "node" ? 3_600_000 : 7_200_000);
+      expect(wake - Date.parse(sleeping.steps[1].started_at)).toBe(NAP[lang] * 3_600_000);
       // Not woken early.
-      await advance(lang === "node" ? 1800 : 3600);
+      await advance(NAP[lang] * 1800);
       expect((await k.api("GET", `/projects/${p.id}/durable-functions/${fn.id}/executions/${started.body.id}`)).body.status).toBe("sleeping");
-      await advance(lang === "node" ? 1801 : 3601);
+      await advance(NAP[lang] * 1800 + 1);
       const done = await settledExecution(p.id, fn.id, started.body.id);
       expect(done.status).toBe("completed");
       // The replay returned the journaled value (a re-run would have picked another random number).
@@ -267,11 +282,24 @@ def handler(event, step):
     return step.run("always-fails", broken, retries=2)
 `,
     }),
+    ruby: tgz({
+      "main.rb": `def handler(event:, step:, context:)
+  if event["catch"]
+    begin
+      step.run("doomed", retries: 0) { raise TypeError, "nope" }
+    rescue KilnBootstrap::StepError => e
+      return { "caught" => "#{e.type}: #{e.message}" }
+    end
+  end
+  step.run("always-fails", retries: 2) { raise "broken #{Process.clock_gettime(Process::CLOCK_REALTIME, :nanosecond)}" }
+end
+`,
+    }),
   };
 
-  for (const lang of ["node", "python"] as const) {
+  for (const lang of ["node", "python", "ruby"] as const) {
     test(`${lang}: a failing step retries with backoff on the platform clock, then its error reaches the handler; uncaught it fails the execution`, async () => {
-      const fn = await active(k, p.id, (await deployDurable(k, p.id, { name: `flaky-${lang}`, runtime: lang === "node" ? "nodejs22.x" : "python3.11" }, FLAKY[lang])).body.id);
+      const fn = await active(k, p.id, (await deployDurable(k, p.id, { name: `flaky-${lang}`, runtime: RUNTIME[lang] }, FLAKY[lang])).body.id);
       const caught = await k.api("POST", `/durable-functions/${fn.id}/executions`, { token: sk, body: { input: { catch: true } } });
       const c = await settledExecution(p.id, fn.id, caught.body.id);
       expect(c.status).toBe("completed");
@@ -298,6 +326,15 @@ def handler(event, step):
       expect(e.steps[0]).toMatchObject({ status: "failed", attempts: 3 });
       expect(e.error).toMatch(lang === "node" ? /^Error: broken \d+$/ : /^StepError: broken \d+$/);
       expect(e.steps[0].error).toMatch(lang === "node" ? /^Error: broken \d+$/ : /^RuntimeError: broken \d+$/);
+      if (lang === "ruby") {
+        // Each failed attempt's backtrace is in the execution's lines, as Ruby prints it.
+        const search = await eventually(
+          () => k.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function", ids: [fn.id] }, q: `invocation.id:${failing.body.id}`, limit: 1000 } }),
+          (r) => r.status === 200 && r.body.data?.filter((l: any) => /broken \d+ \(RuntimeError\)/.test(String(l.body))).length >= 3,
+          10_000,
+        );
+        expect(search.body.data.map((l: any) => String(l.body)).find((b: string) => /broken \d+ \(RuntimeError\)/.test(b))).toMatch(/^\/var\/task\/main\.rb:9:in .*block in .*handler'?: broken \d+ \(RuntimeError\)\n\tfrom /);
+      }
     });
   }
 
@@ -310,11 +347,15 @@ def handler(event, step):
       `def handler(event, step):\n    step.run("one", lambda: 1)\n    step.sleep("wait", "10m")\n    return step.run("two", lambda: 2)\n`,
       `def handler(event, step):\n    step.sleep("one", "1m")\n    step.sleep("wait", "10m")\n    return 3\n`,
     ],
+    ruby: [
+      `def handler(event:, step:)\n  step.run("one") { 1 }\n  step.sleep("wait", "10m")\n  step.run("two") { 2 }\nend\n`,
+      `def handler(event:, step:)\n  step.run("uno") { 1 }\n  step.sleep("wait", "10m")\n  3\nend\n`,
+    ],
   };
-  for (const lang of ["node", "python"] as const) {
+  for (const lang of ["node", "python", "ruby"] as const) {
     test(`${lang}: a replay that asks for steps in another order fails the execution with a clear error`, async () => {
-      const file = lang === "node" ? "index.js" : "main.py";
-      const runtime = lang === "node" ? "nodejs22.x" : "python3.11";
+      const file = FILE[lang];
+      const runtime = RUNTIME[lang];
       const id = (await deployDurable(k, p.id, { name: `drift-${lang}`, runtime }, tgz({ [file]: DRIFT[lang][0]! }))).body.id;
       await active(k, p.id, id);
       const ex = await k.api("POST", `/projects/${p.id}/durable-functions/${id}/executions`, { body: { input: {} } });
@@ -325,9 +366,11 @@ def handler(event, step):
       const e = await settledExecution(p.id, id, ex.body.id);
       expect(e.status).toBe("failed");
       expect(e.error).toBe(
-        lang === "node"
-          ? 'non-deterministic replay: step 1 was run "one" when the execution first ran, and is now run "renamed"'
-          : 'non-deterministic replay: step 1 was run "one" when the execution first ran, and is now sleep "one"',
+        {
+          node: 'non-deterministic replay: step 1 was run "one" when the execution first ran, and is now run "renamed"',
+          python: 'non-deterministic replay: step 1 was run "one" when the execution first ran, and is now sleep "one"',
+          ruby: 'non-deterministic replay: step 1 was run "one" when the execution first ran, and is now run "uno"',
+        }[lang],
       );
     });
   }

@@ -9,8 +9,9 @@ import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import Docker from "dockerode";
 import { describe, expect, inject, test } from "vitest";
-import { dockerOptions } from "../../runtime-sandbox/container";
-import { ROOT_RECIPES } from "../../runtime-sandbox/runtime-roots";
+import { ContainerEngine, dockerOptions, rootImageTar } from "../../runtime-sandbox/container";
+import { ROOT_RECIPES, rootDir } from "../../runtime-sandbox/runtime-roots";
+import { cacheDir } from "../../runtime-sandbox/runtimes";
 import { appArchive, deployFrontend, frontendSettled, PROBE_APP, siteFetch } from "../support/frontends";
 import { deploy, settled, tgz, processesTagged } from "../support/functions";
 import { BUN, createProject, eventually, KILN, ROOT, startKiln, useKiln, type TestKiln } from "../support/kiln";
@@ -42,25 +43,68 @@ async function workersOf(k: TestKiln, functionId?: string) {
 
 // Frontends: the stand-in next build installs from nothing (a registry nobody listens on); a Next.js server gets 384 MB.
 const FRONTEND_MEMORY_MB = 384;
-const k = useKiln({ env: { KILN_FUNCTION_MEMORY_MB: "192", KILN_FRONTEND_MEMORY_MB: String(FRONTEND_MEMORY_MB), npm_config_registry: "http://127.0.0.1:9/" } });
+const k = useKiln({
+  env: { KILN_FUNCTION_MEMORY_MB: "192", KILN_FRONTEND_MEMORY_MB: String(FRONTEND_MEMORY_MB), npm_config_registry: "http://127.0.0.1:9/" },
+  args: ["--runtime-image", "python3.12=kiln-test/python:3.12", "--runtime-image", "ruby3.3=kiln-test/ruby:3.3"],
+});
 
 describe("the container runtime", () => {
-  // Issue 30: the same root filesystem serves a runtime in both profiles (bound as the container's /usr).
-  test("the Python and Ruby runtime roots serve containers too, on the exact version", async () => {
+  // Issue 30: one artifact per runtime in both profiles. A runtime root is imported as the
+  // containers' image (tagged by its folder's content hash, once per engine); --runtime-image serves a
+  // version from an image of its own, checked for the exact version. Few imports: one of about
+  // 100 MB takes 5-25 s here.
+  test("the Python and Ruby runtime roots are the containers' images, on the exact version; --runtime-image serves a runtime from an image, another version is refused", { timeout: 180_000 }, async () => {
     const p = await createProject(k);
     const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
     const code = {
-      python: { "main.py": "import platform, sys\n\ndef handler(event, context):\n    return [platform.python_version(), sys.executable]\n" },
-      ruby: { "main.rb": "def handler(event:, context:)\n  [RUBY_VERSION, RbConfig.ruby]\nend\n" },
+      python: { "main.py": "import platform, sys, os\n\ndef handler(event, context):\n    return [platform.python_version(), sys.executable, os.path.exists('/usr/bin/bwrap')]\n" },
+      ruby: { "main.rb": "def handler(event:, context:)\n  [RUBY_VERSION, RbConfig.ruby, File.exist?('/usr/bin/bwrap')]\nend\n" },
     };
-    for (const runtime of Object.keys(ROOT_RECIPES)) {
+    // One root here (the durable tests of the docker project run python3.11 and ruby3.3 on theirs).
+    for (const runtime of ["python3.13"]) {
+      const tag = ContainerEngine.rootImageTag(rootDir(cacheDir(), runtime));
       const fn = await settled(k, p.id, (await deploy(k, p.id, { name: `root-${runtime.replace(/\W/g, "-")}`, runtime }, tgz(code[runtime.startsWith("python") ? "python" : "ruby"]))).body.id);
       expect(fn.status, runtime).toBe("active");
       const r = await k.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: {} } });
       expect(r.status, JSON.stringify(r.body)).toBe(200);
       expect(r.body[0].startsWith(`${runtime.replace(/^\D+/, "")}.`), `${runtime}: ${r.body[0]}`).toBe(true);
       expect(r.body[1]).toBe(ROOT_RECIPES[runtime]!.binary);
+      // The root's own /usr, not the host's (which has bubblewrap).
+      expect(r.body[2]).toBe(false);
+      const [worker] = await workersOf(k, fn.id);
+      // (Podman names it with its registry: docker.io/library/kiln-runtime:...)
+      expect(worker!.Image.replace(/^docker\.io\/library\//, "")).toBe(tag);
+      // Imported once: a second function of the runtime reuses the image, and the build log says which.
+      const again = await settled(k, p.id, (await deploy(k, p.id, { name: `again-${runtime.replace(/\W/g, "-")}`, runtime }, tgz(code[runtime.startsWith("python") ? "python" : "ruby"]))).body.id);
+      const deps = (await k.api("GET", `/projects/${p.id}/functions/${again.id}/deployments`)).body.data;
+      const lines = (await k.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function", ids: [again.id], deployments: { ids: [deps[0].id] } }, limit: 100 } })).body.data.map((l: { body: string }) => l.body);
+      expect(lines).toContain(`runtime ${runtime}: containers run on the image ${tag} (${r.body[0]})`);
+      expect(lines.join("\n")).not.toMatch(/importing the runtime root/);
     }
+
+    // --runtime-image python3.12=kiln-test/python:3.12 (this Kiln's flag): an image whose python is 3.13 is refused.
+    await docker.getImage(ContainerEngine.rootImageTag(rootDir(cacheDir(), "python3.13"))).tag({ repo: "kiln-test/python", tag: "3.12" });
+    const wrong = await settled(k, p.id, (await deploy(k, p.id, { name: "image312", runtime: "python3.12" }, tgz(code.python))).body.id);
+    expect(wrong.status).toBe("failed");
+    const wrongDeps = (await k.api("GET", `/projects/${p.id}/functions/${wrong.id}/deployments`)).body.data;
+    expect(wrongDeps[0].error).toMatch(/^runtime python3\.12 is not available on this machine: Python 3\.12 \(--runtime-image python3\.12=kiln-test\/python:3\.12 runs Python 3\.13\.\d+, another version\)$/);
+
+    // --runtime-image ruby3.3=kiln-test/ruby:3.3: an image of that version (here made from the ruby3.3 root, as a user's own image would be) serves it.
+    // (The engine may have it already: the durable tests of this project run ruby3.3 on its root's image.)
+    const ruby33 = docker.getImage(ContainerEngine.rootImageTag(rootDir(cacheDir(), "ruby3.3")));
+    if (await ruby33.inspect().then(() => true, () => false)) await ruby33.tag({ repo: "kiln-test/ruby", tag: "3.3" });
+    else {
+      const res = await docker.importImage((await rootImageTar(rootDir(cacheDir(), "ruby3.3"))) as unknown as string, { repo: "kiln-test/ruby:3.3" });
+      await new Promise<void>((resolve, reject) => docker.modem.followProgress(res, (err) => (err ? reject(err) : resolve())));
+    }
+    const img = await settled(k, p.id, (await deploy(k, p.id, { name: "image33", runtime: "ruby3.3" }, tgz(code.ruby))).body.id);
+    const imgDeps = (await k.api("GET", `/projects/${p.id}/functions/${img.id}/deployments`)).body.data;
+    expect(imgDeps[0].error).toBeNull();
+    expect(img.status).toBe("active");
+    const r = await k.api("POST", `/functions/${img.id}/invoke`, { token: sk, body: { payload: {} } });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect(r.body).toEqual([expect.stringMatching(/^3\.3\./), "/usr/bin/ruby3.3", false]);
+    expect((await workersOf(k, img.id))[0]!.Image.replace(/^(docker\.io|localhost)\//, "")).toBe("kiln-test/ruby:3.3");
   });
 
   test("a function runs in a container with the engine's limits; the warm container is reused", async () => {

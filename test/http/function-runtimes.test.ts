@@ -6,7 +6,7 @@
 // provide the interpreter. Then pip inside a root from a local simple index, the isolation probes
 // per language on the roots, and a runtime whose root cannot be provisioned.
 import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -16,7 +16,7 @@ import { ROOT_RECIPES } from "../../runtime-sandbox/runtime-roots";
 import { cacheDir, RUNTIME_NAMES } from "../../runtime-sandbox/runtimes";
 import { removeDir } from "../support/dirs";
 import { deploy, settled, tgz } from "../support/functions";
-import { BUN, createProject, FUNCTION_RUNTIME, startKiln, type TestKiln } from "../support/kiln";
+import { BUN, createProject, eventually, FUNCTION_RUNTIME, startKiln, type TestKiln } from "../support/kiln";
 import { buildKilnpkgWheel } from "../support/python-wheel";
 
 const run = process.getuid?.() === 0 && process.platform === "linux" && FUNCTION_RUNTIME === "process";
@@ -60,6 +60,37 @@ const index = { port: (indexServer.address() as AddressInfo).port, url: `http://
 afterAll(() => indexServer.close());
 indexFiles.set("/files/kilnpkg-1.0-py3-none-any.whl", { type: "application/octet-stream", body: readFileSync(wheel) });
 indexFiles.set("/simple/kilnpkg/", { type: "text/html", body: Buffer.from(`<!DOCTYPE html><html><body><a href="${index.url}/files/kilnpkg-1.0-py3-none-any.whl">kilnpkg-1.0-py3-none-any.whl</a></body></html>`) });
+
+// --runtime-path, black-box: python3.10 pointed at a wrapper of the host's python3 (another minor
+// version: refused, naming the path and the version it found); python3.12 at a wrapper of a host
+// Python 3.12 when this machine has one (pyenv): served by it.
+// The system's python3 (an absolute path: the test's own PATH may lead to a pyenv shim).
+const SYSTEM_PYTHON = "/usr/bin/python3";
+const hostPython = (() => {
+  try {
+    const v = execFileSync(SYSTEM_PYTHON, ["-c", "import platform; print(platform.python_version())"], { encoding: "utf8" }).trim();
+    return v.startsWith("3.10.") ? null : v;
+  } catch {
+    return null;
+  }
+})();
+const host312 = [join(process.env.HOME ?? "/root", ".pyenv/versions")]
+  .flatMap((d) => {
+    try {
+      return readdirSync(d).filter((v) => v.startsWith("3.12.")).map((v) => join(d, v, "bin/python3.12"));
+    } catch {
+      return [];
+    }
+  })
+  .find((p) => existsSync(p));
+const wrapper = (name: string, target: string) => {
+  const f = join(work, `${name}-wrapper`);
+  writeFileSync(f, `#!/bin/sh\nexec ${target} "$@"\n`, { mode: 0o755 });
+  return f;
+};
+const wrong310 = wrapper("python3.10", SYSTEM_PYTHON);
+const wrap312 = host312 ? wrapper("python3.12", host312) : null;
+const RUNTIME_PATHS = [...(hostPython ? [`python3.10=${wrong310}`] : []), ...(wrap312 ? [`python3.12=${wrap312}`] : [])].join(",");
 
 const ECHO: Record<"node" | "python" | "ruby", Record<string, string>> = {
   node: { "index.js": "exports.handler = async (event, context) => ({ echo: event, version: process.versions.node, fn: context.functionName });" },
@@ -137,6 +168,7 @@ describe.skipIf(!run)("runtimes on a machine with no bubblewrap and no host inte
         PATH: [dirname(BUN), "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"].join(":"),
         PIP_CONFIG_FILE: pipConf,
         KILN_BUILD_ALLOW_HOSTS: `127.0.0.1:${index.port}`,
+        KILN_RUNTIME_PATHS: RUNTIME_PATHS,
       },
     });
     const p = await createProject(k);
@@ -155,7 +187,11 @@ describe.skipIf(!run)("runtimes on a machine with no bubblewrap and no host inte
     expect(d.status).toBe(201);
     const fn = await settled(k, projectId, d.body.id);
     const deps = (await k.api("GET", `/projects/${projectId}/functions/${fn.id}/deployments`)).body.data;
-    if (name.startsWith("nodejs") || ROOT_RECIPES[name]) {
+    if (name === "python3.10" && hostPython) {
+      // --runtime-path names an interpreter of another version: refused, never run in its place.
+      expect(fn.status).toBe("failed");
+      expect(deps[0].error).toBe(`runtime python3.10 is not available on this machine: Python 3.10 (--runtime-path ${wrong310} is ${hostPython}, another version)`);
+    } else if (name.startsWith("nodejs") || ROOT_RECIPES[name] || (name === "python3.12" && wrap312)) {
       expect(deps[0].error).toBeNull();
       expect(fn.status).toBe("active");
       const r = await k.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: { n: 1, s: "é" } } });
@@ -169,6 +205,24 @@ describe.skipIf(!run)("runtimes on a machine with no bubblewrap and no host inte
       expect(deps[0].error).toContain(`--runtime-path ${name}=`);
       expect(deps[0].error).toMatch(/no Debian suite ships/);
     }
+  });
+
+  test.skipIf(!wrap312)("--runtime-path python3.12: served by that interpreter (the host's /usr, not a root), and kiln doctor shows the flag's value", async () => {
+    const code = tgz({ "main.py": "import os, platform, sys\n\ndef handler(event, context):\n    return [platform.python_version(), sys.executable, os.path.exists('/usr/bin/gem')]\n" });
+    const fn = await settled(k, projectId, (await deploy(k, projectId, { name: "pinned312", runtime: "python3.12" }, code)).body.id);
+    expect(fn.status).toBe("active");
+    const r = await k.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: {} } });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect(r.body[0]).toMatch(/^3\.12\./);
+    expect(r.body[1]).toBe(host312);
+    // The host's /usr (where this test's `gem` lives), as for any host interpreter.
+    expect(r.body[2]).toBe(true);
+    const doctor = JSON.parse(execFileSync(BUN, [join(import.meta.dirname, "../../cmd/kiln.ts"), "doctor", "--json", "--runtime-path", `python3.10=${wrong310}`, "--runtime-path", `python3.12=${wrap312}`], { encoding: "utf8", env: { ...process.env, KILN_RUNTIME_PATHS: "" } }));
+    const rows = Object.fromEntries(doctor.runtimes.map((x: { runtime: string }) => [x.runtime, x]));
+    expect(rows["python3.12"].served_by).toBe(`--runtime-path ${wrap312} (${host312}), ${r.body[0]}`);
+    expect(rows["python3.12"].source).toBe("none: host interpreter, --runtime-path or --runtime-image");
+    expect(rows["python3.10"].install).toBe(`Python 3.10 (--runtime-path ${wrong310} is ${hostPython}, another version)`);
+    expect(rows["python3.13"].source).toBe("Debian trixie (python3.13-minimal)");
   });
 
   test("pip inside the python3.13 root installs requirements.txt from a local simple index into python_deps", async () => {
@@ -193,6 +247,65 @@ describe.skipIf(!run)("runtimes on a machine with no bubblewrap and no host inte
     expect(r.status, JSON.stringify(r.body)).toBe(200);
     expect(r.body.slice(0, 2)).toEqual(["from the local gem source", name.slice(4)]);
     expect(r.body[2]).toMatch(/^\/var\/task\/vendor\/bundle\/ruby\/[\d.]+\/gems\/kilngem-1\.0\.0\/lib\/kilngem\.rb$/);
+  });
+
+  // HTTP mode as each language writes it, and an uncaught error: a 500 {error, type}, with the
+  // language's own report in the function's logs (a Python traceback, a Ruby backtrace).
+  const WEB: Record<"python" | "ruby", Record<string, string>> = {
+    python: {
+      "main.py": `import json
+
+def fail(detail):
+    raise ValueError(f"no such order: {detail}")
+
+def handler(event, context):
+    if event["path"].startswith("/boom"):
+        fail(event["query"].get("id"))
+    return {"statusCode": 201, "headers": {"Content-Type": "application/json", "X-Lang": "python"},
+            "body": json.dumps({"method": event["method"], "path": event["path"], "query": event["query"], "body": event["body"]})}
+`,
+    },
+    ruby: {
+      "main.rb": `require "json"
+
+def fail_with(detail)
+  raise ArgumentError, "no such order: #{detail}"
+end
+
+def handler(event:, context:)
+  fail_with(event["query"]["id"]) if event["path"].start_with?("/boom")
+  { "statusCode" => 201, "headers" => { "Content-Type" => "application/json", "X-Lang" => "ruby" },
+    "body" => JSON.generate({ "method" => event["method"], "path" => event["path"], "query" => event["query"], "body" => event["body"] }) }
+end
+`,
+    },
+  };
+  test.each(["python3.13", "ruby3.4"] as const)("%s: HTTP mode, and an uncaught error is a 500 with the language's own traceback in the logs", async (name) => {
+    const lang = family(name) as "python" | "ruby";
+    const d = await deploy(k, projectId, { name: `web-${name.replace(/\W/g, "-")}`, runtime: name, invocation_mode: "http", is_public: "true", http_auth_mode: "none" }, tgz(WEB[lang]));
+    const fn = await settled(k, projectId, d.body.id);
+    expect(fn.status).toBe("active");
+    const ok = await fetch(`${fn.invoke_url}/orders/7?x=1`, { method: "PUT", body: "hi" });
+    expect(ok.status).toBe(201);
+    expect(ok.headers.get("x-lang")).toBe(lang);
+    expect(await ok.json()).toEqual({ method: "PUT", path: "/orders/7", query: { x: "1" }, body: "hi" });
+    const boom = await fetch(`${fn.invoke_url}/boom?id=42`);
+    expect(boom.status).toBe(500);
+    expect(await boom.json()).toEqual({ error: "no such order: 42", type: lang === "python" ? "ValueError" : "ArgumentError" });
+    const search = await eventually(
+      () => k.api("POST", `/projects/${projectId}/logs/search`, { body: { resource: { type: "function", ids: [fn.id] }, limit: 100 } }),
+      (r) => r.status === 200 && r.body.data?.some((e: { body: string }) => String(e.body).includes("no such order: 42")),
+      10_000,
+    );
+    const report = search.body.data.map((e: { body: string }) => String(e.body)).find((b: string) => b.includes("no such order: 42"));
+    if (lang === "python") {
+      // As python prints an uncaught exception, innermost frame last; the bootstrap's own frames left out.
+      expect(report).toMatch(/^Traceback \(most recent call last\):\n  File "\/var\/task\/main\.py", line 8, in handler\n.*\n(.*\n)?  File "\/var\/task\/main\.py", line 4, in fail\n.*\n(.*\n)?ValueError: no such order: 42$/);
+    } else {
+      // As ruby prints an uncaught exception: `file:line:in 'method': message (Class)`, then the callers.
+      expect(report).toMatch(/^\/var\/task\/main\.rb:4:in [`'](Object#)?fail_with': no such order: 42 \(ArgumentError\)\n(\n.*\n.*\n)?\tfrom \/var\/task\/main\.rb:8:in [`'](Object#)?handler'$/);
+    }
+    expect(report).not.toContain("/var/runtime/");
   });
 
   test.each(["python3.14", "ruby3.3"] as const)("%s on its root: no Kiln environment, no writes outside /tmp, no loopback", async (name) => {

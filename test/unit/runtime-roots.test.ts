@@ -1,11 +1,11 @@
 // The runtime-root cache (runtime-sandbox/runtime-roots.ts) without building anything: content
 // addressing by recipe, the marker that makes a root whole, list and prune.
-import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { cachedRoot, howToProvide, listCache, NO_SOURCE, pruneCache, recipeKey, ROOT_RECIPES, rootDir, rootLinks } from "../../runtime-sandbox/runtime-roots";
-import { RUNTIME_NAMES } from "../../runtime-sandbox/runtimes";
+import { RUNTIME_NAMES, runtimeSource } from "../../runtime-sandbox/runtimes";
 import { removeDir } from "../support/dirs";
 
 const cache = mkdtempSync(join(tmpdir(), "kiln-roots-test-"));
@@ -25,6 +25,15 @@ describe("runtime roots", () => {
     for (const n of RUNTIME_NAMES) expect(n.startsWith("nodejs") || !!ROOT_RECIPES[n] || !!NO_SOURCE[n], n).toBe(true);
     expect(Object.keys(NO_SOURCE).sort()).toEqual(["python3.10", "python3.12", "ruby4.0"]);
     expect(howToProvide("python3.12")).toContain("--runtime-path python3.12=/path/to/python3.12");
+  });
+
+  test("docs/functions.md's runtime table gives each name the source kiln doctor prints", () => {
+    const doc = readFileSync(join(import.meta.dirname, "../../docs/functions.md"), "utf8");
+    for (const n of RUNTIME_NAMES) {
+      const row = doc.split("\n").find((l) => l.startsWith("| ") && l.split("|")[1]!.includes(`\`${n}\``) && l.split("|").length === 7);
+      expect(row, n).toBeDefined();
+      expect(row!.split("|")[2], n).toContain(`\`${runtimeSource(n)}\``);
+    }
   });
 
   test("the folder is addressed by the recipe: another package list is another folder", () => {
