@@ -887,7 +887,8 @@ end
     await w.ready;
     const r = await invokeOnce(w, {});
     expect(r).toMatchObject({ ok: false, error: "bad input", type: "ArgumentError" });
-    expect(r.logs.some((l) => l.message.includes("ArgumentError: bad input"))).toBe(true);
+    // Logged as Ruby itself reports it (Exception#full_message): "main.rb:2:in ...: bad input (ArgumentError)".
+    expect(r.logs.map((l) => l.message).join("\n")).toMatch(/main\.rb:2:in .*bad input \(ArgumentError\)/);
     w.stop();
     const broken = await rubyWorker(`def other(event:, context:) = 1\n`);
     const e = await failure(broken.ready);
