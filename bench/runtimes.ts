@@ -104,7 +104,10 @@ async function main() {
       });
     }
   } finally {
+    // Its data dir goes once Kiln has stopped (removed under it, its last flushes print errors).
+    const exited = new Promise((r) => proc.once("exit", r));
     proc.kill("SIGTERM");
+    await exited;
     rmSync(dir, { recursive: true, force: true });
   }
   console.table(rows);
