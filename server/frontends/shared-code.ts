@@ -1,7 +1,5 @@
-import { existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
-import { dirname } from "node:path";
-import { Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
+import { existsSync } from "node:fs";
+import { packFolder, unpackFolder } from "../store/folder-archive";
 import type { ControlStore, Sql } from "../store/store";
 
 /**
@@ -23,11 +21,8 @@ export class FrontendCode {
   }
 
   /** A built deployment folder as a tar.gz (before the switch's transaction: packing takes a while). */
-  async pack(root: string): Promise<Buffer> {
-    const { c } = await import("tar");
-    const chunks: Buffer[] = [];
-    for await (const chunk of c({ gzip: true, cwd: root, portable: true }, ["."]) as AsyncIterable<Buffer>) chunks.push(chunk);
-    return Buffer.concat(chunks);
+  pack(root: string): Promise<Buffer> {
+    return packFolder(root);
   }
 
   /** In the switch's transaction; the built outputs of the frontend's other deployments but `keep` go. */
@@ -44,17 +39,7 @@ export class FrontendCode {
     if (existsSync(root)) return true;
     const [row] = await this.store.query<{ bytes: Uint8Array }>(`select bytes from frontend_code where deployment_id = $1 and kind = 'built'`, [deploymentId]);
     if (!row) return false;
-    const { x } = await import("tar");
-    const temp = `${root}.${process.pid}.unpacking`;
-    rmSync(temp, { recursive: true, force: true });
-    mkdirSync(temp, { recursive: true });
-    try {
-      await pipeline(Readable.from([Buffer.from(row.bytes)]), x({ cwd: temp }));
-      mkdirSync(dirname(root), { recursive: true });
-      if (!existsSync(root)) renameSync(temp, root);
-    } finally {
-      rmSync(temp, { recursive: true, force: true });
-    }
+    await unpackFolder(row.bytes, root);
     return true;
   }
 

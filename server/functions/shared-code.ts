@@ -1,7 +1,5 @@
-import { existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
-import { dirname } from "node:path";
-import { pipeline } from "node:stream/promises";
-import { Readable } from "node:stream";
+import { existsSync } from "node:fs";
+import { packFolder, unpackFolder } from "../store/folder-archive";
 import type { ControlStore, Sql } from "../store/store";
 
 /**
@@ -19,11 +17,8 @@ export class SharedCode {
   constructor(private readonly store: ControlStore) {}
 
   /** A built folder as a tar.gz (before the transaction that records it: packing takes a while). */
-  async pack(root: string): Promise<Buffer> {
-    const { c } = await import("tar");
-    const chunks: Buffer[] = [];
-    for await (const chunk of c({ gzip: true, cwd: root, portable: true }, ["."]) as AsyncIterable<Buffer>) chunks.push(chunk);
-    return Buffer.concat(chunks);
+  pack(root: string): Promise<Buffer> {
+    return packFolder(root);
   }
 
   /** In the transaction that marks the deployment succeeded: its packed folder. */
@@ -59,18 +54,8 @@ export class SharedCode {
   private async unpack(deploymentId: string, root: string): Promise<void> {
     const [row] = await this.store.query<{ bytes: Uint8Array }>(`select bytes from function_code where deployment_id = $1 and kind = 'built'`, [deploymentId]);
     if (!row) return;
-    const { x } = await import("tar");
-    // Into a temporary folder beside it, then renamed: a worker never sees a half-unpacked folder.
-    const temp = `${root}.${process.pid}.unpacking`;
-    rmSync(temp, { recursive: true, force: true });
-    mkdirSync(temp, { recursive: true });
-    try {
-      await pipeline(Readable.from([Buffer.from(row.bytes)]), x({ cwd: temp }));
-      mkdirSync(dirname(root), { recursive: true });
-      if (!existsSync(root)) renameSync(temp, root);
-    } finally {
-      rmSync(temp, { recursive: true, force: true });
-    }
+    // (A worker never sees a half-unpacked folder: unpackFolder renames it into place.)
+    await unpackFolder(row.bytes, root);
     this.present.add(deploymentId);
   }
 }
