@@ -3,7 +3,8 @@ import type { Command } from "commander";
 import { ApiError, Client } from "../client";
 import { CliError, printError } from "../errors";
 import { output, printObject, printTable } from "../output";
-import { openTail, readEvents, type Entry } from "./log-stream";
+import { openTail, type Entry } from "./log-stream";
+import { readEvents } from "../../server/logs/sse-reader";
 import { act, appClient, keyOption, requireProject, PROJECT_HELP, type KeyOptions } from "./shared";
 
 /** A folder becomes a tar.gz on the fly (installed dependency folders left out); a file is sent as is. */

@@ -15,35 +15,6 @@ export interface Entry {
   region: string;
 }
 
-/**
- * Reads a Server-Sent Events stream, calling `onEvent` per event (its name, data lines joined, and `id:`
- * when it has one), until it ends (or its request is aborted). Comment lines (`:`) are skipped.
- */
-export async function readEvents(res: Response, onEvent: (name: string, data: string, id?: string) => void): Promise<void> {
-  const reader = res.body!.getReader();
-  const dec = new TextDecoder();
-  let buffer = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return;
-    buffer += dec.decode(value, { stream: true });
-    let i: number;
-    while ((i = buffer.indexOf("\n\n")) >= 0) {
-      const block = buffer.slice(0, i);
-      buffer = buffer.slice(i + 2);
-      let name = "message";
-      let id: string | undefined;
-      const data: string[] = [];
-      for (const line of block.split("\n")) {
-        if (line.startsWith("event:")) name = line.slice(6).trim();
-        else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-        else if (line.startsWith("id:")) id = line.slice(3).trim();
-      }
-      if (data.length) onEvent(name, data.join("\n"), id);
-    }
-  }
-}
-
 export interface TailFilter {
   fn?: string;
   /** The resource type (function when absent). */

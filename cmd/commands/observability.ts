@@ -2,7 +2,8 @@ import type { Command } from "commander";
 import type { Client } from "../client";
 import { emptyLine, formatBytes, formatDuration, output, printTable } from "../output";
 import { findFunction } from "./functions";
-import { openTail, readEvents, type Entry } from "./log-stream";
+import { openTail, type Entry } from "./log-stream";
+import { readEvents } from "../../server/logs/sse-reader";
 import { act, csv, currentProject, qs, requireProject, stopOnSignals, PROJECT_HELP } from "./shared";
 
 /** One line per entry, as `tail` shows files: time, level, function, message. */

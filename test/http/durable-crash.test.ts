@@ -2,7 +2,7 @@
 // sleeping execution continues from its last checkpoint, and no completed step body runs again.
 // On the PostgreSQL store the new instance takes over once the dead one's lease lapses (2 s here).
 import { expect, test } from "vitest";
-import { readEvents } from "../../cmd/commands/log-stream";
+import { readEvents } from "../../server/logs/sse-reader";
 import { tgz } from "../support/functions";
 import { createProject, eventually, startKiln, type TestKiln } from "../support/kiln";
 

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import postgres from "postgres";
 import { describe, expect, test } from "vitest";
 import { FileLogStore } from "../../server/backends/logs/file-store";
-import { readEvents } from "../../cmd/commands/log-stream";
+import { readEvents } from "../../server/logs/sse-reader";
 import { deploy, settled, tgz } from "../support/functions";
 import { BUN, createProject, createToken, eventually, KILN, removeDir, ROOT, startKiln, STORE, useCli, useKiln, type TestKiln } from "../support/kiln";
 

@@ -1,5 +1,6 @@
 // The logs API's live tail (GET /projects/{id}/logs/tail, Server-Sent Events) read with fetch: an
-// EventSource cannot send the Authorization header. The same reading as the CLI's (cmd/commands/log-stream.ts).
+// EventSource cannot send the Authorization header. The CLI reads it the same way (server/logs/sse-reader.ts).
+import { readEvents } from "../../logs/sse-reader";
 import { request } from "./api";
 
 export interface LogEntry {
@@ -31,31 +32,20 @@ export function followLogs(projectId: string, filter: Record<string, string | un
   const q = new URLSearchParams(Object.entries(filter).filter((e): e is [string, string] => !!e[1]));
   (async () => {
     const res = await request("GET", `/projects/${encodeURIComponent(projectId)}/logs/tail?${q}`, { headers: { Accept: "text/event-stream" }, signal: abort.signal });
-    const reader = res.body!.getReader();
-    const dec = new TextDecoder();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += dec.decode(value, { stream: true });
-      const batch: LogEntry[] = [];
-      let i: number;
-      while ((i = buffer.indexOf("\n\n")) >= 0) {
-        const block = buffer.slice(0, i);
-        buffer = buffer.slice(i + 2);
-        let name = "message";
-        const data: string[] = [];
-        for (const line of block.split("\n")) {
-          if (line.startsWith("event:")) name = line.slice(6).trim();
-          else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-        }
-        if (!data.length) continue;
-        if (name === "log") batch.push(JSON.parse(data.join("\n")));
-        else if (name === "dropped") on.dropped(JSON.parse(data.join("\n")).count ?? 0);
-        else if (name === "error") throw new Error(JSON.parse(data.join("\n")).error ?? "the tail failed");
-      }
-      if (batch.length) on.lines(batch);
-    }
+    let batch: LogEntry[] = [];
+    await readEvents(
+      res,
+      (name, data) => {
+        if (name === "log") batch.push(JSON.parse(data));
+        else if (name === "dropped") on.dropped(JSON.parse(data).count ?? 0);
+        else if (name === "error") throw new Error(JSON.parse(data).error ?? "the tail failed");
+      },
+      () => {
+        // The lines of one chunk read go out together.
+        if (batch.length) on.lines(batch);
+        batch = [];
+      },
+    );
   })().then(
     () => abort.signal.aborted || on.ended(),
     (err) => abort.signal.aborted || on.ended(err),
