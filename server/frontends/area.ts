@@ -1,10 +1,9 @@
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Server } from "bun";
 import type { AccountsService } from "../accounts/service";
 import { defineArea } from "../area";
 import { takeFault } from "../config";
-import { newId } from "../ids";
+import { dataDirId } from "../store/data-dir-id";
 import type { LogsService } from "../logs/service";
 import type { MetricsService } from "../metrics/service";
 import type { Platform } from "../platform";
@@ -149,15 +148,3 @@ export const frontendsArea = defineArea({
   stop: ({ frontendTls }) => frontendTls.close(),
 });
 
-/** The data dir's id (kept in `<dir>/instance-id`): which instance runs a deployment, across its restarts. */
-function dataDirId(dir: string): string {
-  const file = join(dir, "instance-id");
-  try {
-    return readFileSync(file, "utf8").trim();
-  } catch {
-    const id = newId();
-    mkdirSync(dir, { recursive: true });
-    writeFileSync(file, id);
-    return id;
-  }
-}

@@ -1,6 +1,5 @@
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { newId } from "../ids";
+import { dataDirId } from "../store/data-dir-id";
 import { chooseIsolation, noSandboxMessage } from "../../runtime-sandbox/isolation";
 import type { WorkerPool } from "../../runtime-sandbox/worker-pool";
 import { defineArea } from "../area";
@@ -104,18 +103,6 @@ export const functionsArea = defineArea({
   },
 });
 
-/** The data dir's id (kept in `<dir>/instance-id`): who runs a deployment, across this data dir's restarts. */
-function dataDirId(dir: string): string {
-  const file = join(dir, "instance-id");
-  try {
-    return readFileSync(file, "utf8").trim();
-  } catch {
-    const id = newId();
-    mkdirSync(dir, { recursive: true });
-    writeFileSync(file, id);
-    return id;
-  }
-}
 
 async function connectContainerEngine(config: Config, log: Logger) {
   const { ContainerEngine } = await import("../../runtime-sandbox/container");
