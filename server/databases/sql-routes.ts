@@ -2,6 +2,7 @@ import type { Principal } from "../auth/principal";
 import { errorSchema } from "../http/common-schemas";
 import { reply, type AreaRouter } from "../http/route";
 import type { DatabaseRouteDeps } from "./query-runner";
+import { roleName } from "./service";
 import { branchParams, databaseParams, sqlBody, sqlErrorSchema, sqlResultSchema } from "./schemas";
 import { runSql, SQL_LIMITS } from "./sql";
 
@@ -26,6 +27,9 @@ async function run(deps: DatabaseRouteDeps, principal: Principal, id: string, bo
     maxRows: body.max_rows ?? SQL_LIMITS.maxRowsDefault,
     timeoutMs: body.timeout_ms ?? SQL_LIMITS.timeoutMsDefault,
   });
+  // Counted in top queries as a wire client's statement is: its text, the database's own role (the
+  // one it ran as), its time and the rows it returned.
+  deps.databases.activity.recordQuery(id, body.query, roleName(id), r.computeMs, r.rows.length);
   deps.databases.activity.recordUsage(id, { computeMs: r.computeMs, activeMs: r.computeMs, transfer: r.transferBytes });
   return reply.ok({ command: r.command, row_count: r.row_count, columns: r.columns, rows: r.rows, truncated: r.truncated, notices: r.notices, read_only: ro });
 }

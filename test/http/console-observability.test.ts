@@ -1,15 +1,63 @@
 // The web console's observability views in headless Chromium against a real Kiln: an invocation's
 // timeline (from the function page's invoke and from a log line), live tails of the logs page and of
-// a function (pause, resume, a bounded number of lines kept), the virtualized log table, and the
-// console driven by the keyboard alone. Screenshots go to test-results/console/ like console.test.ts's.
-import { mkdirSync } from "node:fs";
+// a function (pause, resume, a bounded number of lines kept), the virtualized log table, a build log
+// followed live while the deployment builds, and the console driven by the keyboard alone (its
+// confirmation dialogs too). Screenshots go to test-results/console/ like console.test.ts's.
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { createServer, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "vitest";
 import { useBrowser, type Page } from "../support/browser";
-import { deploy, settled, tgz } from "../support/functions";
+import { removeDir } from "../support/dirs";
+import { deploy, npmTarball, settled, tgz } from "../support/functions";
 import { createProject, eventually, useKiln } from "../support/kiln";
 
-const k = useKiln();
+/**
+ * The npm registry builds install from (hermetic: on 127.0.0.1, named by Kiln's npm user config):
+ * one package, `held`, whose metadata is answered only once the test calls `release`, so a build
+ * can be caught in its install for as long as the test needs.
+ */
+const registry = await (async () => {
+  const asked: string[] = [];
+  const waiting: ServerResponse[] = [];
+  let released = false;
+  let url = "";
+  const files = new Map<string, () => Buffer>();
+  const answer = (path: string, res: ServerResponse) => {
+    const f = files.get(path);
+    res.writeHead(f ? 200 : 404, { "content-type": path.endsWith(".tgz") ? "application/octet-stream" : "application/json" }).end(f ? f() : "not found");
+  };
+  const server = createServer((req, res) => {
+    asked.push(req.url ?? "");
+    if (req.url === "/held" && !released) waiting.push(res);
+    else answer(req.url ?? "", res);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const tarball = npmTarball("held", "module.exports = 'from the held registry';");
+  files.set("/held/-/held-1.0.0.tgz", () => tarball);
+  files.set("/held", () => Buffer.from(JSON.stringify({ name: "held", "dist-tags": { latest: "1.0.0" }, versions: { "1.0.0": { name: "held", version: "1.0.0", main: "index.js", dist: { tarball: `${url}/held/-/held-1.0.0.tgz` } } } })));
+  return {
+    url,
+    asked,
+    release() {
+      released = true;
+      for (const res of waiting.splice(0)) answer("/held", res);
+    },
+    close: () => server.close(),
+  };
+})();
+const npmDir = mkdtempSync(join(tmpdir(), "kiln-console-npm-"));
+writeFileSync(join(npmDir, "npmrc"), `registry=${registry.url}/\nfetch-retries=0\n`);
+afterAll(() => {
+  registry.release();
+  registry.close();
+  removeDir(npmDir);
+});
+
+const k = useKiln({ env: { NPM_CONFIG_USERCONFIG: join(npmDir, "npmrc"), npm_config_userconfig: undefined, npm_config_registry: undefined, NPM_CONFIG_REGISTRY: undefined } });
 const browser = useBrowser();
 const SHOTS = join(import.meta.dirname, "..", "..", "test-results", "console");
 mkdirSync(SHOTS, { recursive: true });
@@ -59,6 +107,16 @@ async function open(hash: string) {
 
 const shot = (name: string) => page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
 const noProblems = () => expect(problems.splice(0)).toEqual([]);
+/**
+ * A call the test provoked to fail, which the page showed: Chromium logs its response as a failed
+ * resource load. Only those lines (of that status) are taken off; anything else stays a problem.
+ */
+const expectLoadFailures = (status: number | RegExp) => {
+  const re = new RegExp(`^Failed to load resource: the server responded with a status of ${typeof status === "number" ? status : status.source} `);
+  const failed = problems.filter((p) => re.test(p));
+  expect(failed.length, problems.join("\n")).toBeGreaterThan(0);
+  for (const f of failed) problems.splice(problems.indexOf(f), 1);
+};
 
 async function invoke(payload: unknown) {
   const r = await k.api("POST", `/functions/${fnId}/invoke`, { token: serviceKey, body: { payload } });
@@ -127,7 +185,7 @@ describe("invocation timeline", () => {
     await section.getByText("said broken").waitFor();
     expect((await phases(section))[4]).toMatch(/^Response · status 5\d\d at \+[\d.]+ ms$/);
     expect(await section.locator(".invocation-lines").textContent()).toContain("boom broken");
-    problems.splice(0); // the failed call, shown above
+    expectLoadFailures(/5\d\d/); // the failed call, shown above
   });
 
   test("from a log line: its timeline link shows the invocation from log search alone", async () => {
@@ -218,6 +276,43 @@ describe("live tails", () => {
   });
 });
 
+describe("build log", () => {
+  test("a deployment being built: its lines on the function page as they are written, before it is active; its end refreshes the page", async () => {
+    await open(`#/p/${projectId}/functions`);
+    await page.getByLabel("Name").fill("slowbuild");
+    const source = { "index.js": "const held = require('held'); exports.handler = async () => held;", "package.json": JSON.stringify({ dependencies: { held: "^1.0.0" } }) };
+    await page.getByLabel("Source archive").setInputFiles({ name: "slow.tgz", mimeType: "application/gzip", buffer: tgz(source) });
+    await page.getByRole("button", { name: "Deploy" }).click();
+    await page.getByRole("heading", { name: /^Function slowbuild/ }).waitFor();
+    // npm asked the registry for the package: the build is in its install, and stays there.
+    await eventually(async () => registry.asked.includes("/held"), (x) => x, 60_000);
+    const log = page.locator("pre.build-log");
+    await expect.poll(() => log.textContent(), { timeout: 15_000 }).toMatch(/installing Node dependencies/);
+    const fn = (await k.api("GET", `/projects/${projectId}/functions`)).body.data.find((f: any) => f.name === "slowbuild");
+    expect(fn.status).toBe("provisioning");
+    const building = (await k.api("GET", `/projects/${projectId}/functions/${fn.id}/deployments`)).body.data.find((d: any) => d.kind === "deploy");
+    expect(building.status).toBe("building");
+    expect(await page.getByRole("status").filter({ hasText: /^Building: following the build log live…$/ }).count()).toBe(1);
+    expect(await log.textContent()).not.toMatch(/build succeeded/);
+    await shot("functions-build-live");
+
+    registry.release();
+    await page.getByRole("status").filter({ hasText: "Build succeeded: the deployment is active." }).waitFor({ timeout: 60_000 });
+    const text = (await log.textContent())!;
+    // Every line of the build, once each, in order, the last one its end.
+    expect(text.trimEnd().split("\n").at(-1)).toMatch(/ info  build succeeded$/);
+    expect(text.indexOf("installing Node dependencies")).toBeLessThan(text.indexOf("code check: index.js loads and exports handler"));
+    expect(text.match(/installing Node dependencies/g)).toHaveLength(1);
+    const stored = (await k.api("POST", `/projects/${projectId}/logs/search`, { body: { resource: { type: "function", ids: [fn.id], deployments: { ids: [building.id] } }, limit: 1000 } })).body.data;
+    expect(text.trimEnd().split("\n")).toHaveLength(stored.length);
+    // The page around it was refreshed: the function is active, its deployment succeeded.
+    await page.getByText(/^active · nodejs22\.x/).waitFor();
+    await page.getByRole("cell", { name: "succeeded" }).waitFor();
+    expect((await k.api("POST", `/functions/${fn.id}/invoke`, { token: serviceKey, body: { payload: {} } })).body).toBe("from the held registry");
+    noProblems();
+  });
+});
+
 describe("keyboard", () => {
   /** Presses Tab until the focused element's accessible text matches, at most `max` times; returns the texts passed. */
   async function tabTo(match: RegExp, max = 80): Promise<string[]> {
@@ -261,6 +356,8 @@ describe("keyboard", () => {
     await page.getByRole("status").filter({ hasText: /^Following live\.$/ }).waitFor();
     // Follow live is disabled now: focus went on to Pause, not back to the page's start.
     expect(await page.evaluate(() => document.activeElement?.textContent)).toBe("Pause");
+    // The tail starts from an empty table: its backlog brings the line back (paused before, it would be held).
+    await page.getByRole("cell", { name: "said live-1" }).waitFor();
     await page.keyboard.press("Space");
     await page.getByRole("status").filter({ hasText: /^Paused/ }).waitFor();
     // The table's scroll box takes focus (its rows scroll with the keys).
@@ -297,6 +394,37 @@ describe("keyboard", () => {
     await page.keyboard.press("Enter");
     await eventually(() => k.api("GET", `/projects/${projectId}/functions/${d.body.id}`), (r) => r.status === 404, 15_000);
     await page.getByRole("button", { name: "Delete doomed" }).waitFor({ state: "detached" });
+    noProblems();
+  });
+
+  test("a dialog whose action the API refuses: its message in the dialog, focus kept in it, Escape leaves", async () => {
+    const u = await k.api("POST", `/projects/${projectId}/users`, { body: { email: "gone@example.com", password: "long enough pass" } });
+    expect(u.status, u.text).toBe(201);
+    await open(`#/p/${projectId}/users?search=gone`);
+    await page.getByRole("button", { name: "Delete gone@example.com" }).waitFor();
+    // Deleted behind the page's back: the page's delete is refused.
+    expect((await k.api("DELETE", `/projects/${projectId}/users/${u.body.id}`)).status).toBeLessThan(300);
+    await tabTo(/^Delete gone@example\.com$/);
+    await page.keyboard.press("Enter");
+    const dialog = page.getByRole("dialog", { name: "Delete end user gone@example.com" });
+    await dialog.waitFor();
+    await page.keyboard.press("Tab");
+    expect(await page.evaluate(() => document.activeElement?.textContent)).toBe("Delete end user gone@example.com");
+    await page.keyboard.press("Enter");
+    await dialog.getByRole("alert").waitFor();
+    expect(await dialog.getByRole("alert").textContent()).toMatch(/^404: /);
+    expectLoadFailures(404);
+    // Still open, focus on its confirming button; Tab cycles inside the dialog only.
+    expect(await page.evaluate(() => document.activeElement?.textContent)).toBe("Delete end user gone@example.com");
+    const cycle: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      await page.keyboard.press("Tab");
+      cycle.push((await page.evaluate(() => document.activeElement?.textContent)) ?? "");
+    }
+    expect(cycle).toEqual(["Cancel", "Delete end user gone@example.com", "Cancel"]);
+    await shot("dialog-refused");
+    await page.keyboard.press("Escape");
+    await dialog.waitFor({ state: "detached" });
     noProblems();
   });
 });

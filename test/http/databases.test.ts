@@ -494,7 +494,8 @@ describe("SQL API", () => {
   let p: { id: string };
   let sk = "";
   let anon = "";
-  beforeAll(async () => void ({ project: p, sk, anon } = await setup()), 120_000);
+  let dbId = "";
+  beforeAll(async () => void ({ project: p, sk, anon, db: { id: dbId } } = await setup()), 120_000);
   const sql = (projectId: string, body: Record<string, unknown>, o: { token?: string | null; branch?: string; db?: string } = {}) =>
     k.api("POST", `/projects/${projectId}/databases/${o.db ?? "app"}${o.branch ? `/branches/${o.branch}` : ""}/sql`, { body, token: o.token });
 
@@ -533,6 +534,19 @@ describe("SQL API", () => {
     expect(big.body.row_count).toBe(big.body.rows.length);
     const notice = await sql(p.id, { query: "do $$ begin raise notice 'hello %', 42; end $$" });
     expect(notice.body).toMatchObject({ command: "DO", notices: ["hello 42"] });
+  });
+
+  test("its statements count in the database's top queries, as a wire client's do: calls, the database's role, rows", async () => {
+    const text = "select g as top_counted from generate_series(1, $1::int) g";
+    for (const n of [2, 3]) expect((await sql(p.id, { query: text, params: [n] })).status).toBe(200);
+    // A refused statement ran nothing: not counted.
+    expect((await sql(p.id, { query: "select nope_top_counted" })).status).toBe(400);
+    const top = await k.api("GET", `/projects/${p.id}/databases/app/queries?limit=100`);
+    expect(top.status, top.text).toBe(200);
+    const mine = top.body.data.filter((x: any) => x.query.includes("top_counted"));
+    expect(mine).toEqual([expect.objectContaining({ query: text, calls: 2, rows_processed: 5, role: `service_client_${dbId}`, database: { id: dbId, name: "app" } })]);
+    expect(mine[0].total_exec_time_seconds).toBeGreaterThan(0);
+    expect(mine[0].max_exec_time_seconds).toBeGreaterThanOrEqual(mine[0].min_exec_time_seconds);
   });
 
   test("PostgreSQL's errors are 400s with SQLSTATE and position; a statement timeout ends the statement and the database keeps serving", async () => {

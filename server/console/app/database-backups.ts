@@ -1,5 +1,5 @@
 import { api, enc } from "./api";
-import { button, errorBox, field, form, h, select, slot, table, when } from "./dom";
+import { button, confirmDialog, errorBox, field, form, h, select, slot, table, when } from "./dom";
 
 const DAYS = ["", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
 const FINISHED = new Set(["completed", "failed", "exhausted"]);
@@ -40,14 +40,9 @@ export function backupsSection(base: string): HTMLElement {
     });
 
   const restore = async (body: Record<string, string>, what: string) => {
-    if (!confirm(`Restore the database from ${what}? Its current data is replaced (and kept as a pre-restore backup).`)) return;
     status.replaceChildren();
-    try {
-      await api("POST", `${base}/restores`, { body });
-      status.replaceChildren(h("div", { class: "notice" }, `Restore from ${what} requested.`));
-    } catch (err) {
-      status.replaceChildren(errorBox(err));
-    }
+    if (!(await confirmDialog(`Restore the database from ${what}? Its current data is replaced (and kept as a pre-restore backup).`, `Restore from ${what}`, () => api("POST", `${base}/restores`, { body })))) return;
+    status.replaceChildren(h("div", { class: "notice" }, `Restore from ${what} requested.`));
     await loadRestores();
   };
 
@@ -73,13 +68,7 @@ export function backupsSection(base: string): HTMLElement {
             when(b.created_at),
             b.expires_at ? when(b.expires_at) : "kept until deleted",
             button(`Restore from ${b.name}`, () => restore({ backup_name: b.name }, `backup ${b.name}`)),
-            button(`Delete backup ${b.name}`, () =>
-              confirm(`Delete backup ${b.name}?`)
-                ? api("DELETE", `${base}/backups/${enc(b.name)}`)
-                    .then(loadBackups)
-                    .catch((e) => status.replaceChildren(errorBox(e)))
-                : undefined,
-            ),
+            button(`Delete backup ${b.name}`, () => confirmDialog(`Delete backup ${b.name}?`, `Delete the backup ${b.name}`, () => api("DELETE", `${base}/backups/${enc(b.name)}`)).then((yes) => yes && loadBackups())),
           ]),
           "No backups yet.",
         ),
@@ -118,7 +107,7 @@ export function backupsSection(base: string): HTMLElement {
     "div",
     { class: "backups" },
     h("h3", {}, "Backups"),
-    form([field("Backup name", "name", { required: true, pattern: "[a-z0-9_-]{1,63}" })], "Take backup", async (d, _f, el) => {
+    form([field("Backup name", "name", { required: true, pattern: "[a-z0-9_\\-]{1,63}" })], "Take backup", async (d, _f, el) => {
       await api("POST", `${base}/backups`, { body: { name: d.name } });
       el.reset();
       await loadBackups();

@@ -1,6 +1,6 @@
 import { api, apiAnswer, enc } from "./api";
 import { backupsSection } from "./database-backups";
-import { button, field, form, h, slot, table, when } from "./dom";
+import { button, confirmDialog, field, form, h, slot, table, when } from "./dom";
 
 /** What the SQL API answers (POST .../sql, a Kiln extension: docs/databases.md). */
 interface SqlResult {
@@ -113,7 +113,7 @@ export function databasesPage(projectId: string): HTMLElement {
       const r = await api("GET", `/projects/${projectId}/databases`);
       return table(
         ["Name", "Status", "Version", "Region", "Created", ""],
-        r.data.map((d: any) => [h("a", { href: "#", onclick: (e: Event) => (e.preventDefault(), show(d.database_name)) }, d.database_name), d.status, d.pg_version, d.region, when(d.created_at), button(`Delete ${d.database_name}`, () => (confirm(`Delete database ${d.database_name}?`) ? api("DELETE", `/projects/${projectId}/databases/${enc(d.database_name)}`).then(load) : undefined))]),
+        r.data.map((d: any) => [h("a", { href: "#", onclick: (e: Event) => (e.preventDefault(), show(d.database_name)) }, d.database_name), d.status, d.pg_version, d.region, when(d.created_at), button(`Delete ${d.database_name}`, () => confirmDialog(`Delete database ${d.database_name} and its data, branches and backups?`, `Delete database ${d.database_name}`, () => api("DELETE", `/projects/${projectId}/databases/${enc(d.database_name)}`)).then((yes) => yes && load()))]),
         "No databases yet.",
       );
     });
@@ -132,10 +132,22 @@ export function databasesPage(projectId: string): HTMLElement {
           editor.refreshTargets();
           return table(
             ["Branch", "Status", "Expires", "Created", ""],
-            r.data.map((b: any) => [b.name, b.status, when(b.expires_at), when(b.created_at), b.name === "main" ? "" : button(`Delete branch ${b.name}`, () => api("DELETE", `${base}/branches/${enc(b.name)}`).then(loadBranches))]),
+            r.data.map((b: any) => [b.name, b.status, when(b.expires_at), when(b.created_at), b.name === "main" ? "" : button(`Delete branch ${b.name}`, () => confirmDialog(`Delete branch ${b.name} and what was written to it?`, `Delete the branch ${b.name}`, () => api("DELETE", `${base}/branches/${enc(b.name)}`)).then((yes) => yes && loadBranches()))]),
+          );
+        });
+      const top = slot();
+      const loadTop = () =>
+        top.run(async () => {
+          const r = await api("GET", `${base}/queries?limit=20`);
+          const secs = (x: number) => (x < 1 ? `${(x * 1000).toFixed(1)} ms` : `${x.toFixed(2)} s`);
+          return table(
+            ["Query", "Calls", "Total", "Mean", "Max", "Rows", "Role"],
+            r.data.map((q: any) => [h("code", {}, q.query), q.calls, secs(q.total_exec_time_seconds), secs(q.mean_exec_time_seconds), secs(q.max_exec_time_seconds), q.rows_processed, q.role]),
+            "No statements yet.",
           );
         });
       loadBranches();
+      loadTop();
       return h(
         "section",
         { "aria-label": `database ${name}` },
@@ -159,6 +171,10 @@ export function databasesPage(projectId: string): HTMLElement {
         }),
         button("Refresh branches", () => loadBranches()),
         branches,
+        h("h3", {}, "Top queries"),
+        h("p", { class: "muted" }, "Statements by total execution time, from every path: wire clients, the query API and this SQL editor."),
+        button("Refresh top queries", () => loadTop()),
+        top,
         backupsSection(base),
       );
     });

@@ -98,22 +98,51 @@ export function json(value: unknown): HTMLElement {
 export const when = (iso: string | null | undefined) => (iso ? iso.replace("T", " ").replace(/\.\d+Z$|Z$/, " UTC") : "—");
 
 /**
- * Asks before something that cannot be undone, in a modal <dialog> (unlike confirm(), it is styled and
- * testable): focus starts on Cancel, Escape or Cancel answers no, Enter on the confirming button yes;
- * focus goes back to where it was.
+ * Asks before something that cannot be undone, in a modal <dialog> (unlike confirm(), it is styled,
+ * testable and can say what went wrong): focus starts on Cancel and stays in the dialog (Tab and
+ * Shift+Tab cycle its buttons), Escape or Cancel answers no, Enter on the confirming button yes;
+ * focus goes back to where it was. With `action`, the dialog stays open while it runs (its buttons
+ * disabled) and closes when it succeeds; when it fails, the API's message is shown in the dialog and
+ * focus goes to the confirming button (try again, or Escape). Resolves true once confirmed (and done).
  */
-export function confirmDialog(message: string, confirmLabel: string): Promise<boolean> {
+export function confirmDialog(message: string, confirmLabel: string, action?: () => Promise<unknown>): Promise<boolean> {
   return new Promise((resolve) => {
     const back = document.activeElement as HTMLElement | null;
     const cancel = h("button", { type: "button", value: "no" }, "Cancel");
     const yes = h("button", { type: "button", value: "yes", class: "danger" }, confirmLabel);
-    const dialog = h("dialog", { "aria-label": confirmLabel }, h("p", {}, message), h("div", { class: "actions" }, cancel, " ", yes));
+    const problem = h("div", { "aria-live": "assertive" });
+    const text = h("p", {}, message);
+    const dialog = h("dialog", { "aria-label": confirmLabel }, text, problem, h("div", { class: "actions" }, cancel, " ", yes));
     let answer = false;
+    let busy = false;
     cancel.addEventListener("click", () => dialog.close());
-    yes.addEventListener("click", () => ((answer = true), dialog.close()));
+    yes.addEventListener("click", async () => {
+      if (busy) return;
+      if (!action) return (answer = true), dialog.close();
+      busy = cancel.disabled = yes.disabled = true;
+      problem.replaceChildren();
+      try {
+        await action();
+        answer = true;
+        dialog.close();
+      } catch (err) {
+        problem.replaceChildren(errorBox(err));
+        busy = cancel.disabled = yes.disabled = false;
+        yes.focus();
+      }
+    });
+    // Escape while the action runs would hide its outcome: it waits.
+    dialog.addEventListener("cancel", (e) => busy && e.preventDefault());
+    dialog.addEventListener("keydown", (e) => {
+      if (e.key !== "Tab") return;
+      const order = [cancel, yes].filter((b) => !b.disabled);
+      const at = order.indexOf(document.activeElement as HTMLButtonElement);
+      e.preventDefault();
+      if (order.length) order[(at + (e.shiftKey ? order.length - 1 : 1)) % order.length]!.focus();
+    });
     dialog.addEventListener("close", () => {
       dialog.remove();
-      back?.focus();
+      if (back?.isConnected) back.focus();
       resolve(answer);
     });
     document.body.appendChild(dialog);

@@ -1,6 +1,6 @@
 import { api, enc } from "./api";
-import { button, errorBox, h, json, slot, table, when } from "./dom";
-import { pager, projectPath } from "./projects";
+import { button, confirmDialog, errorBox, h, json, slot, table, when } from "./dom";
+import { listBase, pageOf, pager, projectPath } from "./projects";
 import { go } from "./router";
 
 const STATUSES = ["", "queued", "running", "sleeping", "completed", "failed", "stopped"];
@@ -49,10 +49,14 @@ export function durablePage(projectId: string, params: URLSearchParams): HTMLEle
   const status = params.get("status") ?? "";
   const page = Math.max(1, Number(params.get("page")) || 1);
   const here = (q: Record<string, string>) => `${projectPath(projectId, "/durable")}?${new URLSearchParams(q)}`;
+  const fnsPage = pageOf(params, "functions_page");
   const fns = slot();
   fns.run(async () => {
-    const r = await api("GET", `/projects/${projectId}/durable-functions?limit=100`);
-    return table(["Name", "Runtime", "Status", "Updated"], r.data.map((f: any) => [h("a", { href: here({ function: f.id }) }, f.name), f.runtime, f.status, when(f.updated_at)]), "No durable functions yet (kiln deploy --durable, or POST /projects/{id}/durable-functions).");
+    const r = await api("GET", `/projects/${projectId}/durable-functions?page=${fnsPage}&limit=50`);
+    return [
+      table(["Name", "Runtime", "Status", "Updated"], r.data.map((f: any) => [h("a", { href: here({ function: f.id }) }, f.name), f.runtime, f.status, when(f.updated_at)]), "No durable functions yet (kiln deploy --durable, or POST /projects/{id}/durable-functions)."),
+      pager(fnsPage, r.has_more, r.total, listBase(projectPath(projectId, "/durable"), params, "functions_page"), "functions_page", "durable function pages"),
+    ];
   });
   const execs = slot();
   const detail = slot();
@@ -83,13 +87,7 @@ export function durablePage(projectId: string, params: URLSearchParams): HTMLEle
         // Stop and rerun are the public API's: a rerun is a new execution with the same input that
         // reuses this one's journal before the step (its steps run again from there).
         const stop = async () => {
-          if (!confirm(`Stop execution ${e.id}?`)) return;
-          try {
-            await api("POST", `${base}/${enc(e.id)}/stop`);
-            go(here({ function: fnId, execution: e.id }));
-          } catch (err) {
-            actions.replaceChildren(errorBox(err));
-          }
+          if (await confirmDialog(`Stop execution ${e.id}? Its steps stop where they are.`, `Stop the execution ${e.id}`, () => api("POST", `${base}/${enc(e.id)}/stop`))) go(here({ function: fnId, execution: e.id }));
         };
         const rerun = async (step: string) => {
           try {

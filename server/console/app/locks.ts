@@ -1,5 +1,5 @@
 import { api, enc, serviceKey } from "./api";
-import { button, field, form, h, slot, when } from "./dom";
+import { button, confirmDialog, field, form, h, slot, when } from "./dom";
 
 /**
  * Inspect a lock by key (held or free, until when, its fencing token) and force-release it. The API
@@ -21,9 +21,7 @@ export function locksPage(projectId: string, params: URLSearchParams): HTMLEleme
           ? [
               h("p", {}, `held · expires ${when(s.expires_at)} · fencing token ${s.fencing_token}`),
               button(`Force release ${key}`, async () => {
-                if (!confirm(`Free ${key} whoever holds it? Its holder learns at its next renewal.`)) return;
-                await call("DELETE", key);
-                await inspect(key);
+                if (await confirmDialog(`Free ${key} whoever holds it? Its holder learns at its next renewal.`, `Release the lock ${key}`, () => call("DELETE", key))) await inspect(key);
               }),
             ]
           : h("p", {}, "free: an acquire would succeed now"),

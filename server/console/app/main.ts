@@ -92,12 +92,12 @@ function render(problem: string | null = null): void {
     const id = parts[1];
     const tab = parts[2] ? `/${parts[2]}` : "";
     const body =
-      tab === "/functions" ? functionsPage(id) : tab === "/databases" ? databasesPage(id) : tab === "/storage" ? storagePage(id, params) : tab === "/logs"
+      tab === "/functions" ? functionsPage(id, params) : tab === "/databases" ? databasesPage(id) : tab === "/storage" ? storagePage(id, params) : tab === "/logs"
                 ? logsPage(id, params)
                 : tab === "/users"
                   ? usersPage(id, params)
                   : tab === "/schedulers"
-                    ? schedulersPage(id)
+                    ? schedulersPage(id, params)
                     : tab === "/durable"
                       ? durablePage(id, params)
                       : tab === "/metrics"
@@ -106,7 +106,7 @@ function render(problem: string | null = null): void {
                           ? locksPage(id, params)
                           : tab === "/invocation"
                             ? invocationPage(id, params)
-                            : projectPage(id);
+                            : projectPage(id, params);
     page = layout(body, id, tab);
   } else if (parts[0] === "clock") page = layout(clockPage());
   else if (parts[0] === "api") page = layout(explorerPage());

@@ -1,5 +1,5 @@
 import { api, enc } from "./api";
-import { button, field, form, h, select, slot, table, when } from "./dom";
+import { button, confirmDialog, field, form, h, select, slot, table, when } from "./dom";
 import { go } from "./router";
 
 const PAGE = 20;
@@ -19,12 +19,7 @@ export function projectsPage(params: URLSearchParams): HTMLElement {
             p.status,
             when(p.created_at),
             button(`Delete ${p.name}`, async () => {
-              if (!confirm(`Delete project ${p.name} and everything in it?`)) return;
-              await list.run(async () => {
-                await api("DELETE", `/projects/${p.id}`);
-                await load();
-                return null;
-              });
+              if (await confirmDialog(`Delete project ${p.name} and everything in it (functions, databases, storage, end users, keys)?`, `Delete project ${p.name}`, () => api("DELETE", `/projects/${p.id}`))) await load();
             }),
           ]),
           "No projects yet: create one above.",
@@ -46,19 +41,40 @@ export function projectsPage(params: URLSearchParams): HTMLElement {
   );
 }
 
-export function pager(page: number, hasMore: boolean, total: number | undefined, base: string): HTMLElement {
+/**
+ * Previous/next links of a paginated list (the API's page, has_more, total). `base` is the page's
+ * address without this list's `param`; a page with two lists gives each a param of its own (and a
+ * label, so their navs are told apart).
+ */
+export function pager(page: number, hasMore: boolean, total: number | undefined, base: string, param = "page", label = "pages"): HTMLElement {
   const sep = base.includes("?") ? "&" : "?";
   return h(
     "nav",
-    { "aria-label": "pages", class: "muted" },
-    page > 1 ? h("a", { href: `${base}${sep}page=${page - 1}` }, "← Previous") : null,
+    { "aria-label": label, class: "muted" },
+    page > 1 ? h("a", { href: `${base}${sep}${param}=${page - 1}` }, "← Previous") : null,
     ` page ${page}${total !== undefined ? ` (${total} in all)` : ""} `,
-    hasMore ? h("a", { href: `${base}${sep}page=${page + 1}` }, "Next →") : null,
+    hasMore ? h("a", { href: `${base}${sep}${param}=${page + 1}` }, "Next →") : null,
   );
 }
 
-/** A project's credentials and settings: service and anon keys, access tokens, variables. */
-export function projectPage(projectId: string): HTMLElement {
+/** The page number a list's `param` asks for (1 when absent or not a number). */
+export const pageOf = (params: URLSearchParams, param = "page") => Math.max(1, Math.floor(Number(params.get(param) ?? "1")) || 1);
+
+/** The address of the current page without one of its list's page params (the others kept). */
+export function listBase(base: string, params: URLSearchParams, param: string): string {
+  const rest = new URLSearchParams(params);
+  rest.delete(param);
+  return `${base}${[...rest].length ? `?${rest}` : ""}`;
+}
+
+/** Rows per page of a project's access tokens and variables. */
+const SETTINGS_PAGE = 50;
+
+/** A project's credentials and settings: service and anon keys, access tokens and variables (each paginated). */
+export function projectPage(projectId: string, params: URLSearchParams = new URLSearchParams()): HTMLElement {
+  const tokensPage = pageOf(params, "tokens_page");
+  const varsPage = pageOf(params, "vars_page");
+  const here = projectPath(projectId);
   const head = slot();
   head.run(async () => {
     const p = await api("GET", `/projects/${projectId}`);
@@ -73,7 +89,7 @@ export function projectPage(projectId: string): HTMLElement {
       const r = await api("GET", `/projects/${projectId}/service-keys`);
       return table(
         ["Name", "Prefix", "Created", ""],
-        r.data.map((k: any) => [k.name, h("code", {}, k.key_prefix), when(k.created_at), button(`Revoke ${k.name}`, () => api("DELETE", `/projects/${projectId}/service-keys/${k.id}`).then(loadServiceKeys))]),
+        r.data.map((k: any) => [k.name, h("code", {}, k.key_prefix), when(k.created_at), button(`Revoke ${k.name}`, () => confirmDialog(`Revoke service key ${k.name}? Whatever uses it stops working.`, `Revoke service key ${k.name}`, () => api("DELETE", `/projects/${projectId}/service-keys/${k.id}`)).then((yes) => yes && loadServiceKeys()))]),
       );
     });
   const anonKeys = slot();
@@ -82,26 +98,32 @@ export function projectPage(projectId: string): HTMLElement {
       const r = await api("GET", `/projects/${projectId}/anon-keys`);
       return table(
         ["Name", "Key", "Created", ""],
-        r.data.map((k: any) => [k.name, h("code", {}, k.key), when(k.created_at), button(`Revoke ${k.name}`, () => api("DELETE", `/projects/${projectId}/anon-keys/${k.id}`).then(loadAnonKeys))]),
+        r.data.map((k: any) => [k.name, h("code", {}, k.key), when(k.created_at), button(`Revoke ${k.name}`, () => confirmDialog(`Revoke anon key ${k.name}? Apps that use it stop working.`, `Revoke anon key ${k.name}`, () => api("DELETE", `/projects/${projectId}/anon-keys/${k.id}`)).then((yes) => yes && loadAnonKeys()))]),
       );
     });
   const tokens = slot();
   const loadTokens = () =>
     tokens.run(async () => {
-      const r = await api("GET", `/projects/${projectId}/access-tokens?limit=100`);
-      return table(
-        ["Name", "Prefix", "Scope", "Status", "Expires", "Last used", ""],
-        r.data.map((t: any) => [t.name, h("code", {}, t.token_prefix), t.scope, t.status, when(t.expires_at), when(t.last_used_at), button(`Revoke ${t.name}`, () => api("DELETE", `/projects/${projectId}/access-tokens/${t.id}`).then(loadTokens))]),
-      );
+      const r = await api("GET", `/projects/${projectId}/access-tokens?page=${tokensPage}&limit=${SETTINGS_PAGE}`);
+      return [
+        table(
+          ["Name", "Prefix", "Scope", "Status", "Expires", "Last used", ""],
+          r.data.map((t: any) => [t.name, h("code", {}, t.token_prefix), t.scope, t.status, when(t.expires_at), when(t.last_used_at), button(`Revoke ${t.name}`, () => confirmDialog(`Revoke access token ${t.name}?`, `Revoke access token ${t.name}`, () => api("DELETE", `/projects/${projectId}/access-tokens/${t.id}`)).then((yes) => yes && loadTokens()))]),
+        ),
+        pager(tokensPage, r.has_more, r.total, listBase(here, params, "tokens_page"), "tokens_page", "access token pages"),
+      ];
     });
   const vars = slot();
   const loadVars = () =>
     vars.run(async () => {
-      const r = await api("GET", `/projects/${projectId}/variables?limit=100`);
-      return table(
-        ["Name", "Value", "Status", "Updated", ""],
-        r.data.map((v: any) => [h("code", {}, v.name), h("code", {}, v.value), v.status, when(v.updated_at), button(`Delete ${v.name}`, () => api("DELETE", `/projects/${projectId}/variables/${v.id}`).then(loadVars))]),
-      );
+      const r = await api("GET", `/projects/${projectId}/variables?page=${varsPage}&limit=${SETTINGS_PAGE}`);
+      return [
+        table(
+          ["Name", "Value", "Status", "Updated", ""],
+          r.data.map((v: any) => [h("code", {}, v.name), h("code", {}, v.value), v.status, when(v.updated_at), button(`Delete ${v.name}`, () => confirmDialog(`Delete variable ${v.name}?`, `Delete variable ${v.name}`, () => api("DELETE", `/projects/${projectId}/variables/${v.id}`)).then((yes) => yes && loadVars()))]),
+        ),
+        pager(varsPage, r.has_more, r.total, listBase(here, params, "vars_page"), "vars_page", "variable pages"),
+      ];
     });
   loadServiceKeys();
   loadAnonKeys();

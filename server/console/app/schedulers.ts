@@ -1,33 +1,41 @@
 import { api } from "./api";
-import { button, field, form, h, select, slot, table, when } from "./dom";
+import { listBase, pageOf, pager, projectPath } from "./projects";
+import { button, confirmDialog, field, form, h, select, slot, table, when } from "./dom";
 
-/** Schedulers of every function of the project: next and last runs, a run history, create and delete. */
-export function schedulersPage(projectId: string): HTMLElement {
+/** Schedulers per page of the list. */
+const PAGE = 50;
+
+/** Schedulers of every function of the project (paginated): next and last runs, a run history, create and delete. */
+export function schedulersPage(projectId: string, params: URLSearchParams = new URLSearchParams()): HTMLElement {
+  const page = pageOf(params);
   const list = slot();
   const runs = slot();
   const functions = slot();
   const base = (s: any) => `/projects/${projectId}/${s.function_kind === "durable" ? "durable-functions" : "functions"}/${s.function_id}/schedulers/${s.id}`;
   const load = () =>
     list.run(async () => {
-      const r = await api("GET", `/projects/${projectId}/schedulers?limit=100`);
-      return table(
-        ["Name", "Schedule", "Enabled", "Next run", "Last run", "", ""],
-        r.data.map((s: any) => [
-          s.name,
-          h("code", {}, s.schedule?.cron_expression ?? JSON.stringify(s.schedule)),
-          s.enabled ? "yes" : "no",
-          when(s.next_run_at),
-          when(s.last_run_at),
-          button(`Runs of ${s.name}`, () =>
-            runs.run(async () => {
-              const rr = await api("GET", `${base(s)}/runs?limit=50`);
-              return [h("h2", {}, `Runs of ${s.name}`), table(["Scheduled for", "Status", "HTTP", "Duration", "Error"], rr.data.map((x: any) => [when(x.scheduled_for), x.status, x.http_status ?? "—", x.duration_ms ?? "—", x.error ?? ""]), "No runs yet.")];
-            }),
-          ),
-          button(`Delete ${s.name}`, () => api("DELETE", base(s)).then(load)),
-        ]),
-        "No schedulers yet.",
-      );
+      const r = await api("GET", `/projects/${projectId}/schedulers?page=${page}&limit=${PAGE}`);
+      return [
+        table(
+          ["Name", "Schedule", "Enabled", "Next run", "Last run", "", ""],
+          r.data.map((s: any) => [
+            s.name,
+            h("code", {}, s.schedule?.cron_expression ?? JSON.stringify(s.schedule)),
+            s.enabled ? "yes" : "no",
+            when(s.next_run_at),
+            when(s.last_run_at),
+            button(`Runs of ${s.name}`, () =>
+              runs.run(async () => {
+                const rr = await api("GET", `${base(s)}/runs?limit=50`);
+                return [h("h2", {}, `Runs of ${s.name}`), table(["Scheduled for", "Status", "HTTP", "Duration", "Error"], rr.data.map((x: any) => [when(x.scheduled_for), x.status, x.http_status ?? "—", x.duration_ms ?? "—", x.error ?? ""]), "No runs yet.")];
+              }),
+            ),
+            button(`Delete ${s.name}`, () => confirmDialog(`Delete scheduler ${s.name}? Its runs stop.`, `Delete the scheduler ${s.name}`, () => api("DELETE", base(s))).then((yes) => yes && load())),
+          ]),
+          "No schedulers yet.",
+        ),
+        pager(page, r.has_more, r.total, listBase(projectPath(projectId, "/schedulers"), params, "page")),
+      ];
     });
   functions.run(async () => {
     const r = await api("GET", `/projects/${projectId}/functions?limit=100`);

@@ -1,5 +1,5 @@
 import { api, enc, request, serviceKey } from "./api";
-import { button, errorBox, field, form, h, slot, table, when } from "./dom";
+import { button, confirmDialog, errorBox, field, form, h, slot, table, when } from "./dom";
 import { projectPath } from "./projects";
 
 const objectUrl = (bucket: string, name: string) => `/storage/${enc(bucket)}/${name.split("/").map(enc).join("/")}`;
@@ -21,7 +21,7 @@ function bucketsPage(projectId: string): HTMLElement {
           (b.allowed_mime_types ?? []).join(", ") || "any",
           b.file_size_limit ?? "—",
           when(b.created_at),
-          button(`Delete bucket ${b.name}`, () => (confirm(`Delete bucket ${b.name}?`) ? api("DELETE", `/projects/${projectId}/storage/buckets/${enc(b.name)}`).then(load) : undefined)),
+          button(`Delete bucket ${b.name}`, () => confirmDialog(`Delete bucket ${b.name}?`, `Delete the bucket ${b.name}`, () => api("DELETE", `/projects/${projectId}/storage/buckets/${enc(b.name)}`)).then((yes) => yes && load())),
         ]),
         "No buckets yet.",
       );
@@ -61,11 +61,7 @@ function bucketPage(projectId: string, bucket: string, params: URLSearchParams):
             o.mime_type,
             when(o.updated_at),
             button(`Download ${o.name}`, () => download(projectId, bucket, o.name).catch((e) => status.replaceChildren(errorBox(e)))),
-            button(`Delete ${o.name}`, () =>
-              request("DELETE", objectUrl(bucket, o.name), { bearer: key })
-                .then(load)
-                .catch((e) => status.replaceChildren(errorBox(e))),
-            ),
+            button(`Delete ${o.name}`, () => confirmDialog(`Delete object ${o.name}?`, `Delete object ${o.name}`, () => request("DELETE", objectUrl(bucket, o.name), { bearer: key })).then((yes) => yes && load())),
           ]),
           "No objects here.",
         ),
@@ -161,13 +157,7 @@ function policiesSection(projectId: string, bucket: string): HTMLElement {
             cancel.hidden = false;
             definition.focus();
           }),
-          button(`Delete policy ${p.name}`, () =>
-            confirm(`Delete policy ${p.name}?`)
-              ? api("DELETE", `${path}/${enc(p.id)}`, { bearer: key })
-                  .then(load)
-                  .catch((e) => status.replaceChildren(errorBox(e)))
-              : undefined,
-          ),
+          button(`Delete policy ${p.name}`, () => confirmDialog(`Delete policy ${p.name}?`, `Delete the policy ${p.name}`, () => api("DELETE", `${path}/${enc(p.id)}`, { bearer: key })).then((yes) => yes && load())),
         ]),
         "No policies: only service keys reach this bucket's objects.",
       );
