@@ -68,7 +68,7 @@ export function backupsSection(base: string): HTMLElement {
             when(b.created_at),
             b.expires_at ? when(b.expires_at) : "kept until deleted",
             button(`Restore from ${b.name}`, () => restore({ backup_name: b.name }, `backup ${b.name}`)),
-            button(`Delete backup ${b.name}`, () => confirmDialog(`Delete backup ${b.name}?`, `Delete the backup ${b.name}`, () => api("DELETE", `${base}/backups/${enc(b.name)}`)).then((yes) => yes && loadBackups())),
+            button(`Delete backup ${b.name}`, () => confirmDialog(`Delete backup ${b.name}?`, `Delete the backup ${b.name}`, () => api("DELETE", `${base}/backups/${enc(b.name)}`)).then((yes) => void (yes && loadBackups()))),
           ]),
           "No backups yet.",
         ),

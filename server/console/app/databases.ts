@@ -113,7 +113,7 @@ export function databasesPage(projectId: string): HTMLElement {
       const r = await api("GET", `/projects/${projectId}/databases`);
       return table(
         ["Name", "Status", "Version", "Region", "Created", ""],
-        r.data.map((d: any) => [h("a", { href: "#", onclick: (e: Event) => (e.preventDefault(), show(d.database_name)) }, d.database_name), d.status, d.pg_version, d.region, when(d.created_at), button(`Delete ${d.database_name}`, () => confirmDialog(`Delete database ${d.database_name} and its data, branches and backups?`, `Delete database ${d.database_name}`, () => api("DELETE", `/projects/${projectId}/databases/${enc(d.database_name)}`)).then((yes) => yes && load()))]),
+        r.data.map((d: any) => [h("a", { href: "#", onclick: (e: Event) => (e.preventDefault(), show(d.database_name)) }, d.database_name), d.status, d.pg_version, d.region, when(d.created_at), button(`Delete ${d.database_name}`, () => confirmDialog(`Delete database ${d.database_name} and its data, branches and backups?`, `Delete database ${d.database_name}`, () => api("DELETE", `/projects/${projectId}/databases/${enc(d.database_name)}`)).then((yes) => void (yes && load())))]),
         "No databases yet.",
       );
     });
@@ -132,7 +132,7 @@ export function databasesPage(projectId: string): HTMLElement {
           editor.refreshTargets();
           return table(
             ["Branch", "Status", "Expires", "Created", ""],
-            r.data.map((b: any) => [b.name, b.status, when(b.expires_at), when(b.created_at), b.name === "main" ? "" : button(`Delete branch ${b.name}`, () => confirmDialog(`Delete branch ${b.name} and what was written to it?`, `Delete the branch ${b.name}`, () => api("DELETE", `${base}/branches/${enc(b.name)}`)).then((yes) => yes && loadBranches()))]),
+            r.data.map((b: any) => [b.name, b.status, when(b.expires_at), when(b.created_at), b.name === "main" ? "" : button(`Delete branch ${b.name}`, () => confirmDialog(`Delete branch ${b.name} and what was written to it?`, `Delete the branch ${b.name}`, () => api("DELETE", `${base}/branches/${enc(b.name)}`)).then((yes) => void (yes && loadBranches())))]),
           );
         });
       const top = slot();

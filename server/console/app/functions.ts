@@ -63,7 +63,8 @@ function liveBuildLog(projectId: string, functionId: string, deploymentId: strin
       const d = r.data.find((x: any) => x.id === deploymentId);
       if (!d || FINISHED.has(d.status)) {
         const last = d?.status === "failed" ? d.error : d?.status === "succeeded" ? "build succeeded" : null;
-        for (let i = 0; i < 30 && last && !seen.includes(last); i++) await new Promise((w) => setTimeout(w, 100));
+        for (let i = 0; i < 30 && last && !seen.includes(last) && !done; i++) await new Promise((w) => setTimeout(w, 100));
+        if (done) return; // the page was left meanwhile
         stop();
         state.textContent = !d ? "The deployment is gone." : d.status === "succeeded" ? "Build succeeded: the deployment is active." : d.status === "failed" ? `Build failed: ${d.error ?? "see the log"}` : "Superseded by a newer deployment.";
         finished(d);

@@ -89,7 +89,7 @@ export function projectPage(projectId: string, params: URLSearchParams = new URL
       const r = await api("GET", `/projects/${projectId}/service-keys`);
       return table(
         ["Name", "Prefix", "Created", ""],
-        r.data.map((k: any) => [k.name, h("code", {}, k.key_prefix), when(k.created_at), button(`Revoke ${k.name}`, () => confirmDialog(`Revoke service key ${k.name}? Whatever uses it stops working.`, `Revoke service key ${k.name}`, () => api("DELETE", `/projects/${projectId}/service-keys/${k.id}`)).then((yes) => yes && loadServiceKeys()))]),
+        r.data.map((k: any) => [k.name, h("code", {}, k.key_prefix), when(k.created_at), button(`Revoke ${k.name}`, () => confirmDialog(`Revoke service key ${k.name}? Whatever uses it stops working.`, `Revoke service key ${k.name}`, () => api("DELETE", `/projects/${projectId}/service-keys/${k.id}`)).then((yes) => void (yes && loadServiceKeys())))]),
       );
     });
   const anonKeys = slot();
@@ -98,7 +98,7 @@ export function projectPage(projectId: string, params: URLSearchParams = new URL
       const r = await api("GET", `/projects/${projectId}/anon-keys`);
       return table(
         ["Name", "Key", "Created", ""],
-        r.data.map((k: any) => [k.name, h("code", {}, k.key), when(k.created_at), button(`Revoke ${k.name}`, () => confirmDialog(`Revoke anon key ${k.name}? Apps that use it stop working.`, `Revoke anon key ${k.name}`, () => api("DELETE", `/projects/${projectId}/anon-keys/${k.id}`)).then((yes) => yes && loadAnonKeys()))]),
+        r.data.map((k: any) => [k.name, h("code", {}, k.key), when(k.created_at), button(`Revoke ${k.name}`, () => confirmDialog(`Revoke anon key ${k.name}? Apps that use it stop working.`, `Revoke anon key ${k.name}`, () => api("DELETE", `/projects/${projectId}/anon-keys/${k.id}`)).then((yes) => void (yes && loadAnonKeys())))]),
       );
     });
   const tokens = slot();
@@ -108,7 +108,7 @@ export function projectPage(projectId: string, params: URLSearchParams = new URL
       return [
         table(
           ["Name", "Prefix", "Scope", "Status", "Expires", "Last used", ""],
-          r.data.map((t: any) => [t.name, h("code", {}, t.token_prefix), t.scope, t.status, when(t.expires_at), when(t.last_used_at), button(`Revoke ${t.name}`, () => confirmDialog(`Revoke access token ${t.name}?`, `Revoke access token ${t.name}`, () => api("DELETE", `/projects/${projectId}/access-tokens/${t.id}`)).then((yes) => yes && loadTokens()))]),
+          r.data.map((t: any) => [t.name, h("code", {}, t.token_prefix), t.scope, t.status, when(t.expires_at), when(t.last_used_at), button(`Revoke ${t.name}`, () => confirmDialog(`Revoke access token ${t.name}?`, `Revoke access token ${t.name}`, () => api("DELETE", `/projects/${projectId}/access-tokens/${t.id}`)).then((yes) => void (yes && loadTokens())))]),
         ),
         pager(tokensPage, r.has_more, r.total, listBase(here, params, "tokens_page"), "tokens_page", "access token pages"),
       ];
@@ -120,7 +120,7 @@ export function projectPage(projectId: string, params: URLSearchParams = new URL
       return [
         table(
           ["Name", "Value", "Status", "Updated", ""],
-          r.data.map((v: any) => [h("code", {}, v.name), h("code", {}, v.value), v.status, when(v.updated_at), button(`Delete ${v.name}`, () => confirmDialog(`Delete variable ${v.name}?`, `Delete variable ${v.name}`, () => api("DELETE", `/projects/${projectId}/variables/${v.id}`)).then((yes) => yes && loadVars()))]),
+          r.data.map((v: any) => [h("code", {}, v.name), h("code", {}, v.value), v.status, when(v.updated_at), button(`Delete ${v.name}`, () => confirmDialog(`Delete variable ${v.name}?`, `Delete variable ${v.name}`, () => api("DELETE", `/projects/${projectId}/variables/${v.id}`)).then((yes) => void (yes && loadVars())))]),
         ),
         pager(varsPage, r.has_more, r.total, listBase(here, params, "vars_page"), "vars_page", "variable pages"),
       ];

@@ -30,7 +30,7 @@ export function schedulersPage(projectId: string, params: URLSearchParams = new 
                 return [h("h2", {}, `Runs of ${s.name}`), table(["Scheduled for", "Status", "HTTP", "Duration", "Error"], rr.data.map((x: any) => [when(x.scheduled_for), x.status, x.http_status ?? "—", x.duration_ms ?? "—", x.error ?? ""]), "No runs yet.")];
               }),
             ),
-            button(`Delete ${s.name}`, () => confirmDialog(`Delete scheduler ${s.name}? Its runs stop.`, `Delete the scheduler ${s.name}`, () => api("DELETE", base(s))).then((yes) => yes && load())),
+            button(`Delete ${s.name}`, () => confirmDialog(`Delete scheduler ${s.name}? Its runs stop.`, `Delete the scheduler ${s.name}`, () => api("DELETE", base(s))).then((yes) => void (yes && load()))),
           ]),
           "No schedulers yet.",
         ),

@@ -21,7 +21,7 @@ function bucketsPage(projectId: string): HTMLElement {
           (b.allowed_mime_types ?? []).join(", ") || "any",
           b.file_size_limit ?? "—",
           when(b.created_at),
-          button(`Delete bucket ${b.name}`, () => confirmDialog(`Delete bucket ${b.name}?`, `Delete the bucket ${b.name}`, () => api("DELETE", `/projects/${projectId}/storage/buckets/${enc(b.name)}`)).then((yes) => yes && load())),
+          button(`Delete bucket ${b.name}`, () => confirmDialog(`Delete bucket ${b.name}?`, `Delete the bucket ${b.name}`, () => api("DELETE", `/projects/${projectId}/storage/buckets/${enc(b.name)}`)).then((yes) => void (yes && load()))),
         ]),
         "No buckets yet.",
       );
@@ -61,7 +61,7 @@ function bucketPage(projectId: string, bucket: string, params: URLSearchParams):
             o.mime_type,
             when(o.updated_at),
             button(`Download ${o.name}`, () => download(projectId, bucket, o.name).catch((e) => status.replaceChildren(errorBox(e)))),
-            button(`Delete ${o.name}`, () => confirmDialog(`Delete object ${o.name}?`, `Delete object ${o.name}`, () => request("DELETE", objectUrl(bucket, o.name), { bearer: key })).then((yes) => yes && load())),
+            button(`Delete ${o.name}`, () => confirmDialog(`Delete object ${o.name}?`, `Delete object ${o.name}`, () => request("DELETE", objectUrl(bucket, o.name), { bearer: key })).then((yes) => void (yes && load()))),
           ]),
           "No objects here.",
         ),
@@ -157,7 +157,7 @@ function policiesSection(projectId: string, bucket: string): HTMLElement {
             cancel.hidden = false;
             definition.focus();
           }),
-          button(`Delete policy ${p.name}`, () => confirmDialog(`Delete policy ${p.name}?`, `Delete the policy ${p.name}`, () => api("DELETE", `${path}/${enc(p.id)}`, { bearer: key })).then((yes) => yes && load())),
+          button(`Delete policy ${p.name}`, () => confirmDialog(`Delete policy ${p.name}?`, `Delete the policy ${p.name}`, () => api("DELETE", `${path}/${enc(p.id)}`, { bearer: key })).then((yes) => void (yes && load()))),
         ]),
         "No policies: only service keys reach this bucket's objects.",
       );

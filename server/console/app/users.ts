@@ -75,7 +75,7 @@ export function usersPage(projectId: string, params: URLSearchParams): HTMLEleme
             when(u.created_at),
             button(`Send reset link to ${u.email}`, () => sendReset(u.email)),
             button(`Mail to ${u.email}`, () => showMail(u.email)),
-            button(`Delete ${u.email}`, () => confirmDialog(`Delete end user ${u.email}? Their sessions end and they cannot sign in again.`, `Delete end user ${u.email}`, () => api("DELETE", `/projects/${projectId}/users/${u.id}`)).then((yes) => yes && load())),
+            button(`Delete ${u.email}`, () => confirmDialog(`Delete end user ${u.email}? Their sessions end and they cannot sign in again.`, `Delete end user ${u.email}`, () => api("DELETE", `/projects/${projectId}/users/${u.id}`)).then((yes) => void (yes && load()))),
           ]),
           search ? "No end user matches." : "No end users yet.",
         ),
