@@ -68,6 +68,8 @@ async function main() {
   const dataDir = process.env.KEEP ?? mkdtempSync(join(tmpdir(), "kiln-bench-console-"));
   const seededFile = join(dataDir, "bench-console.json");
   let { url, proc } = await startKiln(dataDir);
+  // A failed run stops the Kiln it started (not left running on a shared machine).
+  process.once("exit", () => proc.exitCode === null && proc.kill("SIGTERM"));
   const call = async (method: string, path: string, body?: unknown, bearer = TOKEN) => {
     const r = await fetch(url + path, { method, headers: { authorization: `Bearer ${bearer}`, ...(body instanceof FormData || body === undefined ? {} : { "content-type": "application/json" }) }, body: body instanceof FormData ? body : body === undefined ? undefined : JSON.stringify(body) });
     const text = await r.text();
@@ -125,9 +127,14 @@ async function main() {
     while (logged < LINES) {
       const round = Math.min(150_000, LINES - logged);
       await parallel(Math.ceil(round / PER_INVOCATION), async () => {
-        const r = await fetch(invokeUrl, { method: "POST", headers: { authorization: `Bearer ${big.key}`, "content-type": "application/json" }, body: JSON.stringify({ payload: { lines: PER_INVOCATION } }) });
-        await r.text();
-        if (!r.ok) throw new Error(`invoke: ${r.status}`);
+        // A loaded machine can time an invocation out (504): tried again, a few times.
+        for (let attempt = 1; ; attempt++) {
+          const r = await fetch(invokeUrl, { method: "POST", headers: { authorization: `Bearer ${big.key}`, "content-type": "application/json" }, body: JSON.stringify({ payload: { lines: PER_INVOCATION } }) });
+          await r.text();
+          if (r.ok) return;
+          if (attempt === 4 || (r.status !== 504 && r.status !== 503)) throw new Error(`invoke: ${r.status}`);
+          await new Promise((w) => setTimeout(w, 500 * attempt));
+        }
       });
       logged += Math.ceil(round / PER_INVOCATION) * (PER_INVOCATION + 1);
       await call("POST", `/projects/${big.id}/logs/search`, { resource: { type: "function" }, limit: 1 });

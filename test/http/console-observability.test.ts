@@ -16,13 +16,14 @@ import { createProject, eventually, useKiln } from "../support/kiln";
 
 /**
  * The npm registry builds install from (hermetic: on 127.0.0.1, named by Kiln's npm user config):
- * one package, `held`, whose metadata is answered only once the test calls `release`, so a build
- * can be caught in its install for as long as the test needs.
+ * one package, `held`; the metadata of `held` and of `missing` (which it does not have: 404) is
+ * answered only once the test calls `release(path)`, so a build can be caught in its install for as
+ * long as the test needs.
  */
 const registry = await (async () => {
   const asked: string[] = [];
-  const waiting: ServerResponse[] = [];
-  let released = false;
+  const waiting = new Map<string, ServerResponse[]>();
+  const holding = new Set(["/held", "/missing"]);
   let url = "";
   const files = new Map<string, () => Buffer>();
   const answer = (path: string, res: ServerResponse) => {
@@ -31,8 +32,9 @@ const registry = await (async () => {
   };
   const server = createServer((req, res) => {
     asked.push(req.url ?? "");
-    if (req.url === "/held" && !released) waiting.push(res);
-    else answer(req.url ?? "", res);
+    const path = req.url ?? "";
+    if (holding.has(path)) waiting.set(path, [...(waiting.get(path) ?? []), res]);
+    else answer(path, res);
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -42,9 +44,10 @@ const registry = await (async () => {
   return {
     url,
     asked,
-    release() {
-      released = true;
-      for (const res of waiting.splice(0)) answer("/held", res);
+    release(path: string) {
+      holding.delete(path);
+      for (const res of waiting.get(path) ?? []) answer(path, res);
+      waiting.delete(path);
     },
     close: () => server.close(),
   };
@@ -52,7 +55,7 @@ const registry = await (async () => {
 const npmDir = mkdtempSync(join(tmpdir(), "kiln-console-npm-"));
 writeFileSync(join(npmDir, "npmrc"), `registry=${registry.url}/\nfetch-retries=0\n`);
 afterAll(() => {
-  registry.release();
+  for (const path of ["/held", "/missing"]) registry.release(path);
   registry.close();
   removeDir(npmDir);
 });
@@ -296,7 +299,7 @@ describe("build log", () => {
     expect(await log.textContent()).not.toMatch(/build succeeded/);
     await shot("functions-build-live");
 
-    registry.release();
+    registry.release("/held");
     await page.getByRole("status").filter({ hasText: "Build succeeded: the deployment is active." }).waitFor({ timeout: 60_000 });
     const text = (await log.textContent())!;
     // Every line of the build, once each, in order, the last one its end.
@@ -309,6 +312,31 @@ describe("build log", () => {
     await page.getByText(/^active · nodejs22\.x/).waitFor();
     await page.getByRole("cell", { name: "succeeded" }).waitFor();
     expect((await k.api("POST", `/functions/${fn.id}/invoke`, { token: serviceKey, body: { payload: {} } })).body).toBe("from the held registry");
+    noProblems();
+  });
+
+  test("a build that fails: followed until its error, which ends the log and the page says", async () => {
+    await open(`#/p/${projectId}/functions`);
+    await page.getByLabel("Name").fill("badbuild");
+    const source = { "index.js": "exports.handler = async () => require('missing');", "package.json": JSON.stringify({ dependencies: { missing: "^1.0.0" } }) };
+    await page.getByLabel("Source archive").setInputFiles({ name: "bad.tgz", mimeType: "application/gzip", buffer: tgz(source) });
+    await page.getByRole("button", { name: "Deploy" }).click();
+    await page.getByRole("heading", { name: /^Function badbuild/ }).waitFor();
+    await eventually(async () => registry.asked.includes("/missing"), (x) => x, 60_000);
+    const log = page.locator("pre.build-log");
+    await expect.poll(() => log.textContent(), { timeout: 15_000 }).toMatch(/installing Node dependencies/);
+    await page.getByRole("status").filter({ hasText: /^Building: following the build log live…$/ }).waitFor();
+
+    registry.release("/missing");
+    const failed = page.getByRole("status").filter({ hasText: /^Build failed: dependency installation failed: / });
+    await failed.waitFor({ timeout: 60_000 });
+    const fn = (await k.api("GET", `/projects/${projectId}/functions`)).body.data.find((f: any) => f.name === "badbuild");
+    const [deployment] = (await k.api("GET", `/projects/${projectId}/functions/${fn.id}/deployments`)).body.data;
+    expect(deployment.status).toBe("failed");
+    expect(await failed.textContent()).toBe(`Build failed: ${deployment.error}`);
+    // The error is the log's last line; the page around it shows the function failed.
+    expect((await log.textContent())!.trimEnd().endsWith(` error ${deployment.error}`)).toBe(true);
+    await page.getByText(/^failed · nodejs22\.x/).waitFor();
     noProblems();
   });
 });

@@ -7,6 +7,8 @@ import { bodyText, followLogs, whileHere, type LogEntry } from "./tail";
 
 /** Deployment states after which its build writes no more lines. */
 const FINISHED = new Set(["succeeded", "failed", "superseded"]);
+/** Deployments shown at first (and added per "Show older deployments"). */
+const DEPLOYMENTS_SHOWN = 20;
 /** Lines a live build log keeps (an install can print many): the oldest go past it. */
 const BUILD_KEEP = 5000;
 
@@ -128,13 +130,29 @@ export function functionsPage(projectId: string, params: URLSearchParams = new U
       const summary = h("p", {});
       const history = h("div", {});
       const problem = h("div", { "aria-live": "polite" });
+      // The history comes whole from the API (no pagination there): the newest DEPLOYMENTS_SHOWN
+      // first, older ones on request, so a function deployed a thousand times stays a short page.
+      let shown = DEPLOYMENTS_SHOWN;
       const render = (f: any, deployments: any) => {
         summary.replaceChildren(`${f.status} · ${f.runtime} · handler ${f.handler} · `, h("code", {}, f.invoke_url));
+        const all: any[] = deployments.data;
         history.replaceChildren(
           table(
             ["Id", "Status", "Created", "Finished", "Error", "Build log"],
-            deployments.data.map((d: any) => [h("code", {}, d.id), d.status, when(d.created_at), when(d.finished_at), d.error ?? "", button(`Build log (${d.build_log.lines} lines)`, () => buildLog.run(() => logLines(projectId, { type: "function", deployments: { ids: [d.id] } })))]),
+            all.slice(0, shown).map((d: any) => [h("code", {}, d.id), d.status, when(d.created_at), when(d.finished_at), d.error ?? "", button(`Build log (${d.build_log.lines} lines)`, () => buildLog.run(() => logLines(projectId, { type: "function", deployments: { ids: [d.id] } })))]),
           ),
+          all.length > shown
+            ? button(
+                `Show older deployments (${all.length - shown} more)`,
+                () => {
+                  shown += DEPLOYMENTS_SHOWN;
+                  render(f, deployments);
+                  // The button was replaced: focus goes to the new one (or the table's end).
+                  (history.querySelector<HTMLElement>("button.more") ?? history.querySelector<HTMLElement>("tbody tr:last-child button"))?.focus();
+                },
+                { class: "more" },
+              )
+            : null,
         );
       };
       render(f, deployments);
