@@ -297,6 +297,7 @@ describe("build log", () => {
     expect(building.status).toBe("building");
     expect(await page.getByRole("status").filter({ hasText: /^Building: following the build log live…$/ }).count()).toBe(1);
     expect(await log.textContent()).not.toMatch(/build succeeded/);
+    expect(await page.getByRole("region", { name: "function slowbuild" }).innerText()).not.toMatch(/\bnull\b|undefined/);
     await shot("functions-build-live");
 
     registry.release("/held");

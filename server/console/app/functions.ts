@@ -136,11 +136,7 @@ export function functionsPage(projectId: string, params: URLSearchParams = new U
       const render = (f: any, deployments: any) => {
         summary.replaceChildren(`${f.status} · ${f.runtime} · handler ${f.handler} · `, h("code", {}, f.invoke_url));
         const all: any[] = deployments.data;
-        history.replaceChildren(
-          table(
-            ["Id", "Status", "Created", "Finished", "Error", "Build log"],
-            all.slice(0, shown).map((d: any) => [h("code", {}, d.id), d.status, when(d.created_at), when(d.finished_at), d.error ?? "", button(`Build log (${d.build_log.lines} lines)`, () => buildLog.run(() => logLines(projectId, { type: "function", deployments: { ids: [d.id] } })))]),
-          ),
+        const more =
           all.length > shown
             ? button(
                 `Show older deployments (${all.length - shown} more)`,
@@ -152,7 +148,13 @@ export function functionsPage(projectId: string, params: URLSearchParams = new U
                 },
                 { class: "more" },
               )
-            : null,
+            : null;
+        history.replaceChildren(
+          table(
+            ["Id", "Status", "Created", "Finished", "Error", "Build log"],
+            all.slice(0, shown).map((d: any) => [h("code", {}, d.id), d.status, when(d.created_at), when(d.finished_at), d.error ?? "", button(`Build log (${d.build_log.lines} lines)`, () => buildLog.run(() => logLines(projectId, { type: "function", deployments: { ids: [d.id] } })))]),
+          ),
+          ...(more ? [more] : []),
         );
       };
       render(f, deployments);
