@@ -301,6 +301,8 @@ async function pgbenchSection(url: string, api: (m: string, p: string, b?: unkno
     return {
       tpcb: pgbench(target, ["-c", "8", "-j", "2", "-M", "prepared", "-T", T]),
       select: pgbench(target, ["-c", "8", "-j", "2", "-S", "-M", "prepared", "-T", T]),
+      // One session at a time with real client round trips: what a single-session engine is bound by.
+      tpcbOne: pgbench(target, ["-c", "1", "-M", "prepared", "-T", T]),
     };
   };
   const kiln = run(cs);
@@ -317,6 +319,10 @@ async function pgbenchSection(url: string, api: (m: string, p: string, b?: unkno
   const ratio = (a?: { tps: number } | null, b?: number) => (a && b ? `${((a.tps / b) * 100).toFixed(0)}%` : "n/a");
   out.push(`  TPC-B -c 8 -M prepared:      Kiln ${r(kiln?.tpcb)}, PostgreSQL 15 ${r(real?.tpcb)}: ${ratio(kiln?.tpcb, real?.tpcb?.tps)}   (target >= 50%)`);
   out.push(`  TPC-B in-process on PGlite (prepared, one call per statement): ${localTpcb.toFixed(0)} tps; Kiln ${ratio(kiln?.tpcb, localTpcb)} of it   (target >= 60%)`);
+  out.push(
+    `  TPC-B -c 1 -M prepared (one session, the ceiling of a single-session engine over the wire): Kiln ${r(kiln?.tpcbOne)}, PostgreSQL 15 ${r(real?.tpcbOne)}; ` +
+      `PostgreSQL 15 -c 1 is ${ratio(real?.tpcbOne, localTpcb)} of in-process PGlite, Kiln -c 8 is ${ratio(kiln?.tpcb, real?.tpcbOne?.tps)} of PostgreSQL 15 -c 1`,
+  );
   out.push(`  select-only -c 8 -M prepared: Kiln ${r(kiln?.select)}, PostgreSQL 15 ${r(real?.select)}`);
   out.push(`  in-process PGlite point select: query API ${local.api.toFixed(0)}/s, raw prepared protocol ${local.raw.toFixed(0)}/s`);
   out.push(`  select-only / in-process: ${ratio(kiln?.select, local.api)} of the query API, ${ratio(kiln?.select, local.raw)} of raw prepared protocol   (target >= 60% of raw prepared)`);
