@@ -228,12 +228,12 @@ describe("groups: batches of idle clients in one hand-over", () => {
     await h!.run("create table g1 (id int primary key, who text)");
     // Every client names its statement "ins", each with other SQL; b's fails when it runs.
     await a!.send(parse("ins", "insert into g1 values ($1, 'a') returning who"), sync());
-    await b!.send(parse("ins", "select 1 / $1::int"), sync());
+    await b!.send(parse("ins", "select 1 / (id - id) from t where id = $1"), sync());
     await c!.send(parse("ins", "insert into g1 values ($1, 'c') returning who"), sync());
     for (const x of [a, b, c]) expect(summarize(x!.take()).types).toBe("1Z");
     await h!.run("begin"); // h holds the session: the others' batches queue behind it
     const calls = vi.spyOn(db, "execProtocolRawStream");
-    const sent = [a!.send(bind("", "ins", ["1"]), execute(), sync()), b!.send(bind("", "ins", ["0"]), execute(), sync()), c!.send(bind("", "ins", ["2"]), execute(), sync())];
+    const sent = [a!.send(bind("", "ins", ["1"]), execute(), sync()), b!.send(bind("", "ins", ["1"]), execute(), sync()), c!.send(bind("", "ins", ["2"]), execute(), sync())];
     await sleep(20);
     calls.mockClear();
     await h!.run("commit");
