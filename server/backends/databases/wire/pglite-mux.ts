@@ -1128,6 +1128,33 @@ class MuxSession implements WireBackend {
     return this.client.processId;
   }
 
+  /**
+   * A run of complete messages as they arrived together (the listener's `serveRuns`): the
+   * extended-protocol messages that only get buffered until Sync cost no promise each; the message
+   * that needs an answer goes through `handle`, and the rest of the run waits for it.
+   */
+  handleRun(run: Uint8Array, sendRaw: (data: Uint8Array) => void): void | Promise<void> {
+    let at = 0;
+    const next = (): void | Promise<void> => {
+      while (at < run.length) {
+        const end = at + 1 + readInt32(run, at + 1);
+        const message = run.subarray(at, end);
+        at = end;
+        if (!this.buffered(message)) return this.handle(message, sendRaw).then(next);
+      }
+    };
+    return next();
+  }
+
+  /** Buffers a Parse, Bind, Describe, Execute or Close that waits for its Sync, as `handle` would; false if `handle` must see it. */
+  private buffered(message: Uint8Array): boolean {
+    const type = message[0];
+    if (type !== F.parse && type !== F.bind && type !== F.describe && type !== F.execute && type !== F.close) return false;
+    if (this.closed || this.copy || this.skipToSync || this.batch.bytes + message.length + MAX_NAME >= MAX_BATCH_BYTES) return false;
+    this.add(message);
+    return true;
+  }
+
   async handle(message: Uint8Array, sendRaw: (data: Uint8Array) => void): Promise<void> {
     if (this.closed) return;
     const type = message[0];
