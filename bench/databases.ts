@@ -9,11 +9,12 @@
 // PGlite (its seven statements prepared, one round trip each, as pgbench -M prepared sends them).
 // Run: npm run bench:databases   (PGBENCH_SECONDS=5 by default; needs pgbench and PostgreSQL 15's binaries)
 //      BENCH_ONLY=wire: only the wire sections (pool, pgbench, in-process), not create/latency/memory.
+//      BENCH_ONLY=ceiling: PostgreSQL 15's TPC-B over one session (-c 1) against in-process PGlite, 3 rounds.
 // Targets: create-to-active < 500 ms, query API p50 < 2 ms, query API throughput >= 60% of in-process
 // PGlite, 50 touched databases < 1.5 GB RSS; TPC-B >= 50% of PostgreSQL 15 and >= 60% of the same
 // transactions in-process; select-only >= 60% of in-process prepared selects; p99 < 10 ms for
 // /healthz and another database during a long statement.
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PGlite } from "@electric-sql/pglite";
@@ -28,7 +29,51 @@ const N = Number(process.env.QUERIES ?? 3000);
 
 const rssMb = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) / 1024;
 
+/**
+ * The ceiling of any wire endpoint over one session (BENCH_ONLY=ceiling): PostgreSQL 15 with one
+ * client (pgbench -c 1 -M prepared TPC-B: real client round trips, one session) against the same
+ * transactions in-process on PGlite, alternating in rounds so that both see the same load.
+ */
+async function ceiling(): Promise<void> {
+  const server = await startPgServer();
+  try {
+    if (Bun.spawnSync(["pgbench", "-i", "-s", "1", "-q", server.url], { stderr: "pipe" }).exitCode !== 0) throw new Error("pgbench -i failed");
+    const postmaster = Number(/pid=(\d+)/.exec(Bun.spawnSync(["ss", "-Htlnp", `sport = :${server.port}`]).stdout.toString())?.[1] ?? 0);
+    const ratios: number[] = [];
+    const cpuRatios: number[] = [];
+    for (let round = 1; round <= 3; round++) {
+      const load = loadavg()[0]!.toFixed(1);
+      const server0 = postmaster ? serverCpuMs(postmaster) : 0;
+      const pgOne = pgbench(server.url, ["-c", "1", "-M", "prepared", "-T", "3"]);
+      const serverMs = postmaster ? serverCpuMs(postmaster) - server0 : 0;
+      const local = await inProcessTpcb(3);
+      if (!pgOne) continue;
+      ratios.push(pgOne.tps / local.tps);
+      // CPU per transaction: a one-client run is a strict ping-pong, so on an idle machine its time per
+      // transaction is at least the CPU both sides spend on it (wake-ups add to that).
+      const pgUs = ((pgOne.clientCpuMs + serverMs) * 1000) / Math.max(1, pgOne.transactions);
+      const localUs = local.cpuUsPerTransaction;
+      if (postmaster) cpuRatios.push(localUs / pgUs);
+      console.log(
+        `  round ${round} (load ${load}): PostgreSQL 15 TPC-B -c 1 -M prepared ${pgOne.tps.toFixed(0)} tps, in-process PGlite ${local.tps.toFixed(0)} tps: ${((pgOne.tps / local.tps) * 100).toFixed(0)}%; ` +
+          `CPU per transaction: PostgreSQL 15 + pgbench ${pgUs.toFixed(0)} µs${postmaster ? "" : " (server not found: pgbench only)"}, in-process PGlite ${localUs.toFixed(0)} µs`,
+      );
+    }
+    if (ratios.length) console.log(`  median: PostgreSQL 15 over one session reaches ${(pct(ratios, 50) * 100).toFixed(0)}% of in-process PGlite by tps (the TPC-B target is 60%)`);
+    if (cpuRatios.length)
+      console.log(`  median by CPU per transaction (the ceiling on an idle machine, where a one-client run costs at least its CPU): ${(pct(cpuRatios, 50) * 100).toFixed(0)}% of in-process PGlite`);
+  } finally {
+    await server.stop();
+  }
+}
+
 async function main() {
+  if (process.env.BENCH_ONLY === "ceiling") {
+    console.log(`load average at start: ${loadavg().map((x) => x.toFixed(2)).join(" ")}`);
+    await ceiling();
+    console.log(`load average at end: ${loadavg().map((x) => x.toFixed(2)).join(" ")}`);
+    return;
+  }
   const dir = mkdtempSync(join(tmpdir(), "kiln-bench-db-"));
   const { url, proc } = await startKiln(dir);
   const api = async (method: string, path: string, body?: unknown, token = TOKEN) => {
@@ -164,15 +209,17 @@ async function main() {
 const PGBENCH_SECONDS = Number(process.env.PGBENCH_SECONDS ?? 5);
 
 /** tps of one pgbench run (with its failures), or null when pgbench could not run. */
-function pgbench(cs: string, args: string[]): { tps: number; failed: number } | null {
+function pgbench(cs: string, args: string[]): { tps: number; failed: number; transactions: number; clientCpuMs: number } | null {
   const r = Bun.spawnSync(["pgbench", ...args, cs], { stderr: "pipe", stdout: "pipe" });
+  const transactions = Number(/number of transactions actually processed: (\d+)/.exec(r.stdout.toString())?.[1] ?? 0);
+  const clientCpuMs = Number(r.resourceUsage.cpuTime.user + r.resourceUsage.cpuTime.system) / 1000;
   const out = r.stdout.toString() + r.stderr.toString();
   const tps = /tps = ([\d.]+) \(without initial connection time\)/.exec(out);
   if (r.exitCode !== 0 || !tps) {
     console.error(`pgbench ${args.join(" ")} failed:\n${out}`);
     return null;
   }
-  return { tps: Number(tps[1]), failed: Number(/number of failed transactions: (\d+)/.exec(out)?.[1] ?? 0) };
+  return { tps: Number(tps[1]), failed: Number(/number of failed transactions: (\d+)/.exec(out)?.[1] ?? 0), transactions, clientCpuMs };
 }
 
 /**
@@ -214,7 +261,27 @@ async function inProcessPointSelect(): Promise<{ api: number; raw: number }> {
  * (BEGIN, three UPDATEs, the SELECT, the INSERT, END) prepared once and each sent as Bind/Execute/Sync,
  * one call per statement, as pgbench -M prepared sends one round trip per statement. Transactions/s.
  */
-async function inProcessTpcb(): Promise<number> {
+/** CPU ms of a PostgreSQL server: the postmaster, its live children and the children it has reaped (a finished backend). */
+function serverCpuMs(postmaster: number): number {
+  const fields = (pid: number | string) => {
+    try {
+      return readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+    } catch {
+      return null;
+    }
+  };
+  const own = fields(postmaster);
+  if (!own) return 0;
+  let ticks = Number(own[11]) + Number(own[12]) + Number(own[13]) + Number(own[14]);
+  for (const pid of readdirSync("/proc")) {
+    if (!/^\d+$/.test(pid)) continue;
+    const f = fields(pid);
+    if (f && Number(f[1]) === postmaster) ticks += Number(f[11]) + Number(f[12]);
+  }
+  return ticks * 10; // USER_HZ 100
+}
+
+async function inProcessTpcb(seconds = PGBENCH_SECONDS): Promise<{ tps: number; cpuUsPerTransaction: number }> {
   const db = await PGlite.create();
   await db.exec(`create table pgbench_branches (bid int primary key, bbalance int, filler char(88));
     create table pgbench_tellers (tid int primary key, bid int, tbalance int, filler char(84));
@@ -256,14 +323,16 @@ async function inProcessTpcb(): Promise<number> {
   };
   for (let i = 0; i < 200; i++) await tx();
   let n = 0;
+  const cpu0 = process.cpuUsage();
   const t0 = performance.now();
-  while (performance.now() - t0 < PGBENCH_SECONDS * 1000) {
+  while (performance.now() - t0 < seconds * 1000) {
     await tx();
     n++;
   }
   const tps = n / ((performance.now() - t0) / 1000);
+  const cpu = process.cpuUsage(cpu0);
   await db.close();
-  return tps;
+  return { tps, cpuUsPerTransaction: (cpu.user + cpu.system) / Math.max(1, n) };
 }
 
 /**
@@ -301,6 +370,8 @@ async function pgbenchSection(url: string, api: (m: string, p: string, b?: unkno
     return {
       tpcb: pgbench(target, ["-c", "8", "-j", "2", "-M", "prepared", "-T", T]),
       select: pgbench(target, ["-c", "8", "-j", "2", "-S", "-M", "prepared", "-T", T]),
+      // One session at a time with real client round trips: what a single-session engine is bound by.
+      tpcbOne: pgbench(target, ["-c", "1", "-M", "prepared", "-T", T]),
     };
   };
   const kiln = run(cs);
@@ -310,13 +381,17 @@ async function pgbenchSection(url: string, api: (m: string, p: string, b?: unkno
   const realPool = server ? await poolOfTwenty(server.url) : null;
   await server?.stop();
   const local = await inProcessPointSelect();
-  const localTpcb = await inProcessTpcb();
+  const localTpcb = (await inProcessTpcb()).tps;
   const ms = (x: number | null) => (x === null ? "failed" : `${x.toFixed(0)} ms`);
   out.push(`  pg.Pool of 20, pg_sleep(0.05) each, at once (median of 5 rounds): embedded ${ms(kilnPool)}, PostgreSQL 15 ${ms(realPool)}`);
   const r = (x: { tps: number; failed: number } | null | undefined) => (x ? `${x.tps.toFixed(0)} tps${x.failed ? ` (${x.failed} failed)` : ""}` : "failed");
   const ratio = (a?: { tps: number } | null, b?: number) => (a && b ? `${((a.tps / b) * 100).toFixed(0)}%` : "n/a");
   out.push(`  TPC-B -c 8 -M prepared:      Kiln ${r(kiln?.tpcb)}, PostgreSQL 15 ${r(real?.tpcb)}: ${ratio(kiln?.tpcb, real?.tpcb?.tps)}   (target >= 50%)`);
   out.push(`  TPC-B in-process on PGlite (prepared, one call per statement): ${localTpcb.toFixed(0)} tps; Kiln ${ratio(kiln?.tpcb, localTpcb)} of it   (target >= 60%)`);
+  out.push(
+    `  TPC-B -c 1 -M prepared (one session, the ceiling of a single-session engine over the wire): Kiln ${r(kiln?.tpcbOne)}, PostgreSQL 15 ${r(real?.tpcbOne)}; ` +
+      `PostgreSQL 15 -c 1 is ${ratio(real?.tpcbOne, localTpcb)} of in-process PGlite, Kiln -c 8 is ${ratio(kiln?.tpcb, real?.tpcbOne?.tps)} of PostgreSQL 15 -c 1`,
+  );
   out.push(`  select-only -c 8 -M prepared: Kiln ${r(kiln?.select)}, PostgreSQL 15 ${r(real?.select)}`);
   out.push(`  in-process PGlite point select: query API ${local.api.toFixed(0)}/s, raw prepared protocol ${local.raw.toFixed(0)}/s`);
   out.push(`  select-only / in-process: ${ratio(kiln?.select, local.api)} of the query API, ${ratio(kiln?.select, local.raw)} of raw prepared protocol   (target >= 60% of raw prepared)`);

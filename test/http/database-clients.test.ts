@@ -489,6 +489,37 @@ describe("drivers", () => {
     expect(replay.rows.every((r) => r.ok)).toBe(true);
   }, 60_000);
 
+  test("8 pg clients at once, each with its own SQL under the same statement names, some failing: every answer is its client's own, failures touch no one else", async () => {
+    // On the embedded engine, idle clients' batches that are ready together run in one hand-over.
+    const clients = await Promise.all(Array.from({ length: 8 }, () => pgClient(cs.pool)));
+    await clients[0]!.query("create table grouped (n int primary key, who int not null)");
+    const ok: number[] = [];
+    const failed: number[] = [];
+    await Promise.all(
+      clients.map(async (c, who) => {
+        for (let j = 0; j < 40; j++) {
+          const n = who * 1000 + j;
+          if (j % 7 === 3) {
+            // Fails when it runs (a division by zero that depends on a parameter), after the Bind.
+            const err = await c.query({ name: "put", text: `select ${who} / ($1::int - $1::int) as who`, values: [n] }).catch((e) => e);
+            expect(err.code).toBe("22012");
+            failed.push(n);
+          } else {
+            const r = await c.query({ name: `put${j % 2}`, text: `insert into grouped values ($1, ${who}) returning who, ${j % 2} as variant`, values: [n] });
+            expect(r.rows).toEqual([{ who, variant: j % 2 }]);
+            ok.push(n);
+          }
+        }
+      }),
+    );
+    expect(failed).toHaveLength(8 * 6);
+    const { rows } = await clients[0]!.query("select n, who from grouped order by n");
+    expect(rows.map((r) => r.n)).toEqual(ok.sort((a, b) => a - b));
+    expect(rows.every((r) => r.who === Math.floor(r.n / 1000))).toBe(true);
+    await clients[0]!.query("drop table grouped");
+    for (const c of clients) expect(c.errors).toEqual([]);
+  }, 60_000);
+
   test("postgres.js (max 4) pipelines 200 queries and a transaction's array of queries; results in order", async () => {
     const db = sqlClient(cs.pipeline, { max: 4 });
     const answers = await Promise.all(Array.from({ length: 200 }, (_, i) => db`select ${i}::int as i, ${`v${i}`}::text as v, ${i * 2}::int * 2 as q`));

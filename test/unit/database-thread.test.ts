@@ -162,6 +162,27 @@ describe("cancel and statement_timeout", () => {
     await b.backend.close();
   });
 
+  test("a cancel of one client of a group: it gets 57014, the others of that hand-over are ended (57P01: whether theirs committed is unknown); the session serves on", async () => {
+    // The same startup parameters: the same session state, so their batches may share one call.
+    const [h, a, b] = [new Client(mux, "g"), new Client(mux, "g"), new Client(mux, "g")];
+    await a.send(parse("long", LONG), sync());
+    await b.send(parse("quick", "select id from accounts where id = $1"), sync());
+    await h.run("begin"); // h holds the session: a's and b's batches queue behind it
+    const aRuns = a.send(bind("long"), execute(), sync());
+    const bRuns = b.send(bind("quick", ["4"]), execute(), sync());
+    await sleep(50);
+    await h.run("commit"); // a and b now run in one hand-over, a's statement first
+    await sleep(300);
+    a.backend.cancel();
+    expect(await aRuns).toMatchObject({ code: "57014", message: "canceling statement due to user request", status: "I" });
+    expect(await bRuns).toMatchObject({ rows: [], status: "" });
+    expect(b.terminated?.code).toBe("57P01");
+    expect((await a.run("select 2")).rows).toEqual([["2"]]);
+    expect((await h.run("select balance from accounts where id = 4")).rows).toEqual([["100"]]);
+    await a.backend.close();
+    await h.backend.close();
+  });
+
   test("cancelled inside a transaction block: the transaction is aborted and its writes are gone after ROLLBACK", async () => {
     const a = new Client(mux, "a");
     await a.run("begin; update accounts set balance = 0 where id = 4");

@@ -221,6 +221,86 @@ describe("ownership of the session", () => {
   });
 });
 
+describe("groups: batches of idle clients in one hand-over", () => {
+  test("batches waiting together run in one call; names stay apart and an error in one touches no other", async () => {
+    // The same startup parameters (application_name too): the same session state, so they may share a call.
+    const [h, a, b, c] = ["g", "g", "g", "g"].map((n) => new RawClient(n));
+    await h!.run("create table g1 (id int primary key, who text)");
+    // Every client names its statement "ins", each with other SQL; b's fails when it runs.
+    await a!.send(parse("ins", "insert into g1 values ($1, 'a') returning who"), sync());
+    await b!.send(parse("ins", "select 1 / (id - id) from t where id = $1"), sync());
+    await c!.send(parse("ins", "insert into g1 values ($1, 'c') returning who"), sync());
+    for (const x of [a, b, c]) expect(summarize(x!.take()).types).toBe("1Z");
+    await h!.run("begin"); // h holds the session: the others' batches queue behind it
+    const calls = vi.spyOn(db, "execProtocolRawStream");
+    const sent = [a!.send(bind("", "ins", ["1"]), execute(), sync()), b!.send(bind("", "ins", ["1"]), execute(), sync()), c!.send(bind("", "ins", ["2"]), execute(), sync())];
+    await sleep(20);
+    calls.mockClear();
+    await h!.run("commit");
+    await Promise.all(sent);
+    expect(calls.mock.calls.length).toBe(2); // h's COMMIT, then a, b and c together
+    calls.mockRestore();
+    expect(summarize(a!.take())).toMatchObject({ types: "2DCZ", rows: [["a"]], status: "I" });
+    expect(summarize(b!.take())).toMatchObject({ types: "2EZ", code: "22012", status: "I" });
+    expect(summarize(c!.take())).toMatchObject({ types: "2DCZ", rows: [["c"]], status: "I" });
+    // a's and c's implicit transactions committed; b's error rolled back only its own.
+    expect((await h!.run("select id, who from g1 order by id")).rows).toEqual([["1", "a"], ["2", "c"]]);
+    for (const x of [h, a, b, c]) await x!.backend.close();
+  });
+
+  test("a batch that opens a transaction block is never grouped, and the batches behind it wait for its end", async () => {
+    const [h, a, b] = ["g", "g", "g"].map((n) => new RawClient(n));
+    await h!.run("create table g2 (id int primary key, who text)");
+    await a!.send(parse("begin", "begin"), parse("ins", "insert into g2 values ($1, 'a')"), sync());
+    await b!.send(parse("ins", "insert into g2 values ($1, 'b') returning who"), sync());
+    a!.take();
+    b!.take();
+    await h!.run("begin");
+    const calls = vi.spyOn(db, "execProtocolRawStream");
+    const aBegins = a!.send(bind("", "begin"), execute(), sync());
+    const bWaits = watch(b!.send(bind("", "ins", ["2"]), execute(), sync()));
+    await sleep(20);
+    calls.mockClear();
+    await h!.run("commit");
+    await aBegins;
+    expect(summarize(a!.take()).status).toBe("T");
+    expect(calls.mock.calls.length).toBe(2); // h's COMMIT, a's BEGIN alone
+    calls.mockRestore();
+    await a!.send(bind("", "ins", ["1"]), execute(), sync());
+    expect(summarize(a!.take()).status).toBe("T");
+    await sleep(20);
+    expect(bWaits.settled()).toBe(false); // b is not run inside a's transaction
+    expect(await a!.run("rollback")).toMatchObject({ status: "I" });
+    await bWaits.promise;
+    expect(summarize(b!.take())).toMatchObject({ rows: [["b"]], status: "I" });
+    expect((await h!.run("select id, who from g2 order by id")).rows).toEqual([["2", "b"]]);
+    for (const x of [h, a, b]) await x!.backend.close();
+  });
+
+  test("clients in different session states, or running utility statements, are not grouped", async () => {
+    const [h, a, b] = [new RawClient("g"), new RawClient("g"), new RawClient("other")];
+    await a!.send(parse("q", "select current_setting('application_name')"), sync());
+    await b!.send(parse("q", "select current_setting('application_name')"), sync());
+    await h!.send(parse("show", "show application_name"), sync());
+    a!.take();
+    b!.take();
+    h!.take();
+    await h!.run("begin");
+    const calls = vi.spyOn(db, "execProtocolRawStream");
+    const sent = [a!.send(bind("", "q"), execute(), sync()), b!.send(bind("", "q"), execute(), sync())];
+    await sleep(20);
+    calls.mockClear();
+    await h!.run("commit");
+    await Promise.all(sent);
+    // COMMIT, a, then switching to b's state and b: one call each (the switch is one more)
+    expect(calls.mock.calls.length).toBe(4);
+    calls.mockRestore();
+    expect(summarize(a!.take()).rows).toEqual([["g"]]);
+    expect(summarize(b!.take()).rows).toEqual([["other"]]);
+    for (const x of [h, a, b]) await x!.backend.close();
+  });
+});
+
 describe("session state", () => {
   test("SET ROLE, custom settings and set_config() follow their client", async () => {
     const a = new RawClient("a");

@@ -77,15 +77,28 @@ const SIDE_SAVEPOINT = "kiln_side_work";
 const KILN = "kiln" as const;
 type Holder = MuxSession | typeof KILN;
 
-/** How a wait for the session ended. */
-type Grant = "owner" | "side" | "cancelled" | "gone";
+/** How a wait for the session ended ("grouped": another client's hand-over ran this batch too). */
+type Grant = "owner" | "side" | "cancelled" | "gone" | "grouped";
 
 interface Waiter {
   who: Holder;
   /** The waiting batch may run beside an idle holder (statement management only). */
   side: boolean;
   resolve: (grant: Grant) => void;
+  /** The batch that waits and where its answer goes: another client's hand-over may take it along. */
+  job?: GroupMember;
 }
+
+/** One client batch of a group run in one hand-over. */
+interface GroupMember {
+  s: MuxSession;
+  batch: Batch;
+  send: (data: Uint8Array) => void;
+}
+
+/** A group's batches go to the database thread in one call: at most this many, and this many bytes (its shared-memory lane). */
+const MAX_GROUP = 32;
+const MAX_GROUP_BYTES = 128 * 1024;
 
 export interface MuxOptions {
   /** A holder idle this long is terminated when it set no idle_in_transaction_session_timeout; 0: never. */
@@ -131,6 +144,8 @@ export class PgliteSessionMux {
   private lane: Promise<unknown> = Promise.resolve();
   /** The client whose batch PGlite is running now (a cancel for it restarts the session). */
   private runningFor: MuxSession | null = null;
+  /** The clients of the group PGlite is running now (a cancel for one of them restarts the session). */
+  private runningGroup: Set<MuxSession> | null = null;
   /** Bumped when the session restarts: clients whose statements are older make them again. */
   private generation = 0;
   /** The client whose settings the session holds; it may have changed them since (`dirty`). */
@@ -217,7 +232,7 @@ export class PgliteSessionMux {
     const all = [...this.sessions];
     for (const s of all) s.control.terminate(reason);
     // A statement still running would hold this up for as long as it runs: end it, as a shutdown does.
-    if (this.runningFor) void this.db.restart().catch(() => {});
+    if (this.runningFor || this.runningGroup) void this.db.restart().catch(() => {});
     await Promise.all(all.map((s) => s.close()));
     await this.withSession(KILN, async () => {});
   }
@@ -248,9 +263,9 @@ export class PgliteSessionMux {
     return true;
   }
 
-  private wait(who: Holder, side: boolean): Promise<Grant> {
+  private wait(who: Holder, side: boolean, job?: GroupMember): Promise<Grant> {
     return new Promise((resolve) => {
-      const w = { who, side, resolve };
+      const w: Waiter = { who, side, resolve, job };
       this.queue.push(w);
       if (who !== KILN) {
         who.waiter = w;
@@ -303,14 +318,18 @@ export class PgliteSessionMux {
     s.idle(false);
     if (this.holder === s) this.holderIdle = false;
     let side = batch.side && s.status === I && !s.midBatch;
+    const job = batch.joinable ? { s, batch, send } : undefined;
     for (;;) {
-      const grant = this.tryTake(s) ? "owner" : await this.wait(s, side);
+      const grant = this.tryTake(s) ? "owner" : await this.wait(s, side, job);
       if (grant === "gone") return;
+      if (grant === "grouped") return s.grouped!;
       if (grant === "cancelled") return this.answerCancelled(s, batch, send, s.cancelReason ?? CANCELLED_BY_USER);
       if (grant === "owner") break;
       if (await this.step(() => this.runSide(s, batch, send))) return;
       side = false; // the holder moved on meanwhile: wait the ordinary way
     }
+    const group = job && this.joinsGroup(s, batch) ? this.takeGroup(job) : null;
+    if (group) return group;
     await this.step(() => this.runOwned(s, batch, send));
     if (this.holder === s) {
       this.holderIdle = true;
@@ -343,6 +362,162 @@ export class PgliteSessionMux {
       if (timer) clearTimeout(timer);
       this.runningFor = null;
       this.lastActivity = Date.now();
+    }
+  }
+
+  // ---- groups: several idle clients' batches in one hand-over ------------------------------------
+
+  /**
+   * A batch that may share a hand-over with other clients' batches: extended-protocol messages up to
+   * a Sync, from a client outside any transaction, whose statements cannot open a transaction block
+   * or change session state (SELECT, INSERT, UPDATE, DELETE, WITH, VALUES, TABLE; no set_config, no
+   * LISTEN). Each such batch is an implicit transaction of its own that its Sync ends, so running
+   * several back to back in one call is what PostgreSQL would do with them one after another: an
+   * error in one skips only to its own Sync.
+   */
+  private joinsGroup(s: MuxSession, batch: Batch): boolean {
+    return (
+      batch.joinable &&
+      batch.fresh &&
+      batch.endsWithSync &&
+      !batch.copy &&
+      !batch.setsConfig &&
+      batch.replayAt < 0 &&
+      batch.listenOps.length === 0 &&
+      s.status === I &&
+      !s.copy &&
+      !s.skipToSync &&
+      !s.dirty &&
+      !s.readTimeouts &&
+      !s.closed &&
+      s.cancelReason === null &&
+      s.generation === this.generation &&
+      s.pendingListens.length === 0
+    );
+  }
+
+  /**
+   * The group `lead` (who now holds the session) runs: it and the batches waiting right behind it in
+   * the queue that can join it (same role and settings), in queue order: done when all are answered.
+   * Null when nobody joins.
+   * Only the front of the queue is taken, so nobody is overtaken.
+   */
+  private takeGroup(lead: GroupMember): Promise<void> | null {
+    const group = [lead];
+    const resolvers: ((grant: Grant) => void)[] = [];
+    let bytes = lead.batch.bytes;
+    while (this.queue.length > 0 && group.length < MAX_GROUP) {
+      const w = this.queue[0]!;
+      const j = w.job;
+      if (!j || !this.joinsGroup(j.s, j.batch) || j.s.key !== lead.s.key || bytes + j.batch.bytes > MAX_GROUP_BYTES) break;
+      this.queue.shift();
+      j.s.waiter = null;
+      group.push(j);
+      resolvers.push(w.resolve);
+      bytes += j.batch.bytes;
+    }
+    if (group.length === 1) return null;
+    this.runningGroup = new Set(group.map((m) => m.s));
+    const done = this.step(() => this.runGroup(group));
+    for (let i = 1; i < group.length; i++) group[i]!.s.grouped = done;
+    for (const r of resolvers) r("grouped");
+    return done;
+  }
+
+  /**
+   * Runs a group's batches in one call to the database thread and gives each client its own part of
+   * the answer (each part ends with that batch's ReadyForQuery). Never throws: a client whose batch
+   * cannot be answered is ended.
+   */
+  private async runGroup(group: GroupMember[]): Promise<void> {
+    const timers: ReturnType<typeof setTimeout>[] = [];
+    let live: GroupMember[] = [];
+    try {
+      await this.db.ready();
+      for (const m of group) {
+        if (m.s.closed) continue; // gone while it waited: nothing of it runs
+        if (m.s.cancelReason) this.answerCancelled(m.s, m.batch, m.send, m.s.cancelReason);
+        else live.push(m);
+      }
+      if (live.length === 0) return;
+      for (const m of live) if (m.s.statementTimeoutMs > 0) timers.push(setTimeout(() => this.cancel(m.s, STATEMENT_TIMEOUT), m.s.statementTimeoutMs));
+      if (this.current !== live[0]!.s && !(await this.switchTo(live[0]!.s))) {
+        // The same role and settings fail for every member alike (fail closed, as for one client).
+        for (const m of live.slice(1)) m.s.control.terminate("could not set up the database session");
+        live = [];
+        return;
+      }
+      if (this.listenDirty) await this.reconcileListens();
+      const parts: Uint8Array[] = [];
+      let bytes = COPY_GUARD.length;
+      for (const m of live) {
+        parts.push(...m.batch.parts);
+        bytes += m.batch.bytes;
+      }
+      parts.push(COPY_GUARD);
+      const out = await this.db.exec(concatBytes(parts, bytes));
+      const segments = splitAtReadyForQuery(out, live.length);
+      if (!segments) {
+        await this.db.restart();
+        throw new SessionKilled("the database session stopped in the middle of an answer");
+      }
+      for (let i = 0; i < live.length; i++) {
+        const m = live[i]!;
+        this.execFor = { s: m.s, ops: [] };
+        let answer: Uint8Array;
+        try {
+          answer = this.route(segments[i]!);
+        } finally {
+          this.execFor = null;
+        }
+        const { status, changesSettings } = scanOutput(answer);
+        m.s.status = status;
+        if (changesSettings) {
+          m.s.dirty = true;
+          m.s.readTimeouts = true;
+          this.applied = null;
+        }
+        if (m.batch.unnamed !== undefined) this.unnamedOwner = m.batch.unnamed;
+        m.send(answer);
+        if (status !== I) m.s.control.terminate("a statement left a transaction open where none could be", "XX000");
+      }
+      live = [];
+      this.lastActivity = Date.now();
+      if (this.listenDirty) await this.reconcileListens();
+    } catch (err) {
+      this.groupLost(live, err);
+    } finally {
+      for (const t of timers) clearTimeout(t);
+      this.runningGroup = null;
+      this.lastActivity = Date.now();
+      this.release();
+    }
+  }
+
+  /**
+   * The session ended under a group (a member's cancel or statement timeout, or the thread failing):
+   * a member that was cancelled gets 57014; the others cannot know whether their batch ran (it may
+   * have committed before the cancelled one started), so they are ended as by a crashed backend.
+   */
+  private groupLost(live: GroupMember[], err: unknown): void {
+    if (err instanceof SessionKilled) {
+      this.generation++;
+      this.listenDirty = true; // a new backend listens to nothing
+      this.current = null;
+      this.applied = null;
+      this.unnamedOwner = null;
+    }
+    const cancelled = live.some((m) => m.s.cancelReason);
+    for (const m of live) {
+      const reason = m.s.cancelReason;
+      m.s.cancelReason = null;
+      if (reason && err instanceof SessionKilled) {
+        m.s.status = I;
+        m.send(concatBytes([errorResponse("ERROR", reason.code, reason.message), readyForQuery("I")]));
+      } else if (!(err instanceof SessionKilled)) m.s.control.terminate("internal error in Kiln's database session", "XX000");
+      else if (cancelled)
+        m.s.control.terminate("terminating connection because another client's statement, run in the same hand-over to the database, was cancelled; whether this client's last statements committed is unknown", "57P01");
+      else m.s.control.terminate("terminating connection because the database session ended unexpectedly", "57P01");
     }
   }
 
@@ -609,7 +784,7 @@ export class PgliteSessionMux {
     if (s.closed) return;
     s.cancelReason = reason;
     if (this.cancelWait(s, "cancelled")) return;
-    if (this.runningFor === s) void this.db.restart().catch(() => {});
+    if (this.runningFor === s || this.runningGroup?.has(s)) void this.db.restart().catch(() => {});
   }
 
   private answerCancelled(s: MuxSession, batch: Batch, send: (data: Uint8Array) => void, reason: CancelReason): void {
@@ -777,6 +952,25 @@ interface CancelReason {
 const CANCELLED_BY_USER: CancelReason = { code: "57014", message: "canceling statement due to user request" };
 const STATEMENT_TIMEOUT: CancelReason = { code: "57014", message: "canceling statement due to statement timeout" };
 
+/**
+ * A group's answer cut after each of its `count` batches' ReadyForQuery; null if some is missing.
+ * (What follows the last one, the COPY guard's nothing, goes to nobody.)
+ */
+function splitAtReadyForQuery(out: Uint8Array, count: number): Uint8Array[] | null {
+  const parts: Uint8Array[] = [];
+  let start = 0;
+  let at = 0;
+  while (at + 5 <= out.length && parts.length < count) {
+    const end = at + 1 + readInt32(out, at + 1);
+    if (out[at] === B.readyForQuery) {
+      parts.push(out.subarray(start, end));
+      start = end;
+    }
+    at = end;
+  }
+  return parts.length === count ? parts : null;
+}
+
 const statusChar = (status: number): "I" | "T" | "E" => (status === T ? "T" : status === E ? "E" : "I");
 
 /** `out` with every ReadyForQuery status set to `status`. */
@@ -831,6 +1025,8 @@ interface Batch {
   parsed: string[];
   /** Its LISTEN / UNLISTEN / DISCARD ALL statements, in the order their command tags will come. */
   listenOps: ListenOp[];
+  /** Extended protocol only, and every statement it binds is plain (`isPlainSql`): it may join a group. */
+  joinable: boolean;
 }
 
 const newBatch = (): Batch => ({
@@ -846,6 +1042,7 @@ const newBatch = (): Batch => ({
   setsConfig: false,
   parsed: [],
   listenOps: [],
+  joinable: true,
 });
 
 class MuxSession implements WireBackend {
@@ -864,6 +1061,8 @@ class MuxSession implements WireBackend {
   closed = false;
   waiter: Waiter | null = null;
   busy: Promise<void> | null = null;
+  /** Its batch runs in another client's group: done when answered. */
+  grouped: Promise<void> | null = null;
   generation = 0;
   /** Its timeouts may have changed: read them after the batch. */
   readTimeouts: boolean;
@@ -891,6 +1090,10 @@ class MuxSession implements WireBackend {
 
   private readonly prefix: Uint8Array;
   private readonly longNames = new Map<string, string>();
+  /** Server-side names of its statements whose SQL is plain (`isPlainSql`). */
+  private readonly plainStatements = new Set<string>();
+  /** Its unnamed statement's SQL is plain. */
+  private unnamedPlain = false;
   /** Server-side names of its statements whose SQL calls set_config(). */
   private readonly settingStatements = new Set<string>();
   private unnamedParse: Uint8Array | null = null;
@@ -923,6 +1126,33 @@ class MuxSession implements WireBackend {
 
   get processId(): number | undefined {
     return this.client.processId;
+  }
+
+  /**
+   * A run of complete messages as they arrived together (the listener's `serveRuns`): the
+   * extended-protocol messages that only get buffered until Sync cost no promise each; the message
+   * that needs an answer goes through `handle`, and the rest of the run waits for it.
+   */
+  handleRun(run: Uint8Array, sendRaw: (data: Uint8Array) => void): void | Promise<void> {
+    let at = 0;
+    const next = (): void | Promise<void> => {
+      while (at < run.length) {
+        const end = at + 1 + readInt32(run, at + 1);
+        const message = run.subarray(at, end);
+        at = end;
+        if (!this.buffered(message)) return this.handle(message, sendRaw).then(next);
+      }
+    };
+    return next();
+  }
+
+  /** Buffers a Parse, Bind, Describe, Execute or Close that waits for its Sync, as `handle` would; false if `handle` must see it. */
+  private buffered(message: Uint8Array): boolean {
+    const type = message[0];
+    if (type !== F.parse && type !== F.bind && type !== F.describe && type !== F.execute && type !== F.close) return false;
+    if (this.closed || this.copy || this.skipToSync || this.batch.bytes + message.length + MAX_NAME >= MAX_BATCH_BYTES) return false;
+    this.add(message);
+    return true;
   }
 
   async handle(message: Uint8Array, sendRaw: (data: Uint8Array) => void): Promise<void> {
@@ -1087,6 +1317,10 @@ class MuxSession implements WireBackend {
         b.parsed.push(server);
       }
       if (this.noteSql(m, end + 1) && server) this.settingStatements.add(server);
+      const plain = isPlainSql(m, end + 1);
+      if (!server) this.unnamedPlain = plain;
+      else if (plain) this.plainStatements.add(server);
+      else this.plainStatements.delete(server);
       const ops = mayChangeListens(m, end + 1) ? listenOps(fromUtf8(m.subarray(end + 1, cstringEnd(m, end + 1)))) : [];
       if (!server) this.unnamedListenOps = ops;
       else if (ops.length) this.listenStatements.set(server, ops);
@@ -1098,10 +1332,12 @@ class MuxSession implements WireBackend {
       if (end === portalEnd + 1) {
         this.usesUnnamed(b);
         b.listenOps.push(...this.unnamedListenOps);
+        if (!this.unnamedPlain) b.joinable = false;
       } else {
         out = this.renamed(m, portalEnd + 1, end);
+        const server = fromUtf8(out.subarray(portalEnd + 1, cstringEnd(out, portalEnd + 1)));
+        if (!this.plainStatements.has(server)) b.joinable = false;
         if (this.settingStatements.size || this.listenStatements.size) {
-          const server = fromUtf8(out.subarray(portalEnd + 1, cstringEnd(out, portalEnd + 1)));
           if (this.settingStatements.has(server)) b.setsConfig = true;
           b.listenOps.push(...(this.listenStatements.get(server) ?? []));
         }
@@ -1116,6 +1352,8 @@ class MuxSession implements WireBackend {
       }
     } else if (type === F.query) {
       b.side = false;
+      b.joinable = false;
+      this.unnamedPlain = false;
       this.noteSql(m, 5);
       b.copyStatement = isCopyFromStdin(m);
       if (b.copyStatement) b.copyPlan = parseCopyFromStdin(fromUtf8(m.subarray(5, m.length - 1)));
@@ -1124,7 +1362,10 @@ class MuxSession implements WireBackend {
       this.unnamedParse = null;
       this.unnamedListenOps = [];
       b.unnamed = null;
-    } else if (type !== F.sync) b.side = false;
+    } else if (type !== F.sync) {
+      b.side = false;
+      if (type !== F.execute && type !== F.describe && type !== F.close) b.joinable = false;
+    }
     b.parts.push(out);
     b.bytes += out.length;
   }
@@ -1182,6 +1423,18 @@ class MuxSession implements WireBackend {
     out[4] = len & 0xff;
     return out;
   }
+}
+
+const PLAIN_SQL = /^(?:\s|\(|--[^\n]*\n|\/\*[\s\S]*?\*\/)*(?:select|insert|update|delete|with|values|table)\b/i;
+
+/**
+ * Whether the SQL (a C string from `from`) starts with SELECT, INSERT, UPDATE, DELETE, WITH, VALUES
+ * or TABLE: a statement that can neither open or end a transaction block nor run a utility command
+ * (SET, LISTEN, COPY, PREPARE, ...). Several statements in one Parse are an error in PostgreSQL.
+ */
+function isPlainSql(m: Uint8Array, from: number): boolean {
+  const end = cstringEnd(m, from);
+  return end > from && PLAIN_SQL.test(fromUtf8(m.subarray(from, Math.min(end, from + 512))));
 }
 
 /** Whether the C string from `from` contains "set" in any case. */
