@@ -46,6 +46,29 @@ export interface Area<Name extends string, Needs extends object, Provides extend
   drain?(deps: Needs & Provides): Promise<void>;
   /** Stopping, in reverse order after every drain: release engines, files, sockets. */
   stop?(deps: Needs & Provides): Promise<void>;
+  /**
+   * Putting back a snapshot in place (server/snapshots/controller.ts, docs/testing.md). A restore
+   * that changes none of an area's tables (those its migrations create) or files does nothing to it.
+   * One that changes them calls these hooks (`flush` and `resume` of every area that has them,
+   * `release` in reverse order) instead of stopping and starting every area; if any area whose
+   * state changed has no hook, every area is stopped and started instead.
+   */
+  reset?: {
+    /** Top-level data-dir entries that hold this area's files (e.g. "databases"). */
+    files?: readonly string[];
+    /** First, on every restore, before changes are looked for: write what the area holds in memory (counters, log lines). */
+    flush?(deps: Needs & Provides): Promise<void> | void;
+    /** Before rows and files are put back: stop background work on them, close what holds changed files open. */
+    release?(deps: Needs & Provides, changed: ResetChanges): Promise<void> | void;
+    /** After: read back what the area keeps in memory from its restored rows and files, restart background work. */
+    resume(deps: Needs & Provides, changed: ResetChanges): Promise<void> | void;
+  };
+}
+
+/** What a restore puts back of one area: its tables (unqualified names) and files (paths relative to the data dir). */
+export interface ResetChanges {
+  tables: ReadonlySet<string>;
+  files: readonly string[];
 }
 
 export type AnyArea = Area<string, any, any>;

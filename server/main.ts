@@ -25,6 +25,7 @@ import { RequestGate } from "./http/gate";
 import type { SecretKey } from "./secrets/secret-key";
 import { Snapshots } from "./snapshots/controller";
 import { readSavedToken } from "./accounts/service";
+import { AreaReset } from "./snapshots/area-reset";
 
 export type Services = Awaited<ReturnType<typeof startAreas<typeof AREAS>>>;
 
@@ -134,6 +135,7 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
       transport.guard = state.guard;
     },
     closing: () => state.closing(),
+    resetState: (detect, putBack) => state.resetState(detect, putBack),
   });
   // A seed goes into a fresh data dir (checked whole first); a failed one leaves no state behind.
   const seeding = { done: false };
@@ -297,7 +299,11 @@ interface State {
   resume(): Promise<void>;
   /** Stops the areas, and closes the control store unless `keepStore`. */
   stop(keepStore?: boolean): Promise<void>;
+  /** A snapshot restore under the running areas (server/snapshots/controller.ts `resetState`). */
+  resetState(detect: () => Promise<{ tables: string[]; files: string[] }>, putBack: (changes: { tables: string[]; files: string[] }) => Promise<string[]>): Promise<"unhooked" | "in place" | "restart">;
 }
+
+const areaReset = new AreaReset(AREAS as readonly AnyArea[]);
 
 async function openState(o: StateOptions): Promise<State> {
   const { config, clock, log, secretKey, trace } = o;
@@ -358,7 +364,24 @@ async function openState(o: StateOptions): Promise<State> {
     };
     if (!o.deferResume) await resume();
     const hostRouters = started.flatMap((a) => (a.hostRouter ? [a.hostRouter(s, guard)] : []));
-    return { store, services: s, guard, hostRouters, closing: () => started.forEach((a) => a.closing?.(s)), stop, resume: o.deferResume ? resume : async () => {} };
+    const resetState: State["resetState"] = async (detect, putBack) => {
+      const traceOn = process.env.KILN_TRACE_SNAPSHOTS === "1";
+      await areaReset.flush(s, traceOn);
+      const changes = await detect();
+      const why = areaReset.unhooked(changes.tables, changes.files);
+      if (why) {
+        if (traceOn) console.error(`snapshot: areas restart: ${why} has no reset hook`);
+        return "unhooked";
+      }
+      const put = async () => {
+        const tables = await putBack(changes);
+        // Credentials resolved since the snapshot may name tokens, keys or sessions it does not have.
+        platform.principals.evict(() => true);
+        return tables;
+      };
+      return areaReset.run(s, changes.tables, changes.files, put, traceOn, (a, e) => log.error(`resetting ${a.name} in place failed; restarting every area`, e));
+    };
+    return { store, services: s, guard, hostRouters, closing: () => started.forEach((a) => a.closing?.(s)), stop, resetState, resume: o.deferResume ? resume : async () => {} };
   } catch (err) {
     await stop();
     throw err;

@@ -17,5 +17,7 @@ export const accessTokensArea = defineArea({
   },
   routes: accessTokenRoutes,
   resume: async ({ tokenUsage }) => tokenUsage.start(),
+  // Counts of requests since the snapshot are written (and so put back with the rest); the flush loop keeps running.
+  reset: { flush: ({ tokenUsage }) => tokenUsage.flush(), resume: () => {} },
   stop: ({ tokenUsage, log }) => tokenUsage.stop().catch((e) => log.error("final usage flush failed", e)),
 });

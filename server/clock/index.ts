@@ -133,10 +133,12 @@ export class PlatformClock {
    * A snapshot restore (server/snapshots): every timer is dropped (the areas that owned them were
    * stopped and schedule again from the restored state) and the clock takes the offset it had when
    * the snapshot was taken. This is the one way the clock moves back; see docs/testing.md.
+   * `keepTimers`: a restore in place (areas' reset hooks), where each area that was reset cancelled
+   * and schedules again its own timers and the others' timers still stand for unchanged state.
    */
-  restoreOffset(offset: number): Promise<void> {
+  restoreOffset(offset: number, keepTimers = false): Promise<void> {
     const run = this.firing.then(() => {
-      this.timers = [];
+      if (!keepTimers) this.timers = [];
       this.offset = offset;
       this.arm();
     });

@@ -136,6 +136,28 @@ export const databasesArea = defineArea({
     await databaseTimers.start();
     databases.activity.start();
   },
+  // In place: only databases whose files changed are closed (their clients disconnected) before the
+  // files are put back, and open again at their next use; the others keep their open engine.
+  reset: {
+    files: ["databases", "database-backups", "database-dumps"],
+    flush: ({ databases }) => databases.activity.flush(),
+    release: async ({ databases, branches, databaseTimers }, changed) => {
+      if (!changed.tables.size && !changed.files.length) return;
+      await databaseTimers.stop();
+      await databases.settle();
+      await branches.settle();
+      const ids = new Set(changed.files.filter((f) => f.startsWith("databases/")).map((f) => f.split("/")[1]!));
+      for (const id of ids) await databases.engine.disconnect(id, "the database was put back to a snapshot");
+    },
+    resume: async ({ databases, branches, restores, databaseTimers }, changed) => {
+      if (!changed.tables.size && !changed.files.length) return;
+      databases.forgetAll();
+      await databases.resumeProvisioning();
+      await branches.resume();
+      await restores.resume();
+      await databaseTimers.restart();
+    },
+  },
   drain: async ({ databases, branches, databaseTimers, databaseWire, databaseSampler }) => {
     clearInterval(databaseSampler);
     await databaseTimers.stop();

@@ -371,6 +371,11 @@ export class BranchesService {
   private readonly stopping = Promise.withResolvers<void>();
   private draining = false;
 
+  /** Waits for the branch copies under way (a snapshot restore in place, which does not stop Kiln). */
+  async settle(): Promise<void> {
+    await Promise.allSettled([...this.inFlight]);
+  }
+
   async drain(): Promise<void> {
     this.draining = true;
     this.stopping.resolve();

@@ -231,6 +231,16 @@ export class DatabasesService {
 
   private readonly stopping = Promise.withResolvers<void>();
 
+  /** Waits for the provisioning under way (a snapshot restore in place, which does not stop Kiln). */
+  async settle(): Promise<void> {
+    await Promise.allSettled([...this.provisioning]);
+  }
+
+  /** Drops every cached view of a database (a snapshot restore put back their rows). */
+  forgetAll(): void {
+    this.activeCache.deleteWhere(() => true);
+  }
+
   async drain(): Promise<void> {
     this.stopping.resolve();
     await Promise.allSettled([...this.provisioning]);

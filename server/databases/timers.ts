@@ -78,6 +78,14 @@ export class DueTimers {
     if (this.awaitRuns) await job;
   }
 
+  /** Stopped (or not) and started again: every kind of work re-armed from the rows (a snapshot restore in place). */
+  async restart(): Promise<void> {
+    if (!this.stopped) await this.stop();
+    for (const t of this.timers.values()) (t.handle = null), (t.due = null);
+    this.stopped = false;
+    await this.start();
+  }
+
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.poll) clearInterval(this.poll);

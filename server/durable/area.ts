@@ -33,4 +33,9 @@ export const durableArea = defineArea({
   project: { cleanup: (projectId, { executions }) => executions.removeAll(projectId) },
   resume: ({ durable }) => durable.resume(),
   drain: ({ durable }) => durable.drain(),
+  // Executions under way and wake timers come from its rows: given back and claimed again when they changed.
+  reset: {
+    release: ({ durable }, changed) => (changed.tables.size ? durable.drain() : undefined),
+    resume: ({ durable }, changed) => (changed.tables.size ? durable.restart() : undefined),
+  },
 });

@@ -177,6 +177,14 @@ export class DurableEngine {
     }
   }
 
+  /** After `drain`, claiming again from the rows (a snapshot restore in place). */
+  async restart(): Promise<void> {
+    if (!this.stopping) await this.drain();
+    this.stopping = false;
+    this.timer = null;
+    await this.resume();
+  }
+
   /** At stop: nothing new is claimed; what runs here is given back (`queued`), its segment abandoned. */
   async drain(): Promise<void> {
     this.stopping = true;

@@ -33,6 +33,8 @@ export const mailArea = defineArea({
     return { mailer: createSmtpMailer({ url: `smtp://${smtpAddress}`, from: config.mailFrom }), mailCatcher, smtpAddress, ...access };
   },
   routes: mailCatcherRoutes,
+  // The inbox is in memory only: a restore empties it, as the stop and start it replaces did.
+  reset: { resume: ({ mailCatcher }) => void mailCatcher?.clear() },
   stop: async ({ mailer, mailCatcher }) => {
     await mailer.close().catch(() => {});
     await mailCatcher?.stop().catch(() => {});

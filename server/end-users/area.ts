@@ -34,6 +34,14 @@ export const endUsersArea = defineArea({
     return { endUsers, authConfig, signingKeys, authLimits: new AuthRateLimits(() => clock.nowMs()) };
   },
   routes: endUserRoutes,
+  // Caches of its rows, and the sign-in rate limits (counts of requests a restore undoes).
+  reset: {
+    resume: ({ authConfig, signingKeys, authLimits }) => {
+      authConfig.forgetAll();
+      signingKeys.forgetAll();
+      authLimits.clear();
+    },
+  },
   project: {
     // Every project gets its own signing key for end-user tokens.
     setup: async (tx, projectId, { signingKeys }) => void (await signingKeys.create(projectId, tx)),

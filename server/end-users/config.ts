@@ -71,6 +71,11 @@ export function defaultAuthConfig(): AuthConfig {
 export class AuthConfigService {
   private readonly cache = new Map<string, AuthConfig>();
 
+  /** Forgets every cached setting (a snapshot restore put back the rows). */
+  forgetAll(): void {
+    this.cache.clear();
+  }
+
   constructor(
     private readonly store: ControlStore,
     private readonly now: () => Date,

@@ -15,6 +15,10 @@ export class AuthRateLimits {
     this.limiter = new FixedWindowLimiter(1, 3_600_000, now);
   }
 
+  clear(): void {
+    this.limiter.clear();
+  }
+
   /** Counts one request; throws 429 when over. Returns the headers the response must carry. */
   take(endpoint: RateLimited, projectId: string, ip: string, cfg: AuthConfig): Record<string, string> {
     const r = this.limiter.hit(`${projectId}|${ip}|${endpoint}`, cfg.rate_limits[endpoint]);

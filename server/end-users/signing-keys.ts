@@ -35,6 +35,12 @@ export class SigningKeys {
   private readonly privateKeys = new Map<string, Key>();
   private readonly publicKeys = new Map<string, { key: Key; projectId: string; usableUntil: number | null }>();
 
+  /** Forgets every cached key (a snapshot restore put back the rows they were read from). */
+  forgetAll(): void {
+    this.privateKeys.clear();
+    this.publicKeys.clear();
+  }
+
   constructor(
     private readonly store: ControlStore,
     private readonly now: () => Date,

@@ -6,6 +6,11 @@
 export class FixedWindowLimiter {
   private readonly windows = new Map<string, { start: number; count: number }>();
 
+  /** Forgets every window (a snapshot restore: the counts of the requests since are gone with them). */
+  clear(): void {
+    this.windows.clear();
+  }
+
   constructor(
     /** Default limit; `hit` may pass another per key (per-project settings). */
     private readonly limit: number,

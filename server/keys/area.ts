@@ -11,6 +11,8 @@ export const keysArea = defineArea({
   start: ({ store, clock, principals }: Pick<Platform, "store" | "clock" | "principals"> & { projects: ProjectsService }) => ({
     keys: new KeysService(store, () => clock.now(), (id) => principals.evict((p) => "keyId" in p && p.keyId === id)),
   }),
+  // Nothing of its rows in memory (resolved keys are in the principal cache, which a restore empties).
+  reset: { resume: () => {} },
   routes: keyRoutes,
   project: {
     // Every project starts with an anon key named "default".

@@ -46,5 +46,17 @@ export const locksArea = defineArea({
   },
   routes: lockRoutes,
   project: { cleanup: (projectId, { locks }) => locks.removeAll(projectId) },
+  // In place (embedded): the journal is closed before it is put back, and the leases replayed from it.
+  reset: {
+    files: ["locks"],
+    release: async ({ lockTable }, changed) => {
+      if (changed.files.length && lockTable instanceof MemoryLockTable) await lockTable.close();
+    },
+    resume: ({ lockTable, config, clock, log }, changed) => {
+      if (!changed.files.length || !(lockTable instanceof MemoryLockTable)) return;
+      const journal = LeaseJournal.open(join(config.dataDir, "locks"), { nowMs: () => clock.nowMs(), warn: (m) => log.warn(m) });
+      lockTable.reopen(journal.state, journal);
+    },
+  },
   stop: ({ locks }) => locks.close(),
 });

@@ -33,12 +33,12 @@ const MIN_SWEEP_AT = 1024;
  * doubled since the last sweep.
  */
 export class MemoryLockTable implements LockTable {
-  private readonly projects: Map<string, Map<string, Lease>>;
-  private readonly counters: Map<string, number>;
+  private projects: Map<string, Map<string, Lease>>;
+  private counters: Map<string, number>;
   private entries = 0;
   private sweepAt = MIN_SWEEP_AT;
   private readonly floor: number;
-  private readonly log: LeaseLog | null;
+  private log: LeaseLog | null;
   private quotaWindow = -Infinity;
   private readonly quota = new Map<string, number>();
   readonly counted: CountedLockOperations = countFirst(this);
@@ -143,6 +143,21 @@ export class MemoryLockTable implements LockTable {
     if (leases) this.entries -= leases.size;
     this.projects.delete(projectId);
     this.quota.delete(projectId);
+  }
+
+  /**
+   * After `close`, a snapshot restore in place put back the journal: the state replayed from it and
+   * the reopened log take the place of the old ones.
+   */
+  reopen(state: LockState, log: LeaseLog): void {
+    this.projects = state.projects;
+    this.counters = state.counters;
+    this.log = log;
+    this.quota.clear();
+    this.quotaWindow = -Infinity;
+    this.entries = 0;
+    for (const leases of this.projects.values()) this.entries += leases.size;
+    this.sweepAt = Math.max(MIN_SWEEP_AT, this.entries * 2);
   }
 
   /** Kiln is stopping (no request in flight): the log is closed; memory is let go. */

@@ -31,5 +31,12 @@ export const logsArea = defineArea({
     logs.startRetention();
   },
   closing: ({ logs }) => logs.tail.endAll(),
+  // In place: the segment files are closed before they are put back, and opened again at the next use.
+  reset: {
+    files: ["log-segments", "logs"],
+    flush: ({ logs }) => logs.ingest.flush(),
+    release: ({ logs }, changed) => (changed.files.length ? logs.release() : undefined),
+    resume: () => {},
+  },
   stop: ({ logs }) => logs.stop(),
 });

@@ -277,6 +277,17 @@ export class LogsService {
     await (await this.store()).importBatch(source, lines, position);
   }
 
+  /**
+   * A snapshot restore in place is about to put back the store's files: what was recorded is
+   * written, and the store closed; it opens again, on the files put back, at its next use.
+   */
+  async release(): Promise<void> {
+    await this.ingest.flush();
+    const opening = this.opening;
+    this.opening = null;
+    if (opening) await (await opening.catch(() => null))?.close();
+  }
+
   async stop(): Promise<void> {
     this.retention?.cancel();
     this.tail.endAll();

@@ -21,5 +21,7 @@ export const metricsArea = defineArea({
   routes: metricsRoutes,
   project: { cleanup: (projectId, { metrics }) => metrics.removeProject(projectId) },
   resume: async ({ metrics }) => metrics.startRetention(),
+  // What is counted in memory is written first (and so put back with the rest).
+  reset: { flush: ({ metrics }) => metrics.writeAll(), resume: ({ metrics }) => metrics.restored() },
   stop: ({ metrics }) => metrics.stop(),
 });

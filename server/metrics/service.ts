@@ -391,6 +391,19 @@ export class MetricsService {
   }
 
   /** At stop: every minute held (the current one too) is written, and this instance signs off. */
+  /**
+   * A snapshot restore in place: everything counted so far is written before the rows are put back
+   * (so it goes with them), and this instance says again how far it has written.
+   */
+  async writeAll(): Promise<void> {
+    await this.serial(() => this.write(true));
+  }
+
+  restored(): void {
+    this.lastHeartbeat = -Infinity;
+    this.lastHeartbeatMinute = -1;
+  }
+
   async stop(): Promise<void> {
     this.retention?.cancel();
     await this.loop.stop();

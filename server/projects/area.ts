@@ -17,5 +17,7 @@ export const projectsArea = defineArea({
   }),
   routes: projectRoutes,
   resume: ({ projects }) => projects.resumeDeletions(),
+  // Deletions under way finish first; those the restored rows have under way continue.
+  reset: { release: ({ projects }) => projects.drain(), resume: ({ projects }) => projects.resumeDeletions() },
   drain: ({ projects }) => projects.drain(),
 });

@@ -73,4 +73,9 @@ export const schedulersArea = defineArea({
   project: { cleanup: (projectId, { schedulers }) => schedulers.removeAll(projectId) },
   resume: ({ schedulerTicker }) => schedulerTicker.start(),
   drain: ({ schedulerTicker }) => schedulerTicker.stop(),
+  // Its timer stands for the earliest due scheduler: re-armed from the restored rows when they changed.
+  reset: {
+    release: ({ schedulerTicker }, changed) => (changed.tables.size ? schedulerTicker.stop() : undefined),
+    resume: ({ schedulerTicker }, changed) => (changed.tables.size ? schedulerTicker.restart() : undefined),
+  },
 });

@@ -126,6 +126,15 @@ export class SchedulerTicker {
     await this.failInterrupted();
   }
 
+  /** Stopped (or not) and started again from the rows (a snapshot restore in place). */
+  async restart(): Promise<void> {
+    if (!this.stopped) await this.stop();
+    this.timer = null;
+    this.armedFor = null;
+    this.stopped = false;
+    await this.start();
+  }
+
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.poll) clearInterval(this.poll);

@@ -7,6 +7,17 @@ import type { PgliteStore } from "../store/pglite-store";
 import { SNAPSHOT_NAME, SnapshotFiles, type SnapshotMeta } from "./files";
 import { StoreImages } from "./store-image";
 
+/**
+ * A restore's answer, and how it went (the `Kiln-Restore` header): the areas' reset hooks under the
+ * running areas ("in-place"), every area stopped and started around the store's rows and the changed
+ * files ("restarted"), or the whole state swapped for the snapshot's files ("whole").
+ */
+export interface Restored {
+  name: string;
+  restored_at: string;
+  how: "in-place" | "restarted" | "whole";
+}
+
 /** Snapshots Kiln takes itself: the seed applied at start, or the state right after start. */
 export const RESET_POINTS = ["seed", "start"] as const;
 export type ResetPoint = (typeof RESET_POINTS)[number];
@@ -15,6 +26,9 @@ export type ResetPoint = (typeof RESET_POINTS)[number];
 const QUIESCE_MS = 30_000;
 /** The control store's folder in the data dir: with an image in memory, a restore puts it back with SQL. */
 const CONTROL = "control";
+const KEEP: ReadonlySet<string> = new Set([CONTROL]);
+
+type Changes = { tables: string[]; files: string[] };
 
 /**
  * Snapshots of the whole platform (embedded profile). Every state Kiln has lives in the data dir, so
@@ -40,6 +54,15 @@ export class Snapshots {
       stopState(keepStore: boolean): Promise<void>;
       /** Ends responses that never finish by themselves (live log tails), so in-flight requests can end. */
       closing(): void;
+      /**
+       * A restore under the running areas (their reset hooks, server/area.ts): the areas write what
+       * they hold in memory, `detect` says what changed; "unhooked" when an area whose tables or
+       * files changed has no hook (nothing else done); else the areas let go of what changed,
+       * `putBack` puts it back (and returns the tables it put back) and the areas resume: "in
+       * place", or "restart" when `putBack` put back tables of an area without a hook after all
+       * (written meanwhile) or an area failed to resume: then the caller stops and starts them all.
+       */
+      resetState(detect: () => Promise<Changes>, putBack: (changes: Changes) => Promise<string[]>): Promise<"unhooked" | "in place" | "restart">;
       /** Starts every area again, on `store` when given (else it opens the control store). */
       startState(store?: ControlStore): Promise<void>;
       /** The running state's control store. */
@@ -87,21 +110,49 @@ export class Snapshots {
     });
   }
 
-  restore(name: string, own = 1): Promise<{ name: string; restored_at: string }> {
+  restore(name: string, own = 1): Promise<Restored> {
     this.check();
     if (!SNAPSHOT_NAME.test(name)) throw notFound(`snapshot '${name}' not found`);
     return this.serial(async () => {
       const meta = this.files.get(name);
       if (!meta) throw notFound(`snapshot '${name}' not found`);
+      let how: Restored["how"] = "whole";
       if (this.images.has(name)) {
-        // The store stays open and gets its rows back with SQL; the other files are copied back where they differ.
-        await this.swapping(own, true, async (store, t) => {
-          const files = this.files.restoreChanged(name, new Set([CONTROL]));
-          t(`files put back (${files.copied} copied, ${files.removed} removed)`);
-          const tables = await this.images.restore(pglite(store), name);
-          t(`control store rows put back (${tables} tables)`);
-          await this.opts.clock.restoreOffset(meta.clock_offset_ms);
-          return store;
+        // The store stays open and gets its rows back with SQL; the other files are copied back where
+        // they differ. Under the running areas when every area whose state changed has a reset hook.
+        await this.quiesced(own, async (t) => {
+          const store = this.opts.store();
+          const db = pglite(store);
+          const outcome = await this.opts.resetState(
+            async () => {
+              const tables = await this.images.changed(db, name);
+              t("tables written found");
+              const found = { tables, files: this.files.changedPaths(name, KEEP) };
+              t(`changes found (${found.tables.length} tables, ${found.files.length} files)`);
+              if (process.env.KILN_TRACE_SNAPSHOTS === "1") console.error(`snapshot: tables ${found.tables.join(" ")}; files ${found.files.join(" ")}`);
+              return found;
+            },
+            async (changes) => {
+              const files = this.files.restoreWithin(name, changes.files);
+              t(`files put back (${files.copied} copied, ${files.removed} removed)`);
+              const tables = await this.images.restore(db, name);
+              t(`control store rows put back (${tables.length} tables)`);
+              await this.opts.clock.restoreOffset(meta.clock_offset_ms, true);
+              return tables;
+            },
+          );
+          t(`areas reset (${outcome})`);
+          how = outcome === "in place" ? "in-place" : "restarted";
+          if (outcome === "in place") return;
+          // (After a "restart" outcome this puts back what the areas' stops wrote.)
+          await this.restarting(true, t, async () => {
+            const files = this.files.restoreChanged(name, KEEP);
+            t(`files put back (${files.copied} copied, ${files.removed} removed)`);
+            const tables = await this.images.restore(db, name);
+            t(`control store rows put back (${tables.length} tables)`);
+            await this.opts.clock.restoreOffset(meta.clock_offset_ms);
+            return store;
+          });
         });
       } else {
         // A snapshot this process has no image of (taken before a restart): its files, whole; the
@@ -116,7 +167,7 @@ export class Snapshots {
           return store;
         });
       }
-      return { name, restored_at: this.opts.clock.now().toISOString() };
+      return { name, restored_at: this.opts.clock.now().toISOString(), how };
     });
   }
 
@@ -130,7 +181,7 @@ export class Snapshots {
     });
   }
 
-  reset(own = 1): Promise<{ name: string; restored_at: string }> {
+  reset(own = 1): Promise<Restored> {
     this.check();
     if (!this.resetPoint) throw badRequest("nothing to reset to: start Kiln with --seed <file>, or with --resettable to keep the state right after start");
     return this.restore(this.resetPoint, own);
@@ -177,24 +228,33 @@ export class Snapshots {
    * run `fn`, which returns the store to start the areas on; the areas start again even if `fn`
    * failed (on the store kept open, or one opened from the files).
    */
-  private async swapping(own: number, keepStore: boolean, fn: (store: ControlStore, trace: (phase: string) => void) => Promise<ControlStore>): Promise<void> {
+  private swapping(own: number, keepStore: boolean, fn: (store: ControlStore, trace: (phase: string) => void) => Promise<ControlStore>): Promise<void> {
+    return this.quiesced(own, (t) => this.restarting(keepStore, t, fn));
+  }
+
+  /** Runs `fn` with the request gate closed once the requests in flight have finished (409 if they do not). */
+  private async quiesced(own: number, fn: (trace: (phase: string) => void) => Promise<void>): Promise<void> {
     const { gate } = this.opts;
     const t = phaseTimer();
     if (!(await gate.close(own, QUIESCE_MS, () => this.opts.closing()))) throw new HttpError(409, { error: `requests still in flight after ${QUIESCE_MS / 1000} s; nothing was changed` });
     t("quiesced");
     try {
-      const kept = keepStore ? this.opts.store() : null;
-      await this.opts.stopState(keepStore);
-      t(keepStore ? "areas stopped" : "areas and control store stopped");
-      let store: ControlStore | undefined = kept ?? undefined;
-      try {
-        store = await fn(kept!, t);
-      } finally {
-        await this.opts.startState(store);
-        t("areas started");
-      }
+      await fn(t);
     } finally {
       gate.open();
+    }
+  }
+
+  private async restarting(keepStore: boolean, t: (phase: string) => void, fn: (store: ControlStore, trace: (phase: string) => void) => Promise<ControlStore>): Promise<void> {
+    const kept = keepStore ? this.opts.store() : null;
+    await this.opts.stopState(keepStore);
+    t(keepStore ? "areas stopped" : "areas and control store stopped");
+    let store: ControlStore | undefined = kept ?? undefined;
+    try {
+      store = await fn(kept!, t);
+    } finally {
+      await this.opts.startState(store);
+      t("areas started");
     }
   }
 }

@@ -1,7 +1,7 @@
 import { execFile } from "node:child_process";
 import { constants, copyFileSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, symlinkSync, utimesSync, writeFileSync, type Stats } from "node:fs";
 import { rm } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 
 const run = promisify(execFile);
@@ -101,16 +101,54 @@ export class SnapshotFiles {
    * SQL) are left alone. A test's few writes cost a few files instead of the whole state.
    */
   restoreChanged(name: string, keep: ReadonlySet<string>): { copied: number; removed: number } {
+    return this.walk(name, keep, true).counts;
+  }
+
+  /**
+   * `restoreChanged` for the folders `changedPaths` found changes in (each path's first two parts:
+   * one database's folder, say), walked again since (what held them open may have written them as
+   * it closed); the rest of the state is taken as unchanged since that look.
+   */
+  restoreWithin(name: string, paths: readonly string[]): { copied: number; removed: number } {
     const from = this.dir(name);
-    const counts = { copied: 0, removed: 0 };
+    const sync: SyncRun = { counts: { copied: 0, removed: 0 }, paths: [], apply: true };
+    const prefixes = new Set(paths.map((p) => p.split("/").slice(0, 2).join("/")));
+    for (const p of prefixes) {
+      // (A prefix inside another one is walked with it.)
+      if ([...prefixes].some((q) => q !== p && p.startsWith(q + "/"))) continue;
+      if (existsSync(join(from, p))) {
+        const parent = dirname(join(this.dataDir, p));
+        if (!existsSync(parent)) syncEntry(dirname(join(from, p)), parent, dirname(p), sync);
+        else syncEntry(join(from, p), join(this.dataDir, p), p, sync);
+      } else if (existsSync(join(this.dataDir, p))) {
+        rmSync(join(this.dataDir, p), { recursive: true, force: true });
+        sync.counts.removed++;
+      }
+    }
+    return sync.counts;
+  }
+
+  /**
+   * What `restoreChanged` would copy or remove, touching nothing: paths relative to the data dir (a
+   * folder that is missing on either side is one path). A restore in place asks the areas that own
+   * them to let go of those files first.
+   */
+  changedPaths(name: string, keep: ReadonlySet<string>): string[] {
+    return this.walk(name, keep, false).paths;
+  }
+
+  private walk(name: string, keep: ReadonlySet<string>, apply: boolean): { counts: { copied: number; removed: number }; paths: string[] } {
+    const from = this.dir(name);
+    const sync: SyncRun = { counts: { copied: 0, removed: 0 }, paths: [], apply };
     const wanted = new Set(this.stateEntries(from).filter((e) => !keep.has(e)));
     for (const e of this.stateEntries(this.dataDir)) {
       if (keep.has(e) || wanted.has(e)) continue;
-      rmSync(join(this.dataDir, e), { recursive: true, force: true });
-      counts.removed++;
+      if (apply) rmSync(join(this.dataDir, e), { recursive: true, force: true });
+      sync.counts.removed++;
+      sync.paths.push(e);
     }
-    for (const e of wanted) syncEntry(join(from, e), join(this.dataDir, e), counts);
-    return counts;
+    for (const e of wanted) syncEntry(join(from, e), join(this.dataDir, e), e, sync);
+    return sync;
   }
 
   removeState(): void {
@@ -143,23 +181,59 @@ function sizeOf(path: string): number {
   return total;
 }
 
+/** Files up to this size whose time differs but size does not are compared byte for byte. */
+const SAME_BYTES_MAX = 64 * 1024;
+
+interface SyncRun {
+  counts: { copied: number; removed: number };
+  /** Relative paths that differ. */
+  paths: string[];
+  /** False: only list what differs. */
+  apply: boolean;
+}
+
 /** `to` becomes a copy of `from`; files whose size and modification time match are taken as equal. */
-function syncEntry(from: string, to: string, counts: { copied: number; removed: number }): void {
+function syncEntry(from: string, to: string, rel: string, run: SyncRun): void {
+  const { counts, apply } = run;
   const src = lstatSync(from);
   let dst: Stats | null = null;
   try {
     dst = lstatSync(to);
   } catch {}
   if (src.isDirectory()) {
-    if (dst && !dst.isDirectory()) rmSync(to, { recursive: true, force: true }), (dst = null);
-    if (!dst) mkdirSync(to, { mode: src.mode & 0o7777 });
+    if (dst && !dst.isDirectory()) {
+      run.paths.push(rel);
+      if (!apply) return;
+      rmSync(to, { recursive: true, force: true }), (dst = null);
+    }
+    if (!dst) {
+      if (!apply) return void run.paths.push(rel);
+      mkdirSync(to, { mode: src.mode & 0o7777 });
+    }
     const names = readdirSync(from);
     const keep = new Set(names);
-    if (dst) for (const n of readdirSync(to)) if (!keep.has(n)) rmSync(join(to, n), { recursive: true, force: true }), counts.removed++;
-    for (const n of names) syncEntry(join(from, n), join(to, n), counts);
+    if (dst)
+      for (const n of readdirSync(to))
+        if (!keep.has(n)) {
+          if (apply) rmSync(join(to, n), { recursive: true, force: true });
+          counts.removed++;
+          run.paths.push(join(rel, n));
+        }
+    for (const n of names) syncEntry(join(from, n), join(to, n), join(rel, n), run);
     return;
   }
-  if (dst && dst.isFile() && src.isFile() && dst.size === src.size && Math.abs(dst.mtimeMs - src.mtimeMs) < 1) return;
+  if (dst && dst.isFile() && src.isFile() && dst.size === src.size) {
+    if (Math.abs(dst.mtimeMs - src.mtimeMs) < 1) return;
+    // A small file written again with the same bytes (the lock journal is rewritten at every open):
+    // equal, and given the snapshot's time so that the next look is by size and time again.
+    if (src.size <= SAME_BYTES_MAX && readFileSync(from).equals(readFileSync(to))) {
+      if (apply) utimesSync(to, src.atimeMs / 1000, src.mtimeMs / 1000);
+      return;
+    }
+  }
+  run.paths.push(rel);
+  counts.copied++;
+  if (!apply) return;
   if (dst) rmSync(to, { recursive: true, force: true });
   if (src.isSymbolicLink()) symlinkSync(readlinkSync(from), to);
   else {
@@ -167,5 +241,4 @@ function syncEntry(from: string, to: string, counts: { copied: number; removed: 
     copyFileSync(from, to, constants.COPYFILE_FICLONE);
     utimesSync(to, src.atimeMs / 1000, src.mtimeMs / 1000);
   }
-  counts.copied++;
 }

@@ -17,6 +17,8 @@ interface TableImage {
   oid: number;
   /** Quoted, schema-qualified. */
   name: string;
+  /** As in the migrations that create it (which say which area owns it). */
+  relname: string;
   /** Quoted columns COPY reads and writes (generated columns are left out: they are computed). */
   columns: string;
   data: Blob | null;
@@ -49,8 +51,8 @@ export class StoreImages {
       // A table with no pages holds no rows: most of a fresh Kiln's tables are never written, and a
       // COPY each would cost more than all the rest of a snapshot.
       const tables = (
-        await tx.query<{ oid: number; name: string; columns: string; pages: boolean }>(
-          `select c.oid::int as oid, format('%I.%I', n.nspname, c.relname) as name,
+        await tx.query<{ oid: number; name: string; relname: string; columns: string; pages: boolean }>(
+          `select c.oid::int as oid, format('%I.%I', n.nspname, c.relname) as name, c.relname::text as relname,
                 (select string_agg(quote_ident(a.attname), ', ' order by a.attnum) from pg_attribute a
                   where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped and a.attgenerated = '') as columns,
                 pg_relation_size(c.oid) > 0 as pages
@@ -62,7 +64,7 @@ export class StoreImages {
       const image: StoreImage = { tables: [], sequences: [], writes: [] };
       for (const t of tables) {
         const r = t.pages ? await tx.query(`copy ${t.name} (${t.columns}) to '/dev/blob'`) : null;
-        image.tables.push({ oid: t.oid, name: t.name, columns: t.columns, data: r?.blob?.size ? r.blob : null });
+        image.tables.push({ oid: t.oid, name: t.name, relname: t.relname, columns: t.columns, data: r?.blob?.size ? r.blob : null });
       }
       if (sequences.length) {
         const r = await tx.query<{ v: string }>(sequences.map((s) => `select last_value::text || ' ' || is_called::text as v from ${s.name}`).join(" union all "));
@@ -78,15 +80,13 @@ export class StoreImages {
   }
 
   /**
-   * Puts the image's rows back into the tables written since, in one transaction, and returns how
-   * many tables that was. Triggers (and the foreign-key checks, which are triggers) are off for it:
+   * Puts the image's rows back into the tables written since, in one transaction, and returns their
+   * names. Triggers (and the foreign-key checks, which are triggers) are off for it:
    * the rows are a consistent whole already.
    */
-  async restore(db: PGlite, name: string): Promise<number> {
-    const image = this.images.get(name);
-    if (!image) throw new Error(`no image of snapshot '${name}'`);
-    const now = await writeCounters(db, image);
-    const changed = image.tables.filter((_, i) => now[i] !== image.writes[i]);
+  async restore(db: PGlite, name: string): Promise<string[]> {
+    const image = this.image(name);
+    const changed = await this.written(db, image);
     await db.transaction(async (tx) => {
       await tx.query("set local session_replication_role = replica");
       // DELETE rather than TRUNCATE: a truncate refuses a table that an unchanged table references
@@ -101,7 +101,23 @@ export class StoreImages {
     // The restore's own deletes and copies count too: the tables it rewrote match the image now.
     // (Other images see those tables' counters grown, so they put them back in turn.)
     if (changed.length) image.writes = await writeCounters(db, image);
-    return changed.length;
+    return changed.map((t) => t.relname);
+  }
+
+  /** The tables written since the image was taken or last restored (what `restore` would put back), by name. */
+  async changed(db: PGlite, name: string): Promise<string[]> {
+    return (await this.written(db, this.image(name))).map((t) => t.relname);
+  }
+
+  private image(name: string): StoreImage {
+    const image = this.images.get(name);
+    if (!image) throw new Error(`no image of snapshot '${name}'`);
+    return image;
+  }
+
+  private async written(db: PGlite, image: StoreImage): Promise<TableImage[]> {
+    const now = await writeCounters(db, image);
+    return image.tables.filter((_, i) => now[i] !== image.writes[i]);
   }
 }
 

@@ -1,7 +1,7 @@
 import * as z from "zod";
 import { errorSchema, timestamp } from "../http/common-schemas";
 import { reply, type AreaRouter } from "../http/route";
-import type { Snapshots } from "../snapshots/controller";
+import type { Restored, Snapshots } from "../snapshots/controller";
 
 const snapshotSchema = z.object({ name: z.string(), created_at: timestamp, size_bytes: z.number().int() });
 const restoredSchema = z.object({ name: z.string(), restored_at: timestamp });
@@ -10,6 +10,9 @@ const nameParams = z.object({ name: z.string() });
 export interface SnapshotRouteDeps {
   snapshots: Snapshots;
 }
+
+/** The body the spec gives; how the restore went in `Kiln-Restore` (docs/testing.md). */
+const restoredReply = (r: Restored) => reply.ok({ name: r.name, restored_at: r.restored_at }, { "Kiln-Restore": r.how });
 
 const view = (m: { name: string; created_at: string; size_bytes: number }) => ({ name: m.name, created_at: m.created_at, size_bytes: m.size_bytes });
 
@@ -46,7 +49,7 @@ export function snapshotRoutes(r: AreaRouter<SnapshotRouteDeps>): void {
     auth: { kind: "account" },
     params: nameParams,
     responses: { 200: { description: "restored", schema: restoredSchema }, 400: errorSchema, 401: errorSchema, 404: errorSchema, 409: errorSchema },
-    handler: async ({ deps, params }) => reply.ok(await deps.snapshots.restore(params.name)),
+    handler: async ({ deps, params }) => restoredReply(await deps.snapshots.restore(params.name)),
   });
   r.add({
     method: "DELETE",
@@ -68,6 +71,6 @@ export function snapshotRoutes(r: AreaRouter<SnapshotRouteDeps>): void {
     summary: "Put the whole platform back to the state right after start (--resettable): the snapshot 'start'",
     auth: { kind: "account" },
     responses: { 200: { description: "restored", schema: restoredSchema }, 400: errorSchema, 401: errorSchema, 409: errorSchema },
-    handler: async ({ deps }) => reply.ok(await deps.snapshots.reset()),
+    handler: async ({ deps }) => restoredReply(await deps.snapshots.reset()),
   });
 }
