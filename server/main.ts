@@ -357,6 +357,10 @@ async function openState(o: StateOptions): Promise<State> {
     trace("default account");
     const resume = async () => {
       for (const area of started) {
+        // Deferred past listening: between two areas, requests that came in meanwhile are read
+        // (a PGlite query runs on this thread, and a chain of them never yields to I/O by itself),
+        // so /healthz answers during the resumes, not after them.
+        if (o.deferResume && area.resume) await new Promise((r) => setImmediate(r));
         await area.resume?.(s);
         if (area.resume) trace(`resumed ${area.name}`);
       }
