@@ -50,7 +50,15 @@ export class AreaReset {
   async run(deps: object, tables: string[], files: string[], putBack: () => Promise<string[]>, trace: boolean, onError: (area: AnyArea, err: unknown) => void): Promise<"in place" | "restart"> {
     let failed = false;
     const hooked = this.areas.filter((a) => a.reset);
-    for (const a of [...hooked].reverse()) await timed(trace, `released ${a.name}`, () => a.reset!.release?.(deps, this.of(a, tables, files)));
+    for (const a of [...hooked].reverse()) {
+      try {
+        await timed(trace, `released ${a.name}`, () => a.reset!.release?.(deps, this.of(a, tables, files)));
+      } catch (err) {
+        // It may still hold what is put back: the restart that follows stops it for good.
+        onError(a, err);
+        failed = true;
+      }
+    }
     let put: string[] = [];
     try {
       put = await putBack();
