@@ -47,6 +47,13 @@ export function startCommand(program: Command): void {
       else console.log(`Kiln listening on ${running.url}`);
       const code = running.services.consoleSignIn.current();
       if (!json && code) console.log(`Console: ${running.url}/_console#code=${code} (a one-time sign-in link, valid 15 minutes)`);
+      // What the start left for after listening failed: Kiln stops, as when a start fails before it.
+      running.ready.catch(async (err) => {
+        const { printError } = await import("./errors");
+        printError(err, json);
+        await running.stop().catch(() => {});
+        process.exit(1);
+      });
     });
 }
 

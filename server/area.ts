@@ -35,7 +35,10 @@ export interface Area<Name extends string, Needs extends object, Provides extend
     /** Runs in the background deletion; must be repeatable (an interrupted deletion runs it again). */
     cleanup?(projectId: string, deps: Needs & Provides): Promise<void>;
   };
-  /** Once every area has started, before Kiln listens: resume interrupted work, start timers. */
+  /**
+   * Once every area has started: resume interrupted work, start timers. At a start this runs just
+   * after Kiln listens (server/main.ts): /healthz answers meanwhile, every other request waits for it.
+   */
   resume?(deps: Needs & Provides): Promise<void>;
   /** Stopping begins, before in-flight requests are awaited: end responses that never finish by themselves (live tails). */
   closing?(deps: Needs & Provides): void;

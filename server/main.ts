@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { hideOwnProcEntries } from "../runtime-sandbox/isolation";
@@ -38,6 +38,11 @@ export interface RunningKiln {
   stop(): Promise<void>;
   /** What a stop in progress is waiting for (a phase and an area), for a stop that takes too long. */
   stopPhase(): string;
+  /**
+   * Settles once the work a start defers past listening is done (the areas' resume, the reset
+   * point): requests but /healthz wait for it. Rejected: Kiln could not start (the caller stops it).
+   */
+  ready: Promise<void>;
 }
 
 /** `KILN_TRACE_STARTUP=1` prints how long each start-up phase took (bench/startup uses it). */
@@ -146,16 +151,26 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
       undo.push(() => seeding.done || snapshots.removeState());
     }
   }
-  let state = await openState({ config, clock, log, secretKey, address, snapshots, print: out.print, trace, setPhase: (p) => (phase = p) });
+  let state = await openState({ config, clock, log, secretKey, address, snapshots, print: out.print, trace, setPhase: (p) => (phase = p), deferResume: true });
   undo.push(() => state.stop());
   const transport: Transport = { config, log, guard: state.guard, deps: state.services, renderError: (err, req) => renderError(log, err, req), gate };
   // A restore starts the areas again: the listeners they open come back on the ports they first got.
   config.pgPort = state.services.databaseWire.port;
   if (state.services.smtpAddress) config.smtpPort = Number(state.services.smtpAddress.split(":").pop());
-  if (config.resettable && !config.seed) {
-    await snapshots.takeResetPoint("start");
-    trace("reset point kept");
-  }
+  // What the areas resume (interrupted work, timers) and the reset point wait until Kiln listens:
+  // /healthz answers meanwhile, every other request waits for it (server/http/server.ts), so a
+  // healthy /healthz still means every route answers as it will later.
+  const deferred = state.resume;
+  const hold = takeFault(config, "start-hold") ? holdStart(config.dataDir) : null;
+  const afterListening = async () => {
+    await new Promise((r) => setImmediate(r));
+    await hold?.();
+    await deferred();
+    if (config.resettable && !config.seed) {
+      await snapshots.takeResetPoint("start");
+      trace("reset point kept");
+    }
+  };
 
   const byHost: HostRouter = (request, m) => {
     for (const route of state.hostRouters) {
@@ -166,13 +181,19 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   };
   // A seed is applied through the API once it listens, with the door closed to everyone else.
   if (seed) gate.closeNow();
+  let readyNow!: () => void;
+  const listened = new Promise<void>((r) => (readyNow = r));
+  const ready = listened.then(afterListening);
+  gate.holdUntil(ready);
   const server = serveHttp(transport, buildRouter(config, () => clock.nowMs()), byHost);
   trace("listening");
+  readyNow();
   openCodeToSandboxUid(config);
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${server.port}`;
   listening = { publicUrl: config.publicUrl ?? url, httpPort: server.port! };
   if (seed) {
     undo.push(() => stopHttp(server));
+    await ready;
     const pass = gate.pass();
     const token = config.platformToken ?? readSavedToken(config.dataDir) ?? "";
     try {
@@ -207,6 +228,9 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
   let stopping: Promise<void> | null = null;
   const stop = () =>
     (stopping ??= (async () => {
+      // The deferred part of the start finishes first (its work must not run on stopped areas).
+      phase = "start-up's deferred work";
+      await ready.catch(() => {});
       // A snapshot or restore under way finishes first: its new state is the one to stop.
       phase = "a snapshot or restore in progress";
       await snapshots.settled();
@@ -232,6 +256,19 @@ async function boot(config: Config, out: { print: (line: string) => void; log?: 
     snapshots,
     stop,
     stopPhase: () => phase,
+    ready,
+  };
+}
+
+/**
+ * Fault injection (KILN_FAULTS=start-hold): the start's deferred work waits until the file
+ * `<data-dir>/start-hold`, made here, is removed; tests see requests wait for it meanwhile.
+ */
+function holdStart(dataDir: string): () => Promise<void> {
+  const file = join(dataDir, "start-hold");
+  writeFileSync(file, "remove this file to let the start finish\n");
+  return async () => {
+    while (existsSync(file)) await new Promise((r) => setTimeout(r, 20));
   };
 }
 
@@ -247,6 +284,8 @@ interface StateOptions {
   setPhase: (p: string) => void;
   /** A control store already open (a snapshot restore keeps it across the areas' restart). */
   store?: ControlStore;
+  /** The areas' resume is left to the caller (`State.resume`), to run once Kiln listens. */
+  deferResume?: boolean;
 }
 
 /** The control store and every area on it: what boot starts, and what a snapshot restore stops and starts again. */
@@ -256,6 +295,8 @@ interface State {
   guard: Guard;
   hostRouters: HostRouter[];
   closing(): void;
+  /** The areas' resume (interrupted work, timers), when openState was asked to defer it; else a no-op. */
+  resume(): Promise<void>;
   /** Stops the areas, and closes the control store unless `keepStore`. */
   stop(keepStore?: boolean): Promise<void>;
   /** A snapshot restore under the running areas (server/snapshots/controller.ts `resetState`). */
@@ -314,11 +355,18 @@ async function openState(o: StateOptions): Promise<State> {
 
     await s.accounts.ensureDefault(config, o.print);
     trace("default account");
-    for (const area of started) {
-      await area.resume?.(s);
-      if (area.resume) trace(`resumed ${area.name}`);
-    }
-    trace("state ready");
+    const resume = async () => {
+      for (const area of started) {
+        // Deferred past listening: between two areas, requests that came in meanwhile are read
+        // (a PGlite query runs on this thread, and a chain of them never yields to I/O by itself),
+        // so /healthz answers during the resumes, not after them.
+        if (o.deferResume && area.resume) await new Promise((r) => setImmediate(r));
+        await area.resume?.(s);
+        if (area.resume) trace(`resumed ${area.name}`);
+      }
+      trace("state ready");
+    };
+    if (!o.deferResume) await resume();
     const hostRouters = started.flatMap((a) => (a.hostRouter ? [a.hostRouter(s, guard)] : []));
     const resetState: State["resetState"] = async (detect, putBack) => {
       const traceOn = process.env.KILN_TRACE_SNAPSHOTS === "1";
@@ -337,7 +385,7 @@ async function openState(o: StateOptions): Promise<State> {
       };
       return areaReset.run(s, changes.tables, changes.files, put, traceOn, (a, e) => log.error(`resetting ${a.name} in place failed; restarting every area`, e));
     };
-    return { store, services: s, guard, hostRouters, closing: () => started.forEach((a) => a.closing?.(s)), stop, resetState };
+    return { store, services: s, guard, hostRouters, closing: () => started.forEach((a) => a.closing?.(s)), stop, resetState, resume: o.deferResume ? resume : async () => {} };
   } catch (err) {
     await stop();
     throw err;

@@ -14,7 +14,25 @@ export class RequestGate {
   /** Requests Kiln sends itself while the door is closed (applying a seed at start). */
   private passes = new Set<string>();
 
+  /**
+   * A start's deferred work (server/main.ts: the areas' resume) under way: until it settles every
+   * request but the health check waits for it, with no time limit (true: go on; false: it failed).
+   */
+  starting: Promise<boolean> | null = null;
+
   constructor(private readonly holdMs = 10_000) {}
+
+  /** Requests (but /healthz) wait until `work` settles. */
+  holdUntil(work: Promise<unknown>): void {
+    const starting = work.then(
+      () => true,
+      () => false,
+    );
+    this.starting = starting;
+    void starting.then(() => {
+      if (this.starting === starting) this.starting = null;
+    });
+  }
 
   /** A header value that lets a request in while the door is closed; `done` withdraws it. */
   pass(): { header: string; value: string; done(): void } {

@@ -10,6 +10,14 @@ import { type SentPath, sentPathProblem, sentPathRoutes } from "./exact-path";
 import { METHODS, type Method, type Router, type Transport } from "./route";
 import { bridgeHandlers, isUpgradeRequest, UPGRADED, type SocketBridge } from "./websocket-bridge";
 
+/** GET or HEAD /healthz, the one request that does not wait for a start's deferred work. */
+function isHealthCheck(request: Request): boolean {
+  if (request.method !== "GET" && request.method !== "HEAD") return false;
+  const url = request.url;
+  const path = url.indexOf("/", url.indexOf("//") + 2);
+  return path >= 0 && (url.startsWith("/healthz", path) && (url.length === path + 8 || url[path + 8] === "?"));
+}
+
 /** Bun's hard limit on a request body (4 GiB less one byte, the most it takes). */
 const SERVER_BODY_CEILING = 2 ** 32 - 1;
 
@@ -98,6 +106,10 @@ export function serveHttp(t: Transport, router: Router, byHost: HostRouter = () 
   };
 
   const handle = async (request: Request, srv: Server<unknown>, sent: SentPath | null): Promise<Response | undefined> => {
+    // Kiln listens before its areas have resumed their background work (server/main.ts): /healthz
+    // answers at once, every other request waits for that work, so each route answers as it would later.
+    if (t.gate?.starting && !isHealthCheck(request) && !(await t.gate.starting))
+      return finish(jsonResponse(503, { error: "Kiln failed to start; see its log" }), false);
     // Closed while a snapshot or restore swaps the state (gate.ts): wait, or 503 after the hold.
     const wait = t.gate?.enter(request);
     if (wait && !(await wait))

@@ -1,7 +1,7 @@
 // `kiln start` as the contract describes it: flags, the listening line, /healthz, graceful stop,
 // restart on the same data dir, the generated platform token.
 import { spawn } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { createServer, type AddressInfo } from "node:net";
 import { join } from "node:path";
@@ -28,6 +28,24 @@ describe("kiln start", () => {
     expect(await k.stop()).toBe(0);
     // The data dir lock is released at a clean stop.
     expect(existsSync(join(k.dataDir, "kiln.pid"))).toBe(false);
+  });
+
+  test("/healthz answers while the areas still resume after listening; every other request waits for them and then answers", async () => {
+    const k = await startKiln({ env: { KILN_FAULTS: "start-hold" } });
+    dirs.push(k.dataDir);
+    const hold = join(k.dataDir, "start-hold");
+    expect(existsSync(hold)).toBe(true);
+    expect((await k.api("GET", "/healthz", { token: null })).status).toBe(200);
+    let settled = false;
+    const held = k.api("GET", "/projects").finally(() => (settled = true));
+    // A later /healthz answers while the request sent before it is still held.
+    expect((await k.api("GET", "/healthz", { token: null })).status).toBe(200);
+    expect(settled).toBe(false);
+    rmSync(hold);
+    const r = await held;
+    expect(r.status).toBe(200);
+    expect(r.body.data).toEqual([]);
+    expect(await k.stop()).toBe(0);
   });
 
   test("a stop that takes longer than KILN_STOP_TIMEOUT_MS says what it waits for and exits 1; a restart finds the data", async () => {
