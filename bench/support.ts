@@ -13,7 +13,9 @@ export const TOKEN = "pk-benchbenchbenchbenchbench";
 
 /** `kiln start` on free ports in `dataDir` (and `args`), resolved once it prints its listening line. */
 export async function startKiln(dataDir: string, args: string[] = [], env: Record<string, string> = {}): Promise<{ url: string; proc: ChildProcess }> {
-  const proc = spawn(BUN, [join(ROOT, "cmd/kiln.ts"), "start", "--port", "0", "--pg-port", "0", "--data-dir", dataDir, ...args], {
+  // KILN_BENCH_CPU_PROF=<dir>: Kiln writes a CPU profile (markdown) there when it exits.
+  const prof = process.env.KILN_BENCH_CPU_PROF ? ["--cpu-prof-md", `--cpu-prof-dir=${process.env.KILN_BENCH_CPU_PROF}`] : [];
+  const proc = spawn(BUN, [...prof, join(ROOT, "cmd/kiln.ts"), "start", "--port", "0", "--pg-port", "0", "--data-dir", dataDir, ...args], {
     cwd: ROOT,
     env: { ...JSC_OPTIONS, ...process.env, KILN_PLATFORM_TOKEN: TOKEN, KILN_LOG: "quiet", ...env },
     stdio: ["ignore", "pipe", "inherit"],

@@ -39,8 +39,83 @@ export function queryIdOf(normalized: string): string {
 const KNOWN_TEXTS = 5000;
 const HOUR_MS = 3_600_000;
 
+/** One statement's calls in one wire session since the last flush: the session adds in place. */
+export class StatementTally {
+  calls = 0;
+  totalMs = 0;
+  minMs = Infinity;
+  maxMs = 0;
+  rows = 0;
+  constructor(readonly text: string) {}
+
+  add(ms: number, rows: number): void {
+    this.calls++;
+    this.totalMs += ms;
+    if (ms < this.minMs) this.minMs = ms;
+    if (ms > this.maxMs) this.maxMs = ms;
+    this.rows += rows;
+  }
+}
+
+/**
+ * A wire session's counters (top queries and usage), added to in place by the session, so a proxied
+ * statement costs a few additions instead of map lookups and a Date; the flush drains every open
+ * tally first, so reads (which flush) see everything answered so far.
+ */
+export class SessionTally {
+  written = 0;
+  transfer = 0;
+  computeMs = 0;
+  activeMs = 0;
+  /** Statement tallies by text (a prepared statement keeps its own; see `statement`). */
+  private readonly statements = new Map<string, StatementTally>();
+  /** Tallies with calls since the last drain. */
+  private readonly used = new Set<StatementTally>();
+  closed = false;
+
+  constructor(
+    readonly databaseId: string,
+    readonly role: string,
+  ) {}
+
+  /** The tally of a statement text (the same object for the same text: callers may keep it). */
+  statement(text: string): StatementTally {
+    let t = this.statements.get(text);
+    if (!t) {
+      // A session preparing endless distinct texts does not keep them all.
+      if (this.statements.size >= KNOWN_TEXTS) this.statements.clear();
+      t = new StatementTally(text);
+      this.statements.set(text, t);
+    }
+    return t;
+  }
+
+  /** Adds a statement's run (its time and rows). */
+  ran(t: StatementTally, ms: number, rows: number): void {
+    if (t.calls === 0) this.used.add(t);
+    t.add(ms, rows);
+    this.computeMs += ms;
+  }
+
+  /** Moves the counters out (the tally keeps counting from zero). */
+  drain(into: DatabaseActivity): void {
+    for (const t of this.used) {
+      into.recordQueryTotals(this.databaseId, t.text, this.role, t);
+      t.calls = t.totalMs = t.maxMs = t.rows = 0;
+      t.minMs = Infinity;
+    }
+    this.used.clear();
+    if (this.written || this.transfer || this.computeMs || this.activeMs) {
+      into.recordUsage(this.databaseId, { written: this.written, transfer: this.transfer, computeMs: this.computeMs, activeMs: this.activeMs });
+      this.written = this.transfer = this.computeMs = this.activeMs = 0;
+    }
+  }
+}
+
 export class DatabaseActivity {
   private queries = new Map<string, QueryAgg>();
+  /** Open wire sessions' tallies, drained at every flush. */
+  private readonly tallies = new Set<SessionTally>();
   private usage = new Map<string, UsageAgg>();
   /** Per text: its normalized form and id, and the last aggregation key made for it (the wire proxy repeats one per statement). */
   private known = new Map<string, { query: string; queryId: string; key?: { databaseId: string; role: string; key: string } }>();
@@ -61,7 +136,26 @@ export class DatabaseActivity {
     this.loop.start(1000);
   }
 
+  /** A wire session's tally; `closeSession` drains it for the last time. */
+  openSession(databaseId: string, role: string): SessionTally {
+    const t = new SessionTally(databaseId, role);
+    this.tallies.add(t);
+    return t;
+  }
+
+  closeSession(t: SessionTally): void {
+    if (t.closed) return;
+    t.closed = true;
+    this.tallies.delete(t);
+    t.drain(this);
+  }
+
   recordQuery(databaseId: string, text: string, role: string, ms: number, rows: number): void {
+    this.recordQueryTotals(databaseId, text, role, { calls: 1, totalMs: ms, minMs: ms, maxMs: ms, rows });
+  }
+
+  /** Several calls of one statement at once (a session's tally). */
+  recordQueryTotals(databaseId: string, text: string, role: string, c: { calls: number; totalMs: number; minMs: number; maxMs: number; rows: number }): void {
     let known = this.known.get(text);
     if (!known) {
       const query = normalizeQuery(text);
@@ -74,13 +168,13 @@ export class DatabaseActivity {
     if (known.key?.databaseId !== databaseId || known.key.role !== role) known.key = { databaseId, role, key: `${databaseId}|${queryId}|${role}` };
     const key = known.key.key;
     const q = this.queries.get(key);
-    if (!q) this.queries.set(key, { databaseId, queryId, query, role, calls: 1, totalMs: ms, minMs: ms, maxMs: ms, rows });
+    if (!q) this.queries.set(key, { databaseId, queryId, query, role, calls: c.calls, totalMs: c.totalMs, minMs: c.minMs, maxMs: c.maxMs, rows: c.rows });
     else {
-      q.calls++;
-      q.totalMs += ms;
-      q.minMs = Math.min(q.minMs, ms);
-      q.maxMs = Math.max(q.maxMs, ms);
-      q.rows += rows;
+      q.calls += c.calls;
+      q.totalMs += c.totalMs;
+      q.minMs = Math.min(q.minMs, c.minMs);
+      q.maxMs = Math.max(q.maxMs, c.maxMs);
+      q.rows += c.rows;
     }
   }
 
@@ -102,6 +196,7 @@ export class DatabaseActivity {
   }
 
   private async write(): Promise<void> {
+    for (const t of this.tallies) t.drain(this);
     if (this.queries.size === 0 && this.usage.size === 0) return;
     const queries = this.queries;
     const usage = this.usage;

@@ -1,9 +1,10 @@
 import type { ControlStore } from "../store/store";
 import { parseAccessMode, type AccessMode } from "../backends/databases/engine";
 import type { WireBackend, WireClient, WireControl, WireRouter } from "../backends/databases/wire/listener";
-import { ProtocolViolation, readCString, readInt32, readyForQuery } from "../backends/databases/wire/protocol";
+import { fromUtf8, ProtocolViolation, readInt32, readyForQuery } from "../backends/databases/wire/protocol";
 import { databaseStatementOf, type DatabaseStatement } from "../backends/databases/wire/database-statements";
 import type { BranchesService } from "./branches";
+import type { SessionTally, StatementTally } from "./activity";
 import type { DatabasesService } from "./service";
 import { normalizeDatabaseName, roleName } from "./service";
 import { WireDatabaseCommands, WireSessions, type WireStatementContext } from "./wire-database-commands";
@@ -86,28 +87,55 @@ function refused(message: string): Error {
   return Object.assign(new Error(message), { code: "28000" });
 }
 
+/** The index of the NUL ending the C string at `at` (before `end`); a protocol violation if there is none. */
+function cstringEnd(b: Uint8Array, at: number, end: number): number {
+  for (let i = at; i < end; i++) if (b[i] === 0) return i;
+  throw new ProtocolViolation("unterminated string in message");
+}
+
 /**
- * A statement or portal name (the C string at `at` ending at `end`): drivers' names are short ASCII
- * (`""`, `P0_1`, `s42`), read without a decoder; anything else is decoded as UTF-8.
+ * Statement or portal names to values, looked up by the name's bytes where they lie in a message: no
+ * string is made per Bind or Execute (drivers send the same few names, `""` most of all).
  */
-function nameAt(b: Uint8Array, at: number, end: number): string {
-  if (end < 0) throw new ProtocolViolation("unterminated string in message");
-  if (end === at) return "";
-  if (end - at <= 16) {
-    let s = "";
-    for (let i = at; i < end; i++) {
-      const c = b[i]!;
-      if (c >= 0x80) return readCString(b, at).value;
-      s += String.fromCharCode(c);
-    }
-    return s;
+class NameTable<T> {
+  private unnamed: T | undefined;
+  private readonly named = new Map<number, { name: Uint8Array; value: T; next: unknown }>();
+
+  private static hash(b: Uint8Array, at: number, end: number): number {
+    let h = 0x811c9dc5;
+    for (let i = at; i < end; i++) h = Math.imul(h ^ b[i]!, 0x01000193);
+    return h;
   }
-  return readCString(b, at).value;
+
+  private static same(name: Uint8Array, b: Uint8Array, at: number, end: number): boolean {
+    if (name.length !== end - at) return false;
+    for (let i = 0; i < name.length; i++) if (name[i] !== b[at + i]) return false;
+    return true;
+  }
+
+  get(b: Uint8Array, at: number, end: number): T | undefined {
+    if (at === end) return this.unnamed;
+    type Entry = { name: Uint8Array; value: T; next: Entry | undefined };
+    for (let e = this.named.get(NameTable.hash(b, at, end)) as Entry | undefined; e; e = e.next) if (NameTable.same(e.name, b, at, end)) return e.value;
+    return undefined;
+  }
+
+  set(b: Uint8Array, at: number, end: number, value: T): void {
+    if (at === end) return void (this.unnamed = value);
+    type Entry = { name: Uint8Array; value: T; next: Entry | undefined };
+    const h = NameTable.hash(b, at, end);
+    const first = this.named.get(h) as Entry | undefined;
+    for (let e = first; e; e = e.next) if (NameTable.same(e.name, b, at, end)) return void (e.value = value);
+    // A client naming endless distinct statements does not make the table grow for ever.
+    if (this.named.size >= 10_000) this.named.clear();
+    this.named.set(h, { name: b.slice(at, end), value, next: first });
+  }
 }
 
 /**
  * Wraps a client's backend to feed top queries and usage: statement text from Query and Parse
- * messages, time until the result, rows from DataRow messages, bytes each way. It also answers
+ * messages, time until the result, rows from DataRow messages, bytes each way, all counted in the
+ * session's tally (activity.ts: a few additions per statement, drained by the flush). It also answers
  * CREATE DATABASE / DROP DATABASE itself (wire-database-commands.ts), on both engines.
  */
 function tracked(
@@ -118,45 +146,47 @@ function tracked(
   commands: WireDatabaseCommands,
   context: WireStatementContext,
 ): WireBackend {
-  const statements = new Map<string, string>(); // prepared statement name -> text
-  const portals = new Map<string, string>(); // portal -> text
-  // The statement being answered: its text, start and DataRow count (the tracker counts them).
-  const answers = new AnswerTracker(() => finish());
+  const tally = databases.activity.openSession(databaseId, role);
+  const statements = new NameTable<StatementTally>(); // prepared statement name -> its tally
+  const portals = new NameTable<StatementTally | null>(); // portal -> its statement's tally
+  const answers = new AnswerTracker(tally);
   const opened = performance.now();
-  // Bytes each way add up here and reach the usage figures with each statement's time (and every
-  // megabyte, for a long COPY): one record per statement, not one per chunk.
-  let written = 0;
-  let transfer = 0;
-  const flushUsage = (computeMs = 0) => {
-    databases.activity.recordUsage(databaseId, { written, transfer, computeMs });
-    written = transfer = 0;
-  };
-  const finish = () => {
-    const pending = answers.pending;
-    if (!pending) return;
-    const ms = performance.now() - pending.start;
-    databases.activity.recordQuery(databaseId, pending.text, role, ms, pending.rows);
-    answers.pending = null;
-    flushUsage(ms);
-  };
-  /** Notes what one frontend message starts (statement text for Query and Parse, the portal's for Execute); its bytes written, if a write. */
-  const track = (message: Uint8Array, at: number, end: number): number => {
+
+  /** Notes what one frontend message (`message[at..end)`) starts, and the bytes a write sends. */
+  const track = (message: Uint8Array, at: number, end: number): void => {
     const type = message[at]!;
-    answers.sent(type);
     // Payloads start after the type byte and length; names and SQL are C strings.
-    if (type === 0x51 /* Q */) answers.pending = { text: readCString(message, at + 5).value, start: performance.now(), rows: 0 };
-    else if (type === 0x50 /* P */) {
-      const name = readCString(message, at + 5);
-      statements.set(name.value, readCString(message, name.next).value);
-    } else if (type === 0x42 /* B */) {
-      const portalEnd = message.indexOf(0, at + 5);
-      portals.set(nameAt(message, at + 5, portalEnd), statements.get(nameAt(message, portalEnd + 1, message.indexOf(0, portalEnd + 1))) ?? "");
-    } else if (type === 0x45 /* E */) answers.pending = { text: portals.get(nameAt(message, at + 5, message.indexOf(0, at + 5))) ?? "", start: performance.now(), rows: 0 };
-    return type === 0x51 || type === 0x42 || type === 0x64 /* d */ ? end - at : 0;
+    switch (type) {
+      case 0x42 /* B */: {
+        const portalEnd = cstringEnd(message, at + 5, end);
+        portals.set(message, at + 5, portalEnd, statements.get(message, portalEnd + 1, cstringEnd(message, portalEnd + 1, end)) ?? null);
+        tally.written += end - at;
+        return;
+      }
+      case 0x45 /* E */:
+        answers.execute(portals.get(message, at + 5, cstringEnd(message, at + 5, end)) ?? null);
+        return;
+      case 0x53 /* S */:
+      case 0x46 /* F */:
+        answers.sync();
+        return;
+      case 0x50 /* P */: {
+        const nameEnd = cstringEnd(message, at + 5, end);
+        const textEnd = cstringEnd(message, nameEnd + 1, end);
+        statements.set(message, at + 5, nameEnd, tally.statement(fromUtf8(message.subarray(nameEnd + 1, textEnd))));
+        return;
+      }
+      case 0x51 /* Q */:
+        answers.query(tally.statement(fromUtf8(message.subarray(at + 5, cstringEnd(message, at + 5, end)))));
+        tally.written += end - at;
+        return;
+      case 0x64 /* d */:
+        tally.written += end - at;
+        return;
+    }
   };
   const relay = (send: (data: Uint8Array) => void) => (data: Uint8Array) => {
-    transfer += data.byteLength;
-    if (transfer > 1 << 20) flushUsage();
+    tally.transfer += data.byteLength;
     answers.received(data);
     send(data);
   };
@@ -175,13 +205,29 @@ function tracked(
     send(readyForQuery("I"));
     return true;
   };
+  /**
+   * A run of messages passed through whole: each is looked at for the statistics (one pass over the
+   * headers), then all go in one write; a CREATE/DROP DATABASE Query splits the run (what came
+   * before, it, what came after).
+   */
   const passRun = (run: Uint8Array, send: (data: Uint8Array) => void): void | Promise<void> => {
     for (let at = 0; at < run.length; ) {
       const end = at + 1 + readInt32(run, at + 1);
-      written += track(run, at, end);
+      if (run[at] === 0x51) {
+        const statement = databaseStatementOf(run.subarray(at, end));
+        if (statement)
+          return (async () => {
+            if (at > 0) await inner.handleRun!(run.subarray(0, at), relayFor(send));
+            if (!(await answered(statement, send))) {
+              track(run, at, end);
+              await inner.handleRun!(run.subarray(at, end), relayFor(send));
+            }
+            if (end < run.length) await passRun(run.subarray(end), send);
+          })();
+      }
+      track(run, at, end);
       at = end;
     }
-    if (written > 1 << 20) flushUsage();
     return inner.handleRun!(run, relayFor(send));
   };
   return {
@@ -190,31 +236,13 @@ function tracked(
     async handle(message, send) {
       const statement = databaseStatementOf(message);
       if (statement && (await answered(statement, send))) return;
-      written += track(message, 0, message.length);
+      track(message, 0, message.length);
       await inner.handle(message, relayFor(send));
     },
-    // A run of messages passed through whole: each is looked at for the statistics, then all go in one
-    // write; a CREATE/DROP DATABASE Query splits the run (what came before, it, what came after).
-    handleRun: inner.handleRun
-      ? (run, send) => {
-          for (let at = 0; at < run.length; ) {
-            const end = at + 1 + readInt32(run, at + 1);
-            const statement = run[at] === 0x51 ? databaseStatementOf(run.subarray(at, end)) : null;
-            if (statement)
-              return (async () => {
-                if (at > 0) await passRun(run.subarray(0, at), send);
-                if (!(await answered(statement, send))) await passRun(run.subarray(at, end), send);
-                if (end < run.length) await passRun(run.subarray(end), send);
-              })();
-            at = end;
-          }
-          return passRun(run, send);
-        }
-      : undefined,
+    handleRun: inner.handleRun ? passRun : undefined,
     async close() {
-      finish();
-      flushUsage();
-      databases.activity.recordUsage(databaseId, { activeMs: performance.now() - opened });
+      tally.activeMs += performance.now() - opened;
+      databases.activity.closeSession(tally);
       await inner.close();
     },
   };
@@ -222,25 +250,94 @@ function tracked(
 
 /**
  * Follows the backend's answers message by message, across chunk boundaries (a proxied chunk is
- * whatever TCP delivered): each message's type for the accounting, the transaction status of the last
- * ReadyForQuery, and whether every Query, Sync and FunctionCall sent has had its ReadyForQuery.
+ * whatever TCP delivered), reading headers in place: each statement's result (DataRows counted,
+ * CommandComplete or an error ends it), the transaction status of the last ReadyForQuery, and
+ * whether every Query, Sync and FunctionCall sent has had its ReadyForQuery.
  */
 class AnswerTracker {
   /** The last ReadyForQuery's status byte ('I' before any). */
   status = 0x49;
-  /** The statement being answered (set by the caller): DataRows add to its rows; CommandComplete or ErrorResponse calls `ended`. */
-  pending: { text: string; start: number; rows: number } | null = null;
   private awaiting = 0;
-  private readonly head = new Uint8Array(5);
-  private headLen = 0;
-  private type = 0;
-  private left = 0; // bytes of the current message's body still to come
   private waiters: (() => void)[] = [];
+  // Statements sent and not yet answered, oldest first (a pipelining client sends several): their
+  // tally (null: text unknown), when sent, rows so far, and how many sync points were sent before
+  // them (what a ReadyForQuery answers: the ones before it that never got a result, after an
+  // error in an extended-protocol batch, are dropped there).
+  // Entries `head` to `tail` of the arrays (kept at their size: no allocation per statement).
+  private readonly tallies: (StatementTally | null)[] = [];
+  private readonly starts: number[] = [];
+  private readonly seqs: number[] = [];
+  /** Whether the entry is a simple Query (its ReadyForQuery, not its first result, ends it). */
+  private readonly simple: boolean[] = [];
+  private head = 0;
+  private tail = 0;
+  private rows = 0;
+  private syncsSent = 0;
+  private syncsAnswered = 0;
+  // A header split across chunks, and the rest of the current message's body.
+  private readonly split = new Uint8Array(5);
+  private splitLen = 0;
+  private type = 0;
+  private left = 0;
 
-  constructor(private readonly ended: () => void) {}
+  constructor(private readonly tally: SessionTally) {}
 
-  sent(type: number): void {
-    if (type === 0x51 || type === 0x53 || type === 0x46) this.awaiting++; // Q, S, F
+  /** An Execute of a statement. */
+  execute(t: StatementTally | null): void {
+    this.push(t, false);
+  }
+
+  /** A simple Query: a statement, and a sync point. */
+  query(t: StatementTally): void {
+    this.push(t, true);
+    this.sync();
+  }
+
+  /** A Sync or FunctionCall (a ReadyForQuery answers it). */
+  sync(): void {
+    this.awaiting++;
+    this.syncsSent++;
+  }
+
+  private push(t: StatementTally | null, simple: boolean): void {
+    // Statements sent in their thousands with no answer read (a client that never reads) are not
+    // all remembered: the oldest are dropped, uncounted.
+    if (this.tail - this.head >= 10_000) this.head = this.tail = 0;
+    const i = this.tail++;
+    this.tallies[i] = t;
+    this.starts[i] = performance.now();
+    this.seqs[i] = this.syncsSent;
+    this.simple[i] = simple;
+  }
+
+  /** The oldest statement has its result: counted (a simple Query's stays until its ReadyForQuery, uncounted from here on). */
+  private result(): void {
+    const i = this.head;
+    if (i === this.tail) return;
+    const t = this.tallies[i];
+    if (t) this.tally.ran(t, performance.now() - this.starts[i]!, this.rows);
+    this.rows = 0;
+    if (this.simple[i]) this.tallies[i] = null;
+    else this.advance();
+  }
+
+  private advance(): void {
+    this.tallies[this.head] = null;
+    if (++this.head === this.tail) this.head = this.tail = 0;
+  }
+
+  private readyForQuery(): void {
+    this.syncsAnswered++;
+    // What was sent before the sync point this answers and got no result is over.
+    while (this.head < this.tail && this.seqs[this.head]! < this.syncsAnswered) this.advance();
+    this.rows = 0;
+    if (this.awaiting > 0) this.awaiting--;
+    if (this.awaiting === 0 && this.waiters.length) for (const w of this.waiters.splice(0)) w();
+  }
+
+  private header(type: number): void {
+    if (type === 0x44 /* DataRow */) this.rows++;
+    else if (type === 0x43 /* CommandComplete */ || type === 0x45 /* ErrorResponse */ || type === 0x49 /* EmptyQueryResponse */ || type === 0x73 /* PortalSuspended */) this.result();
   }
 
   received(data: Uint8Array): void {
@@ -248,29 +345,31 @@ class AnswerTracker {
     const n = data.length;
     while (i < n) {
       if (this.left > 0) {
+        const k = this.left < n - i ? this.left : n - i;
         if (this.type === 0x5a) this.status = data[i]!;
-        const k = Math.min(this.left, n - i);
         i += k;
         this.left -= k;
-        if (this.left === 0 && this.type === 0x5a) this.answered();
+        if (this.left === 0 && this.type === 0x5a) this.readyForQuery();
         continue;
       }
-      this.head[this.headLen++] = data[i++]!;
-      if (this.headLen < 5) continue;
-      this.headLen = 0;
-      this.type = this.head[0]!;
-      this.left = readInt32(this.head, 1) - 4;
-      if (this.pending) {
-        if (this.type === 0x44) this.pending.rows++;
-        else if (this.type === 0x43 || this.type === 0x45) this.ended();
+      let type: number;
+      let len: number;
+      if (this.splitLen === 0 && n - i >= 5) {
+        type = data[i]!;
+        len = readInt32(data, i + 1);
+        i += 5;
+      } else {
+        while (this.splitLen < 5 && i < n) this.split[this.splitLen++] = data[i++]!;
+        if (this.splitLen < 5) return;
+        this.splitLen = 0;
+        type = this.split[0]!;
+        len = readInt32(this.split, 1);
       }
-      if (this.left <= 0 && this.type === 0x5a) this.answered();
+      this.type = type;
+      this.left = len - 4;
+      this.header(type);
+      if (this.left <= 0 && type === 0x5a) this.readyForQuery();
     }
-  }
-
-  private answered(): void {
-    if (this.awaiting > 0) this.awaiting--;
-    if (this.awaiting === 0) for (const w of this.waiters.splice(0)) w();
   }
 
   /**

@@ -515,21 +515,22 @@ class Connection {
     try {
       for (;;) {
         if (this.ended) return this.stopRuns();
-        const first = this.take(true); // joins chunks if it must
-        if (!first) break;
-        if (first[0] === F.terminate) return this.stopRuns();
-        // The complete messages right behind it in the same buffer, headers read in place (a bad
-        // length or a Terminate ends the run; the next take reports or handles it).
-        const buf = this.buf;
-        const start = this.pos - first.length;
-        let at = this.pos;
-        while (at + 5 <= buf.length && buf[at] !== F.terminate) {
-          const len = readInt32(buf, at + 1);
-          if (len < 4 || len > MAX_MESSAGE || at + 1 + len > buf.length) break;
-          at += 1 + len;
+        // The complete messages at hand in the current buffer, headers read in place (a bad length,
+        // a Terminate or a message split across chunks ends the run; `take` then reports, handles or
+        // joins it). A chunk of whole messages goes on as it came, without a view made of it.
+        let buf = this.buf;
+        let start = this.pos;
+        let at = this.completeFrom(start);
+        if (at === start) {
+          const first = this.take(true); // joins chunks if it must
+          if (!first) break;
+          if (first[0] === F.terminate) return this.stopRuns();
+          buf = this.buf;
+          start = this.pos - first.length;
+          at = this.completeFrom(this.pos);
         }
         this.pos = at;
-        const run = at === start + first.length ? first : buf.subarray(start, at);
+        const run = start === 0 && at === buf.length ? buf : buf.subarray(start, at);
         const held = r.backend.handleRun!(run, r.send);
         const drain = this.socket.needsDrain;
         if (held || drain)
@@ -549,6 +550,17 @@ class Connection {
     }
     this.pumping = false;
     if (this.socket.isPaused()) this.socket.resume();
+  }
+
+  /** The end of the complete messages (Terminate excluded) in `buf` from `at` on. */
+  private completeFrom(at: number): number {
+    const buf = this.buf;
+    while (at + 5 <= buf.length && buf[at] !== F.terminate) {
+      const len = readInt32(buf, at + 1);
+      if (len < 4 || len > MAX_MESSAGE || at + 1 + len > buf.length) break;
+      at += 1 + len;
+    }
+    return at;
   }
 
   private stopRuns(error?: unknown): void {
