@@ -13,7 +13,11 @@
 #
 # Plan words (after --root DIR): --ro-bind SRC DEST | --bind SRC DEST | --symlink TARGET DEST | --tmpfs DEST BYTES |
 # --cover-dir DEST | --cover-file DEST | --proc | --dev | --hostname NAME | --chdir DIR |
-# --drop-to UID GID | --map-user UID | --lo-up
+# --drop-to UID GID | --map-user UID | --lo-up | --setup-by-loader
+#
+# --setup-by-loader: COMMAND's first process is the seccomp loader (Perl, seccomp.ts), and it finishes
+# the sandbox itself (links, loopback, pivot_root, dropping to the sandbox uid, the nested user
+# namespace): one process instead of the ten util-linux and iproute2 starts of the tail below.
 set -euf # (no globbing: the batches below split lists of paths on spaces)
 umask 022
 # Its own tools from the usual places; the command gets the PATH it was given.
@@ -35,9 +39,12 @@ mount -t tmpfs -o mode=0755,size=1m kiln-root "$R" || die "cannot mount the sand
 # plus read-only remount), the root's merged-/usr links in one `ln -s`. A file or link that lies
 # under a mount still pending is made after that mount (a batch ends there), and a path the fstab
 # format cannot carry (white space, a backslash) is mounted on its own.
-mkdir "$R/.old"
 TAB="$R/.old/fstab"
-tab="" targets="" dirs="" files="" rootlinks="" links=""
+tab="" targets="" dirs="$R/.old" files="" rootlinks="" links=""
+loader="" latelinks=""
+for a; do
+  case "$a" in --setup-by-loader) loader=1 ;; --) break ;; esac
+done
 # The pending batch: mkdir, files, links, then the mounts.
 flush() {
   # shellcheck disable=SC2086
@@ -96,7 +103,7 @@ file_at() {
   fi
 }
 
-drop="" map="" chdir="/" host="" loup=""
+drop="" map="" chdir="/" host="" loup="" devlinks=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --ro-bind|--bind)
@@ -106,8 +113,8 @@ while [ $# -gt 0 ]; do
       shift 3 ;;
     --symlink)
       if [ "${3%/*}" = "" ] && [ "/${2##*/}" = "$3" ] && plain "$2"; then
-        # /bin -> usr/bin and its kind: one `ln -s` for all of them.
-        rootlinks="$rootlinks $2"
+        # /bin -> usr/bin and its kind: one `ln -s` for all of them, or made by the loader.
+        if [ -n "$loader" ]; then latelinks="$latelinks $2"; else rootlinks="$rootlinks $2"; fi
       else
         if ! plain "$R$3" || ! plain "$2"; then
           flush
@@ -132,28 +139,54 @@ while [ $# -gt 0 ]; do
         : > "$R/dev/$d"
         mnt "/dev/$d" "$R/dev/$d" none bind
       done
-      links="/proc/self/fd $R/dev/fd
+      [ -n "$loader" ] || links="/proc/self/fd $R/dev/fd
 /proc/self/fd/0 $R/dev/stdin
 /proc/self/fd/1 $R/dev/stdout
 /proc/self/fd/2 $R/dev/stderr
 "
+      devlinks=1
       mnt kiln-shm "$R/dev/shm" tmpfs "mode=1777,size=16m,nosuid,nodev,X-mount.mkdir"
       shift ;;
     --hostname) host="$2"; shift 2 ;;
     --chdir) chdir="$2"; shift 2 ;;
-    --drop-to) drop="--reuid=$2 --regid=$3 --clear-groups"; shift 3 ;;
+    --drop-to) drop="--reuid=$2 --regid=$3 --clear-groups" drop_ids="$2 $3"; shift 3 ;;
     --map-user) map="$2"; shift 2 ;;
     --lo-up) loup=1; shift ;;
+    --setup-by-loader) shift ;;
     --) shift; break ;;
     *) die "unknown plan word $1" ;;
   esac
 done
 flush
-rm -f "$TAB"
 [ $# -gt 0 ] || die "no command"
 
 # (The new UTS namespace's name, written without starting a process; hostname(1) where that fails.)
 [ -z "$host" ] || printf '%s' "$host" 2>/dev/null >/proc/sys/kernel/hostname || hostname "$host" 2>/dev/null || true
+
+if [ -n "$loader" ]; then
+  # The loader's lines (seccomp.ts): it does what the else branch does with the tools.
+  setup="root $R
+chdir $chdir"
+  [ -z "$latelinks" ] || setup="$setup
+rootlinks${latelinks}"
+  [ -z "$devlinks" ] || setup="$setup
+devlinks"
+  [ -z "$loup" ] || setup="$setup
+lo"
+  # shellcheck disable=SC2086
+  [ -z "$drop" ] || setup="$setup
+drop $drop_ids"
+  [ -z "$map" ] || setup="$setup
+map $map"
+  PATH=$command_path
+  export PATH
+  KILN_SANDBOX_SETUP=$setup "$@" &
+  child=$!
+  exec 3>&- </dev/null >/dev/null 2>&1
+  wait "$child"
+  exit
+fi
+rm -f "$TAB"
 # A private network namespace has a loopback that is down; builds reach their proxy through it.
 [ -z "$loup" ] || ip link set lo up 2>/dev/null || die "cannot bring up the sandbox's loopback (iproute2's ip is needed)"
 

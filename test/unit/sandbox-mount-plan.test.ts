@@ -53,3 +53,33 @@ for (const want of ["bubblewrap", "namespaces"] as const) {
     expect(lines.slice(5, 8)).toEqual(["w", "read-only", "plan-test"]);
   });
 }
+
+// Where the seccomp loader (Perl) exists it also finishes the namespaces sandbox (links, loopback,
+// pivot_root, the drop to the sandbox uid, the nested user namespace) in one process instead of the
+// util-linux tools' ten: what the command finds must be the same either way, down to mountinfo.
+const nsIso = chooseIsolation({ want: "namespaces", allowUnsandboxed: false }).isolation;
+test.skipIf(nsIso?.kind !== "namespaces")("namespaces: the loader's set-up leaves what the util-linux tools left", () => {
+  const probe = [
+    'open my $m, "<", "/proc/self/mountinfo"; for (<$m>) { my @f = split / /; my ($i) = grep { $f[$_] eq "-" } 0 .. $#f; print join(" ", @f[4, 5], @f[$i + 1, $i + 3]) }',
+    'open my $s, "<", "/proc/self/status"; print grep { /^(Uid|Gid|Groups|Cap|NoNewPrivs|Seccomp)/ } <$s>;',
+    'for my $f ("uid_map", "gid_map", "setgroups") { open my $h, "<", "/proc/self/$f"; print "$f: ", <$h> }',
+    'use Cwd; print "cwd ", getcwd(), "\\n";',
+    'for my $d ("/", "/dev") { opendir my $dh, $d; for (sort grep { !/^\\.\\.?$/ } readdir $dh) { my @st = lstat "$d/$_"; printf "%s/%s %o %d %d %s\\n", $d, $_, $st[2], $st[4], $st[5], (-l "$d/$_" ? readlink("$d/$_") : "") } }',
+    'use Socket; socket(my $k, AF_INET, SOCK_STREAM, 0); print "loopback ", (bind($k, sockaddr_in(0, inet_aton("127.0.0.1"))) ? "up" : "down: $!"), "\\n";',
+    'open my $hn, "<", "/proc/sys/kernel/hostname"; print "host ", <$hn>; print "root writable ", (open(my $w, ">", "/x") ? "yes" : "no"), "\\n";',
+  ].join("\n");
+  const cmd = nsIso!.enclose({ mounts, network: false, tmpfsBytes: 1 << 20, hostname: "plan-test", chdir: "/var/task" }, ["/usr/bin/perl", "-e", probe]);
+  expect(cmd.argv).toContain("--setup-by-loader");
+  const run = (argv: string[]) => spawnSync(argv[0]!, argv.slice(1), { encoding: "utf8", env: { PATH: "/usr/bin:/bin" }, cwd: "/" });
+  const byLoader = run(cmd.argv);
+  const byTools = run(cmd.argv.filter((a) => a !== "--setup-by-loader"));
+  expect(byLoader.stderr).toBe("");
+  expect(byTools.stderr).toBe("");
+  expect(byLoader.stdout).toContain("/var/task ro,");
+  expect(byLoader.stdout).toContain("loopback up");
+  expect(byLoader.stdout).toMatch(/CapEff:\s+0+\n/);
+  expect(byLoader.stdout).toMatch(/Seccomp:\s+2\n/);
+  expect(byLoader.stdout).toContain("/dev/stdout 120777");
+  expect(byLoader.stdout).toContain("root writable no");
+  expect(byLoader.stdout).toBe(byTools.stdout);
+});
