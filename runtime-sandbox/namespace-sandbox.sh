@@ -73,8 +73,16 @@ under_pending() {
   return 1
 }
 plain() { case "$1" in *[[:space:]\\]*) return 1 ;; esac; return 0; }
+# A path through one of the root's links the loader would make at the end (/lib/x with /lib ->
+# usr/lib): those links are made now instead, by the next batch, as without the loader.
+late_check() {
+  for t in $latelinks; do
+    case "$1" in "$R/${t##*/}"/*) rootlinks="$rootlinks $latelinks" latelinks=""; return ;; esac
+  done
+}
 # mnt SOURCE TARGET TYPE OPTIONS: a line of the batch, or at once for a path fstab cannot hold.
 mnt() {
+  late_check "$2"
   if plain "$1" && plain "$2"; then
     tab="$tab$1 $2 $3 $4 0 0
 "
@@ -92,6 +100,7 @@ mnt() {
 }
 # A file (or link) of the root's tmpfs at DEST, made before the batch's mounts.
 file_at() {
+  late_check "$1"
   if under_pending "$1" || ! plain "$1"; then flush; fi
   d=${1%/*}
   if plain "$1"; then
