@@ -173,7 +173,8 @@ flush
 [ -z "$host" ] || printf '%s' "$host" 2>/dev/null >/proc/sys/kernel/hostname || hostname "$host" 2>/dev/null || true
 
 if [ -n "$loader" ]; then
-  # The loader's lines (seccomp.ts): it does what the else branch does with the tools.
+  # What the tools do below, in the loader's own process (seccomp.ts reads these lines and removes
+  # them from the command's environment).
   setup="root $R
 chdir $chdir"
   [ -z "$latelinks" ] || setup="$setup
@@ -182,45 +183,40 @@ rootlinks${latelinks}"
 devlinks"
   [ -z "$loup" ] || setup="$setup
 lo"
-  # shellcheck disable=SC2086
   [ -z "$drop" ] || setup="$setup
 drop $drop_ids"
   [ -z "$map" ] || setup="$setup
 map $map"
-  PATH=$command_path
-  export PATH
-  KILN_SANDBOX_SETUP=$setup "$@" &
-  child=$!
-  exec 3>&- </dev/null >/dev/null 2>&1
-  wait "$child"
-  exit
+  KILN_SANDBOX_SETUP=$setup
+  export KILN_SANDBOX_SETUP
+else
+  rm -f "$TAB"
+  # A private network namespace has a loopback that is down; builds reach their proxy through it.
+  [ -z "$loup" ] || ip link set lo up 2>/dev/null || die "cannot bring up the sandbox's loopback (iproute2's ip is needed)"
+
+  cd "$R"
+  pivot_root . .old || die "pivot_root failed"
+  umount -l /.old
+  # A runtime root Kiln provisioned has util-linux and mount but no coreutils: the empty /.old stays.
+  rmdir /.old 2>/dev/null || true
+  mount -o remount,bind,ro / 2>/dev/null || true
+  cd "$chdir"
+  unset OLDPWD
+
+  # No capabilities and no way to regain any (no_new_privs); a root Kiln's sandbox also drops to the
+  # sandbox uid with an empty bounding set. Then, where it can, a nested user namespace in which the
+  # command is uid 1000 (as under bubblewrap), or else the command directly.
+  if [ -n "$drop" ]; then
+    # shellcheck disable=SC2086
+    if [ -n "$map" ]; then set -- setpriv $drop --inh-caps=-all --bounding-set=-all --no-new-privs -- unshare --user --map-user="$map" --map-group="$map" -- "$@"
+    # shellcheck disable=SC2086
+    else set -- setpriv $drop --inh-caps=-all --bounding-set=-all --no-new-privs -- "$@"; fi
+  else
+    set -- setpriv --inh-caps=-all --no-new-privs -- unshare --user --map-user="$map" --map-group="$map" -- "$@"
+  fi
 fi
-rm -f "$TAB"
-# A private network namespace has a loopback that is down; builds reach their proxy through it.
-[ -z "$loup" ] || ip link set lo up 2>/dev/null || die "cannot bring up the sandbox's loopback (iproute2's ip is needed)"
-
-cd "$R"
-pivot_root . .old || die "pivot_root failed"
-umount -l /.old
-# A runtime root Kiln provisioned has util-linux and mount but no coreutils: the empty /.old stays.
-rmdir /.old 2>/dev/null || true
-mount -o remount,bind,ro / 2>/dev/null || true
-cd "$chdir"
-unset OLDPWD
-
-# No capabilities and no way to regain any (no_new_privs); a root Kiln's sandbox also drops to the
-# sandbox uid with an empty bounding set. Then, where it can, a nested user namespace in which the
-# command is uid 1000 (as under bubblewrap), or else the command directly.
 PATH=$command_path
 export PATH
-if [ -n "$drop" ]; then
-  # shellcheck disable=SC2086
-  if [ -n "$map" ]; then set -- setpriv $drop --inh-caps=-all --bounding-set=-all --no-new-privs -- unshare --user --map-user="$map" --map-group="$map" -- "$@"
-  # shellcheck disable=SC2086
-  else set -- setpriv $drop --inh-caps=-all --bounding-set=-all --no-new-privs -- "$@"; fi
-else
-  set -- setpriv --inh-caps=-all --no-new-privs -- unshare --user --map-user="$map" --map-group="$map" -- "$@"
-fi
 # The command runs as pid 2; this shell stays the sandbox's pid 1, as bubblewrap's init does. It
 # reaps whatever the command leaves behind (a runtime as pid 1 reaps nothing, and unreaped zombies
 # count against the process limit), and when the command ends it ends, which ends the pid namespace
