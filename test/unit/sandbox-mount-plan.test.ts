@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { afterAll, expect, test } from "vitest";
 import { chooseIsolation } from "../../runtime-sandbox/isolation";
 import { systemMountList, type Mount } from "../../runtime-sandbox/mounts";
+import { sandboxEnv } from "../../runtime-sandbox/sandbox";
 
 const host = mkdtempSync(join(tmpdir(), "kiln plan "));
 afterAll(() => rmSync(host, { recursive: true, force: true }));
@@ -119,4 +120,10 @@ console.log(JSON.stringify({ flag: argv.includes("--setup-by-loader"), loader: l
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test("a function's own KILN_SANDBOX_SETUP never reaches the loader", () => {
+  const env = sandboxEnv({ runtime: { kind: "node", command: "/usr/bin/node", version: "22.0.0", mounts: [] }, env: { KILN_SANDBOX_SETUP: "root /x", MINE: "1" } });
+  expect(env).not.toHaveProperty("KILN_SANDBOX_SETUP");
+  expect(env.MINE).toBe("1");
 });
