@@ -66,6 +66,48 @@ export function dockerOptions(host: string): Docker.DockerOptions {
   return { host: u.hostname, port: Number(u.port || 2375), protocol: "http" };
 }
 
+/** The engine at `host` (else DOCKER_HOST, else the usual sockets) once it answers, or why none did. */
+export async function reachEngine(host?: string): Promise<{ docker: Docker; address: string; version: Docker.DockerVersion } | { error: string }> {
+  const { default: DockerCtor } = await import("dockerode");
+  const candidates = host ? [host] : process.env.DOCKER_HOST ? [process.env.DOCKER_HOST] : defaultSockets();
+  const errors: string[] = [];
+  for (const address of candidates) {
+    const docker = new DockerCtor(dockerOptions(address));
+    try {
+      return { docker, address, version: await withTimeout(docker.version(), 5000) };
+    } catch (e) {
+      errors.push(`${address}: ${(e as Error).message}`);
+    }
+  }
+  return { error: `no container engine answered (${errors.join("; ")}); start Docker or Podman, or pass its socket with --docker-host` };
+}
+
+// A runtime root's folder name (runtime-roots.ts rootDir): the tag of the image imported from it.
+const ROOT_IMAGE_TAG = /^(?:(?:docker\.io\/library|localhost)\/)?kiln-runtime:((?:python|ruby)\d+\.\d+-[0-9a-f]{16})$/;
+
+/**
+ * `kiln runtimes prune`: removes the images imported from runtime roots (`kiln-runtime:<root folder>`)
+ * whose folder `referenced` no longer knows. The base image and every other image stay; one a
+ * container still uses stays too (the engine refuses to remove it) and is reported with the reason.
+ */
+export async function pruneRootImages(docker: Docker, referenced: (folder: string) => boolean): Promise<{ removed: string[]; kept: Array<{ image: string; reason: string }> }> {
+  const removed: string[] = [];
+  const kept: Array<{ image: string; reason: string }> = [];
+  for (const img of await docker.listImages()) {
+    for (const tag of img.RepoTags ?? []) {
+      const m = ROOT_IMAGE_TAG.exec(tag);
+      if (!m || referenced(m[1]!)) continue;
+      try {
+        await docker.getImage(tag).remove();
+        removed.push(tag);
+      } catch (e) {
+        kept.push({ image: tag, reason: ((e as { json?: { message?: string } }).json?.message ?? (e as Error).message).trim() });
+      }
+    }
+  }
+  return { removed, kept };
+}
+
 export class ContainerEngine {
   private constructor(
     readonly docker: Docker,
@@ -81,24 +123,13 @@ export class ContainerEngine {
 
   /** Connects, checks the engine answers, makes the base image if it is missing, removes workers left by dead Kiln processes. */
   static async connect(o: ContainerEngineOptions = {}): Promise<ContainerEngine> {
-    const { default: DockerCtor } = await import("dockerode");
-    const candidates = o.host ? [o.host] : process.env.DOCKER_HOST ? [process.env.DOCKER_HOST] : defaultSockets();
-    const errors: string[] = [];
-    for (const address of candidates) {
-      const docker = new DockerCtor(dockerOptions(address));
-      let v: Docker.DockerVersion;
-      try {
-        v = await withTimeout(docker.version(), 5000);
-      } catch (e) {
-        errors.push(`${address}: ${(e as Error).message}`);
-        continue;
-      }
-      const engine = new ContainerEngine(docker, address, o.image ?? DEFAULT_IMAGE, `${v.Components?.[0]?.Name ?? "engine"} ${v.Version} (API ${v.ApiVersion})`, o.hiddenPaths ?? []);
-      await engine.ensureImage(o.importImage ?? true, o.log ?? (() => {}));
-      await engine.removeOrphans();
-      return engine;
-    }
-    throw new Error(`no container engine answered (${errors.join("; ")}); start Docker or Podman, or pass its socket with --docker-host`);
+    const found = await reachEngine(o.host);
+    if ("error" in found) throw new Error(found.error);
+    const { docker, address, version: v } = found;
+    const engine = new ContainerEngine(docker, address, o.image ?? DEFAULT_IMAGE, `${v.Components?.[0]?.Name ?? "engine"} ${v.Version} (API ${v.ApiVersion})`, o.hiddenPaths ?? []);
+    await engine.ensureImage(o.importImage ?? true, o.log ?? (() => {}));
+    await engine.removeOrphans();
+    return engine;
   }
 
   /** The base image, imported from a generated root filesystem when the engine does not have it. */

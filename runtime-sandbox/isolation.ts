@@ -193,8 +193,11 @@ class Namespaces implements Isolation {
     if (!e.network) plan.push("--lo-up");
     if (this.user) plan.push("--drop-to", String(this.user.uid), String(this.user.gid));
     if (!this.user || this.user.userns) plan.push("--map-user", SANDBOX_UID);
+    // The seccomp loader, when there is one, also finishes the sandbox (one process instead of ten).
+    const loader = seccompPrefix();
+    if (loader.length) plan.push("--setup-by-loader");
     // setpriv --pdeathsig: unshare dies with Kiln, and --kill-child takes the sandbox with it.
-    return { argv: [hostTool("setpriv")!, "--pdeathsig", "KILL", "--", ...unshare, "/bin/sh", NS_SCRIPT, ...plan, "--", ...seccompPrefix(), ...command] };
+    return { argv: [hostTool("setpriv")!, "--pdeathsig", "KILL", "--", ...unshare, "/bin/sh", NS_SCRIPT, ...plan, "--", ...loader, ...command] };
   }
 }
 

@@ -13,7 +13,11 @@
 #
 # Plan words (after --root DIR): --ro-bind SRC DEST | --bind SRC DEST | --symlink TARGET DEST | --tmpfs DEST BYTES |
 # --cover-dir DEST | --cover-file DEST | --proc | --dev | --hostname NAME | --chdir DIR |
-# --drop-to UID GID | --map-user UID | --lo-up
+# --drop-to UID GID | --map-user UID | --lo-up | --setup-by-loader
+#
+# --setup-by-loader: COMMAND's first process is the seccomp loader (Perl, seccomp.ts), and it finishes
+# the sandbox itself (links, loopback, pivot_root, dropping to the sandbox uid, the nested user
+# namespace): one process instead of the ten util-linux and iproute2 starts of the tail below.
 set -euf # (no globbing: the batches below split lists of paths on spaces)
 umask 022
 # Its own tools from the usual places; the command gets the PATH it was given.
@@ -35,9 +39,12 @@ mount -t tmpfs -o mode=0755,size=1m kiln-root "$R" || die "cannot mount the sand
 # plus read-only remount), the root's merged-/usr links in one `ln -s`. A file or link that lies
 # under a mount still pending is made after that mount (a batch ends there), and a path the fstab
 # format cannot carry (white space, a backslash) is mounted on its own.
-mkdir "$R/.old"
 TAB="$R/.old/fstab"
-tab="" targets="" dirs="" files="" rootlinks="" links=""
+tab="" targets="" dirs="$R/.old" files="" rootlinks="" links=""
+loader="" latelinks=""
+for a; do
+  case "$a" in --setup-by-loader) loader=1 ;; --) break ;; esac
+done
 # The pending batch: mkdir, files, links, then the mounts.
 flush() {
   # shellcheck disable=SC2086
@@ -66,8 +73,16 @@ under_pending() {
   return 1
 }
 plain() { case "$1" in *[[:space:]\\]*) return 1 ;; esac; return 0; }
+# A path through one of the root's links the loader would make at the end (/lib/x with /lib ->
+# usr/lib): those links are made now instead, by the next batch, as without the loader.
+late_check() {
+  for t in $latelinks; do
+    case "$1" in "$R/${t##*/}"/*) rootlinks="$rootlinks $latelinks" latelinks=""; return ;; esac
+  done
+}
 # mnt SOURCE TARGET TYPE OPTIONS: a line of the batch, or at once for a path fstab cannot hold.
 mnt() {
+  late_check "$2"
   if plain "$1" && plain "$2"; then
     tab="$tab$1 $2 $3 $4 0 0
 "
@@ -85,6 +100,7 @@ mnt() {
 }
 # A file (or link) of the root's tmpfs at DEST, made before the batch's mounts.
 file_at() {
+  late_check "$1"
   if under_pending "$1" || ! plain "$1"; then flush; fi
   d=${1%/*}
   if plain "$1"; then
@@ -96,7 +112,7 @@ file_at() {
   fi
 }
 
-drop="" map="" chdir="/" host="" loup=""
+drop="" map="" chdir="/" host="" loup="" devlinks=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --ro-bind|--bind)
@@ -106,8 +122,8 @@ while [ $# -gt 0 ]; do
       shift 3 ;;
     --symlink)
       if [ "${3%/*}" = "" ] && [ "/${2##*/}" = "$3" ] && plain "$2"; then
-        # /bin -> usr/bin and its kind: one `ln -s` for all of them.
-        rootlinks="$rootlinks $2"
+        # /bin -> usr/bin and its kind: one `ln -s` for all of them, or made by the loader.
+        if [ -n "$loader" ]; then latelinks="$latelinks $2"; else rootlinks="$rootlinks $2"; fi
       else
         if ! plain "$R$3" || ! plain "$2"; then
           flush
@@ -132,53 +148,75 @@ while [ $# -gt 0 ]; do
         : > "$R/dev/$d"
         mnt "/dev/$d" "$R/dev/$d" none bind
       done
-      links="/proc/self/fd $R/dev/fd
+      [ -n "$loader" ] || links="/proc/self/fd $R/dev/fd
 /proc/self/fd/0 $R/dev/stdin
 /proc/self/fd/1 $R/dev/stdout
 /proc/self/fd/2 $R/dev/stderr
 "
+      devlinks=1
       mnt kiln-shm "$R/dev/shm" tmpfs "mode=1777,size=16m,nosuid,nodev,X-mount.mkdir"
       shift ;;
     --hostname) host="$2"; shift 2 ;;
     --chdir) chdir="$2"; shift 2 ;;
-    --drop-to) drop="--reuid=$2 --regid=$3 --clear-groups"; shift 3 ;;
+    --drop-to) drop="--reuid=$2 --regid=$3 --clear-groups" drop_ids="$2 $3"; shift 3 ;;
     --map-user) map="$2"; shift 2 ;;
     --lo-up) loup=1; shift ;;
+    --setup-by-loader) shift ;;
     --) shift; break ;;
     *) die "unknown plan word $1" ;;
   esac
 done
 flush
-rm -f "$TAB"
 [ $# -gt 0 ] || die "no command"
 
 # (The new UTS namespace's name, written without starting a process; hostname(1) where that fails.)
 [ -z "$host" ] || printf '%s' "$host" 2>/dev/null >/proc/sys/kernel/hostname || hostname "$host" 2>/dev/null || true
-# A private network namespace has a loopback that is down; builds reach their proxy through it.
-[ -z "$loup" ] || ip link set lo up 2>/dev/null || die "cannot bring up the sandbox's loopback (iproute2's ip is needed)"
 
-cd "$R"
-pivot_root . .old || die "pivot_root failed"
-umount -l /.old
-# A runtime root Kiln provisioned has util-linux and mount but no coreutils: the empty /.old stays.
-rmdir /.old 2>/dev/null || true
-mount -o remount,bind,ro / 2>/dev/null || true
-cd "$chdir"
-unset OLDPWD
+if [ -n "$loader" ]; then
+  # What the tools do below, in the loader's own process (seccomp.ts reads these lines and removes
+  # them from the command's environment).
+  setup="root $R
+chdir $chdir"
+  [ -z "$latelinks" ] || setup="$setup
+rootlinks${latelinks}"
+  [ -z "$devlinks" ] || setup="$setup
+devlinks"
+  [ -z "$loup" ] || setup="$setup
+lo"
+  [ -z "$drop" ] || setup="$setup
+drop $drop_ids"
+  [ -z "$map" ] || setup="$setup
+map $map"
+  KILN_SANDBOX_SETUP=$setup
+  export KILN_SANDBOX_SETUP
+else
+  rm -f "$TAB"
+  # A private network namespace has a loopback that is down; builds reach their proxy through it.
+  [ -z "$loup" ] || ip link set lo up 2>/dev/null || die "cannot bring up the sandbox's loopback (iproute2's ip is needed)"
 
-# No capabilities and no way to regain any (no_new_privs); a root Kiln's sandbox also drops to the
-# sandbox uid with an empty bounding set. Then, where it can, a nested user namespace in which the
-# command is uid 1000 (as under bubblewrap), or else the command directly.
+  cd "$R"
+  pivot_root . .old || die "pivot_root failed"
+  umount -l /.old
+  # A runtime root Kiln provisioned has util-linux and mount but no coreutils: the empty /.old stays.
+  rmdir /.old 2>/dev/null || true
+  mount -o remount,bind,ro / 2>/dev/null || true
+  cd "$chdir"
+  unset OLDPWD
+
+  # No capabilities and no way to regain any (no_new_privs); a root Kiln's sandbox also drops to the
+  # sandbox uid with an empty bounding set. Then, where it can, a nested user namespace in which the
+  # command is uid 1000 (as under bubblewrap), or else the command directly.
+  if [ -n "$drop" ]; then
+    # shellcheck disable=SC2086
+    if [ -n "$map" ]; then set -- setpriv $drop --inh-caps=-all --bounding-set=-all --no-new-privs -- unshare --user --map-user="$map" --map-group="$map" -- "$@"
+    # shellcheck disable=SC2086
+    else set -- setpriv $drop --inh-caps=-all --bounding-set=-all --no-new-privs -- "$@"; fi
+  else
+    set -- setpriv --inh-caps=-all --no-new-privs -- unshare --user --map-user="$map" --map-group="$map" -- "$@"
+  fi
+fi
 PATH=$command_path
 export PATH
-if [ -n "$drop" ]; then
-  # shellcheck disable=SC2086
-  if [ -n "$map" ]; then set -- setpriv $drop --inh-caps=-all --bounding-set=-all --no-new-privs -- unshare --user --map-user="$map" --map-group="$map" -- "$@"
-  # shellcheck disable=SC2086
-  else set -- setpriv $drop --inh-caps=-all --bounding-set=-all --no-new-privs -- "$@"; fi
-else
-  set -- setpriv --inh-caps=-all --no-new-privs -- unshare --user --map-user="$map" --map-group="$map" -- "$@"
-fi
 # The command runs as pid 2; this shell stays the sandbox's pid 1, as bubblewrap's init does. It
 # reaps whatever the command leaves behind (a runtime as pid 1 reaps nothing, and unreaped zombies
 # count against the process limit), and when the command ends it ends, which ends the pid namespace

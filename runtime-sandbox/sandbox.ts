@@ -153,11 +153,13 @@ export function runtimeArgv(s: Pick<LaunchSpec, "runtime" | "entry" | "handler" 
 
 /** The whole environment a function sees: a fixed minimum plus the function's own values. */
 export function sandboxEnv(s: Pick<LaunchSpec, "runtime" | "env">): Record<string, string> {
+  // KILN_SANDBOX_SETUP is the namespaces sandbox's word to its seccomp loader (seccomp.ts), never a function's.
+  const { KILN_SANDBOX_SETUP: _, ...env } = s.env;
   return {
     PATH: [dirname(s.runtime.command), "/usr/local/bin", "/usr/bin", "/bin"].join(":"),
     HOME: "/tmp",
     TMPDIR: "/tmp",
     LANG: "C.UTF-8",
-    ...s.env,
+    ...env,
   };
 }

@@ -174,15 +174,89 @@ export const SECCOMP_DENIED: readonly string[] = [...DENIED, "unshare/clone with
 // The loader: Perl (perl-base is part of every Debian and Ubuntu install; Fedora and Arch have it
 // with git) sets no_new_privs, installs the filter through the seccomp system call, and execs the
 // command. Perl runs single-threaded, so the filter covers the whole process, and it needs none of
-// its modules. Arguments: the prctl and seccomp numbers, the program in hex, then the command.
-const LOADER = [
-  "my ($prctl, $seccomp, $hex) = splice(@ARGV, 0, 3);",
-  'my $f = pack("H*", $hex);',
-  'syscall($prctl + 0, 38, 1, 0, 0, 0) == 0 or die "kiln sandbox: no_new_privs: $!\\n";',
-  'my $prog = pack("S x![p] P", length($f) / 8, $f);',
-  'syscall($seccomp + 0, 1, 0, $prog) == 0 or die "kiln sandbox: seccomp: $!\\n";',
-  'exec { $ARGV[0] } @ARGV or die "kiln sandbox: cannot run $ARGV[0]: $!\\n";',
-].join(" ");
+// its modules. Arguments: the system call numbers (SETUP_CALLS order), the program in hex, then the
+// command.
+//
+// In the namespaces sandbox it also finishes the sandbox first, in this one process instead of a
+// dozen (ln, ip, pivot_root, umount, mount, setpriv, unshare: each start costs milliseconds):
+// namespace-sandbox.sh hands it KILN_SANDBOX_SETUP, lines of `key value` (removed from the
+// environment before the command starts):
+//   root R          the prepared root (its mounts done): links made, pivoted into, the old root gone,
+//                   the new one remounted read-only
+//   rootlinks T...  links at the root: /basename(T) -> T (bin -> usr/bin ...)
+//   devlinks        /dev/fd, /dev/stdin, /dev/stdout, /dev/stderr
+//   lo              the private network namespace's loopback brought up (SIOCSIFFLAGS)
+//   chdir D         the command's working directory
+//   drop UID GID    a root Kiln's sandbox: empty capability bounding set, no groups, that uid/gid
+//   map U           a nested user namespace in which the command is uid/gid U
+// with, in every case, no inheritable (nor so ambient) capabilities left: what setpriv
+// --inh-caps=-all [--bounding-set=-all --reuid --regid --clear-groups] and unshare --user --map-user
+// did before.
+const SETUP_CALLS = ["prctl", "seccomp", "pivot_root", "umount2", "mount", "unshare", "setgroups", "setresuid", "setresgid", "capget", "capset"] as const;
+const SETUP_NR: Record<string, Record<(typeof SETUP_CALLS)[number], number>> = {
+  x64: { prctl: 157, seccomp: 317, pivot_root: 155, umount2: 166, mount: 165, unshare: 272, setgroups: 116, setresuid: 117, setresgid: 119, capget: 125, capset: 126 },
+  arm64: { prctl: 167, seccomp: 277, pivot_root: 41, umount2: 39, mount: 40, unshare: 97, setgroups: 159, setresuid: 147, setresgid: 149, capget: 90, capset: 91 },
+};
+const LOADER = String.raw`
+my ($nr, $hex) = splice(@ARGV, 0, 2);
+my ($prctl, $seccomp, $pivot, $umount2, $mount, $unshare, $setgroups, $setresuid, $setresgid, $capget, $capset) = split /,/, $nr;
+sub fail { print STDERR "kiln sandbox: @_\n"; exit 125 }
+sub put { my ($p, $v) = @_; open(my $fh, ">", $p) or fail "$p: $!"; print $fh $v or fail "$p: $!"; close $fh or fail "$p: $!" }
+my $setup = delete $ENV{KILN_SANDBOX_SETUP};
+if (defined $setup) {
+  my %s = map { my ($k, $v) = split / /, $_, 2; ($k, $v // "") } split /\n/, $setup;
+  my $r = $s{root};
+  for my $t (split / /, $s{rootlinks} // "") { my ($b) = $t =~ m{([^/]+)$}; symlink($t, "$r/$b") or fail "cannot link /$b: $!" }
+  if (exists $s{devlinks}) {
+    my %l = (fd => "/proc/self/fd", stdin => "/proc/self/fd/0", stdout => "/proc/self/fd/1", stderr => "/proc/self/fd/2");
+    for my $n (sort keys %l) { symlink($l{$n}, "$r/dev/$n") or fail "cannot link /dev/$n: $!" }
+  }
+  unlink "$r/.old/fstab";
+  if (exists $s{lo}) {
+    socket(my $sk, 2, 2, 0) or fail "socket: $!";
+    my $q = pack("a16 x24", "lo");
+    ioctl($sk, 0x8913, $q) or fail "cannot read the loopback's flags: $!";
+    my $f = unpack("x16 s", $q);
+    ioctl($sk, 0x8914, pack("a16 s x22", "lo", $f | 1)) or fail "cannot bring up the sandbox's loopback: $!";
+    close $sk;
+  }
+  chdir $r or fail "$r: $!";
+  my ($here, $put_old, $old, $slash) = (".", ".old", "/.old", "/");
+  syscall($pivot + 0, $here, $put_old) == 0 or fail "pivot_root failed: $!";
+  chdir "/";
+  syscall($umount2 + 0, $old, 2) == 0 or fail "cannot detach the old root: $!";
+  rmdir "/.old";
+  syscall($mount + 0, 0, $slash, 0, 4129, 0);
+  chdir $s{chdir} or fail "$s{chdir}: $!";
+  if (exists $s{drop}) {
+    my ($u, $g) = split / /, $s{drop};
+    for my $c (0 .. 63) { syscall($prctl + 0, 24, $c, 0, 0, 0) }
+    syscall($setgroups + 0, 0, 0) == 0 or fail "setgroups: $!";
+    syscall($setresgid + 0, $g + 0, $g + 0, $g + 0) == 0 or fail "setresgid: $!";
+    syscall($setresuid + 0, $u + 0, $u + 0, $u + 0) == 0 or fail "setresuid: $!";
+    syscall($prctl + 0, 4, 1, 0, 0, 0);
+  }
+  my $hdr = pack("L L", 0x20080522, 0);
+  my $caps = "\0" x 24;
+  syscall($capget + 0, $hdr, $caps) == 0 or fail "capget: $!";
+  my @c = unpack("L6", $caps);
+  @c[2, 5] = (0, 0);
+  $caps = pack("L6", @c);
+  syscall($capset + 0, $hdr, $caps) == 0 or fail "capset: $!";
+  if (exists $s{map}) {
+    my ($u, $g) = ($> + 0, $) + 0);
+    syscall($unshare + 0, 0x10000000) == 0 or fail "cannot make the user namespace: $!";
+    put("/proc/self/setgroups", "deny");
+    put("/proc/self/uid_map", "$s{map} $u 1");
+    put("/proc/self/gid_map", "$s{map} $g 1");
+  }
+}
+my $f = pack("H*", $hex);
+syscall($prctl + 0, 38, 1, 0, 0, 0) == 0 or fail "no_new_privs: $!";
+my $prog = pack("S x![p] P", length($f) / 8, $f);
+syscall($seccomp + 0, 1, 0, $prog) == 0 or fail "seccomp: $!";
+exec { $ARGV[0] } @ARGV or fail "cannot run $ARGV[0]: $!";
+`.trim().replace(/\n\s*/g, " ");
 
 export interface Seccomp {
   /** Put before the command inside the sandbox (after its namespaces are made). */
@@ -209,7 +283,9 @@ function findLoader(): Seccomp | string {
   // Under /usr, which every sandbox mounts: the same path works inside.
   const perl = ["/usr/bin/perl"].find((p) => existsSync(p));
   if (!perl) return "perl is not installed (/usr/bin/perl loads the filter)";
-  const prefix = [perl, "-e", LOADER, String(t.nr.prctl), String(t.nr.seccomp), prog.toString("hex")];
+  const nr = SETUP_NR[process.arch];
+  if (!nr) return `no system call table for ${process.arch}`;
+  const prefix = [perl, "-e", LOADER, SETUP_CALLS.map((c) => nr[c]).join(","), prog.toString("hex")];
   // The filter must be in force: `unshare --user` is refused under it.
   const r = spawnSync(prefix[0]!, [...prefix.slice(1), perl, "-e", `exit(syscall(${t.nr.unshare}, 0x10000000) == -1 && $! == 1 ? 0 : 3)`], {
     stdio: ["ignore", "ignore", "pipe"],

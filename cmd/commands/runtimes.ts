@@ -67,13 +67,34 @@ export function runtimesCommand(program: Command): void {
     });
 
   rt.command("prune")
-    .description("remove what no current runtime uses (roots of an older recipe, unfinished installs); --all removes everything")
+    .description(
+      "remove what no current runtime uses (roots of an older recipe, unfinished installs) and the container images Kiln imported from roots that are gone; --all removes everything",
+    )
     .option("--all", "remove every installed runtime too (they are installed again on first use)")
-    .action(async (o: { all?: boolean }, cmd: Command) => {
+    .option("--docker-host <address>", "the container engine whose kiln-runtime:<root> images to prune (default: KILN_DOCKER_HOST, DOCKER_HOST, then the usual sockets)")
+    .action(async (o: { all?: boolean; dockerHost?: string }, cmd: Command) => {
       const json = Boolean(cmd.optsWithGlobals().json);
       const { cacheDir } = await import("../../runtime-sandbox/runtimes");
-      const { pruneCache } = await import("../../runtime-sandbox/runtime-roots");
+      const { listCache, pruneCache } = await import("../../runtime-sandbox/runtime-roots");
       const removed = pruneCache(cacheDir(), !!o.all).map((r) => ({ folder: r.entry, size_bytes: r.bytes }));
-      output(json, { removed }, () => console.log(`removed ${removed.length} folder(s), ${(removed.reduce((a, r) => a + r.size_bytes, 0) / 1e6).toFixed(0)} MB${removed.length ? `: ${removed.map((r) => r.folder).join(", ")}` : ""}`));
+      // The engine's images of roots no longer in the cache (`docker import`ed by the container
+      // runtime). No engine here is fine unless one was named.
+      const { reachEngine, pruneRootImages } = await import("../../runtime-sandbox/container");
+      const named = o.dockerHost ?? process.env.KILN_DOCKER_HOST;
+      const engine = await reachEngine(named);
+      let images: { removed: string[]; kept: Array<{ image: string; reason: string }>; engine: string | null; note?: string };
+      if ("error" in engine) {
+        if (named) throw new Error(engine.error);
+        images = { removed: [], kept: [], engine: null, note: "no container engine answered: no images checked" };
+      } else {
+        const folders = new Set(listCache(cacheDir()).map((e) => e.entry));
+        images = { ...(await pruneRootImages(engine.docker, (f) => folders.has(f))), engine: engine.address };
+      }
+      output(json, { removed, images }, () => {
+        console.log(`removed ${removed.length} folder(s), ${(removed.reduce((a, r) => a + r.size_bytes, 0) / 1e6).toFixed(0)} MB${removed.length ? `: ${removed.map((r) => r.folder).join(", ")}` : ""}`);
+        if (images.engine) console.log(`removed ${images.removed.length} image(s) from ${images.engine}${images.removed.length ? `: ${images.removed.join(", ")}` : ""}`);
+        else console.log(images.note);
+        for (const k of images.kept) console.log(`kept ${k.image}: ${k.reason}`);
+      });
     });
 }

@@ -3,15 +3,15 @@
 // container outlives the Kiln that made it. Runs only in the "containers" project (vitest.config.ts),
 // whose global setup provides a Docker engine; functions.test.ts runs there too.
 import { spawnSync } from "node:child_process";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { connect, createServer, type Socket } from "node:net";
 import { hostname, tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import Docker from "dockerode";
-import { describe, expect, inject, test } from "vitest";
+import { afterAll, describe, expect, inject, test } from "vitest";
 import { ContainerEngine, dockerOptions, rootImageTar } from "../../runtime-sandbox/container";
-import { ROOT_RECIPES, rootDir } from "../../runtime-sandbox/runtime-roots";
-import { cacheDir } from "../../runtime-sandbox/runtimes";
+import { listCache, ROOT_RECIPES, rootDir } from "../../runtime-sandbox/runtime-roots";
+import { cacheDir, RUNTIME_NAMES } from "../../runtime-sandbox/runtimes";
 import { appArchive, deployFrontend, frontendSettled, PROBE_APP, siteFetch } from "../support/frontends";
 import { deploy, settled, tgz, processesTagged } from "../support/functions";
 import { BUN, createProject, eventually, KILN, ROOT, startKiln, useKiln, type TestKiln } from "../support/kiln";
@@ -43,10 +43,40 @@ async function workersOf(k: TestKiln, functionId?: string) {
 
 // Frontends: the stand-in next build installs from nothing (a registry nobody listens on); a Next.js server gets 384 MB.
 const FRONTEND_MEMORY_MB = 384;
+// No host interpreters (no pyenv/rbenv, only the system's folders on PATH, as on a fresh machine or
+// CI): each runtime name is served by what Kiln provisions, a --runtime-image, or refused.
+const noHost = mkdtempSync(join(tmpdir(), "kiln-containers-nohost-"));
+afterAll(() => rmSync(noHost, { recursive: true, force: true }));
 const k = useKiln({
-  env: { KILN_FUNCTION_MEMORY_MB: "192", KILN_FRONTEND_MEMORY_MB: String(FRONTEND_MEMORY_MB), npm_config_registry: "http://127.0.0.1:9/" },
+  env: {
+    KILN_FUNCTION_MEMORY_MB: "192",
+    KILN_FRONTEND_MEMORY_MB: String(FRONTEND_MEMORY_MB),
+    npm_config_registry: "http://127.0.0.1:9/",
+    KILN_CACHE_DIR: cacheDir(),
+    HOME: noHost,
+    PYENV_ROOT: join(noHost, "pyenv"),
+    RBENV_ROOT: join(noHost, "rbenv"),
+    PATH: [dirname(BUN), "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"].join(":"),
+  },
   args: ["--runtime-image", "python3.12=kiln-test/python:3.12", "--runtime-image", "ruby3.3=kiln-test/ruby:3.3"],
 });
+
+/**
+ * `as`, an image made from the runtime root of `runtime` (imported as the container runtime would, when
+ * the engine does not have it yet): kiln-test/ruby:3.3 stands for a user's own image of Ruby 3.3 (this
+ * Kiln's --runtime-image for ruby3.3), kiln-test/python:3.12 (its --runtime-image for python3.12) for
+ * an image of another version than the name says. Never pulled: the tests reach no registry.
+ */
+async function imageFromRoot(runtime: string, as: string): Promise<void> {
+  if (await docker.getImage(as).inspect().then(() => true, () => false)) return;
+  const [repo, tag] = as.split(":");
+  const rootTag = ContainerEngine.rootImageTag(rootDir(cacheDir(), runtime));
+  if (!(await docker.getImage(rootTag).inspect().then(() => true, () => false))) {
+    const res = await docker.importImage((await rootImageTar(rootDir(cacheDir(), runtime))) as unknown as string, { repo: rootTag });
+    await new Promise<void>((resolve, reject) => docker.modem.followProgress(res, (err) => (err ? reject(err) : resolve())));
+  }
+  await docker.getImage(rootTag).tag({ repo, tag });
+}
 
 describe("the container runtime", () => {
   // Issue 30: one artifact per runtime in both profiles. A runtime root is imported as the
@@ -83,20 +113,14 @@ describe("the container runtime", () => {
     }
 
     // --runtime-image python3.12=kiln-test/python:3.12 (this Kiln's flag): an image whose python is 3.13 is refused.
-    await docker.getImage(ContainerEngine.rootImageTag(rootDir(cacheDir(), "python3.13"))).tag({ repo: "kiln-test/python", tag: "3.12" });
+    await imageFromRoot("python3.13", "kiln-test/python:3.12");
     const wrong = await settled(k, p.id, (await deploy(k, p.id, { name: "image312", runtime: "python3.12" }, tgz(code.python))).body.id);
     expect(wrong.status).toBe("failed");
     const wrongDeps = (await k.api("GET", `/projects/${p.id}/functions/${wrong.id}/deployments`)).body.data;
     expect(wrongDeps[0].error).toMatch(/^runtime python3\.12 is not available on this machine: Python 3\.12 \(--runtime-image python3\.12=kiln-test\/python:3\.12 runs Python 3\.13\.\d+, another version\)$/);
 
-    // --runtime-image ruby3.3=kiln-test/ruby:3.3: an image of that version (here made from the ruby3.3 root, as a user's own image would be) serves it.
-    // (The engine may have it already: the durable tests of this project run ruby3.3 on its root's image.)
-    const ruby33 = docker.getImage(ContainerEngine.rootImageTag(rootDir(cacheDir(), "ruby3.3")));
-    if (await ruby33.inspect().then(() => true, () => false)) await ruby33.tag({ repo: "kiln-test/ruby", tag: "3.3" });
-    else {
-      const res = await docker.importImage((await rootImageTar(rootDir(cacheDir(), "ruby3.3"))) as unknown as string, { repo: "kiln-test/ruby:3.3" });
-      await new Promise<void>((resolve, reject) => docker.modem.followProgress(res, (err) => (err ? reject(err) : resolve())));
-    }
+    // --runtime-image ruby3.3=kiln-test/ruby:3.3: an image of that version serves it.
+    await imageFromRoot("ruby3.3", "kiln-test/ruby:3.3");
     const img = await settled(k, p.id, (await deploy(k, p.id, { name: "image33", runtime: "ruby3.3" }, tgz(code.ruby))).body.id);
     const imgDeps = (await k.api("GET", `/projects/${p.id}/functions/${img.id}/deployments`)).body.data;
     expect(imgDeps[0].error).toBeNull();
@@ -105,6 +129,61 @@ describe("the container runtime", () => {
     expect(r.status, JSON.stringify(r.body)).toBe(200);
     expect(r.body).toEqual([expect.stringMatching(/^3\.3\./), "/usr/bin/ruby3.3", false]);
     expect((await workersOf(k, img.id))[0]!.Image.replace(/^(docker\.io|localhost)\//, "")).toBe("kiln-test/ruby:3.3");
+  });
+
+  // Issue 30 deliverable 6: every runtime name, deployed at once on this Kiln (no host interpreters):
+  // Node from npm on the base image, the Debian roots as their own images, ruby3.3 and python3.12
+  // through this Kiln's --runtime-image flags (the python3.12 image is another version: refused),
+  // python3.10 and ruby4.0 with no source at all: the documented build error, saying how to provide one.
+  // The roots not imported yet (python3.14, ruby3.4 here) cost one import each: 5-25 s.
+  test("every runtime name: an echo function in a container on the exact version, or the documented build error", { timeout: 300_000 }, async () => {
+    const p = await createProject(k);
+    const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
+    await imageFromRoot("ruby3.3", "kiln-test/ruby:3.3");
+    await imageFromRoot("python3.13", "kiln-test/python:3.12");
+    const echo = {
+      node: { "index.js": "exports.handler = async (event, context) => ({ echo: event, version: process.versions.node, fn: context.functionName });" },
+      python: { "main.py": "import platform\n\ndef handler(event, context):\n    return {'echo': event, 'version': platform.python_version(), 'fn': context.function_name}\n" },
+      ruby: { "main.rb": "def handler(event:, context:)\n  { 'echo' => event, 'version' => RUBY_VERSION, 'fn' => context.function_name }\nend\n" },
+    };
+    const family = (n: string) => (n.startsWith("nodejs") ? "node" : n.startsWith("python") ? "python" : "ruby");
+    const served = (n: string) => n.startsWith("nodejs") || n === "ruby3.3" || !!ROOT_RECIPES[n];
+    // Deployed at once (the builds and image imports overlap); invoked one after the other (ten
+    // containers starting together on a loaded 2-core machine can miss the 10 s start limit).
+    const results = await Promise.all(
+      RUNTIME_NAMES.map(async (name) => {
+        const fn = await settled(k, p.id, (await deploy(k, p.id, { name: `echo-${name.replace(/\W/g, "-")}`, runtime: name }, tgz(echo[family(name)]))).body.id, 240_000);
+        const error = (await k.api("GET", `/projects/${p.id}/functions/${fn.id}/deployments`)).body.data[0].error as string | null;
+        return { name, fn, error };
+      }),
+    );
+    expect(results.map((x) => x.name)).toEqual(RUNTIME_NAMES);
+    for (const { name, fn, error } of results) {
+      if (served(name)) {
+        const r = await k.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: { n: 1, s: "é" } } });
+        expect(error, name).toBeNull();
+        expect(fn.status, name).toBe("active");
+        expect(r.status, `${name}: ${JSON.stringify(r.body)}`).toBe(200);
+        expect(r.body.echo, name).toEqual({ n: 1, s: "é" });
+        expect(r.body.fn, name).toBe(fn.name);
+        const want = name.startsWith("nodejs") ? `${name.slice(6, 8)}.` : `${name.replace(/^\D+/, "")}.`;
+        expect(r.body.version.startsWith(want), `${name}: ${r.body.version}`).toBe(true);
+        const [worker] = await workersOf(k, fn.id);
+        const image = worker!.Image.replace(/^(docker\.io\/library|docker\.io|localhost)\//, "");
+        if (ROOT_RECIPES[name] && name !== "ruby3.3") expect(image, name).toBe(ContainerEngine.rootImageTag(rootDir(cacheDir(), name)));
+        if (name === "ruby3.3") expect(image).toBe("kiln-test/ruby:3.3");
+        if (name.startsWith("nodejs")) expect(image).toBe("kiln-runtime:base");
+      } else if (name === "python3.12") {
+        expect(fn.status).toBe("failed");
+        expect(error).toMatch(/^runtime python3\.12 is not available on this machine: Python 3\.12 \(--runtime-image python3\.12=kiln-test\/python:3\.12 runs Python 3\.13\.\d+, another version\)$/);
+      } else {
+        expect(fn.status, name).toBe("failed");
+        expect(error, name).toContain(`runtime ${name} is not available on this machine`);
+        expect(error, name).toMatch(/no Debian suite ships/);
+        expect(error, name).toContain(`--runtime-path ${name}=`);
+        expect(error, name).toContain(`--runtime-image ${name}=<image>`);
+      }
+    }
   });
 
   test("a function runs in a container with the engine's limits; the warm container is reused", async () => {
@@ -243,6 +322,51 @@ exports.handler = async (e) => {
     expect(r.status).toBe(200);
     expect(r.body).toBe("real");
     await eventually(async () => strangerClosed, (closed) => closed);
+  });
+
+  // Issue 30: kiln runtimes prune also removes the images the container runtime imported from roots
+  // that are gone from the cache. The cache here links this machine's current roots (their images,
+  // which other tests of the project use, must stay) and the engine gets two images of roots no
+  // cache has any more (tags of the base image), one of them used by a container.
+  test("kiln runtimes prune removes the images of runtime roots no longer in the cache; the base image, current roots' images and images in use stay", async () => {
+    const cache = mkdtempSync(join(tmpdir(), "kiln-prune-cache-"));
+    mkdirSync(join(cache, "runtimes"));
+    const current = listCache(cacheDir()).filter((e) => e.current && !e.entry.startsWith("node"));
+    for (const e of current) symlinkSync(join(cacheDir(), "runtimes", e.entry), join(cache, "runtimes", e.entry));
+    const base = docker.getImage("kiln-runtime:base");
+    const stale = "python3.13-0000000000000000";
+    const inUse = "ruby3.3-1111111111111111";
+    await base.tag({ repo: "kiln-runtime", tag: stale });
+    // (An image of its own: the engine only untags a tag whose image has other tags, in use or not.)
+    const layer = mkdtempSync(join(tmpdir(), "kiln-prune-layer-"));
+    writeFileSync(join(layer, "marker"), inUse);
+    const res = await docker.importImage(spawnSync("tar", ["-cf", "-", "-C", layer, "."]).stdout as unknown as string, { repo: `kiln-runtime:${inUse}` });
+    await new Promise<void>((resolve, reject) => docker.modem.followProgress(res, (err) => (err ? reject(err) : resolve())));
+    rmSync(layer, { recursive: true, force: true });
+    const holder = await docker.createContainer({ Image: `kiln-runtime:${inUse}`, Cmd: ["/marker"], Labels: { "dev.kiln.test": "prune" } });
+    const tags = async () => new Set((await docker.listImages()).flatMap((i) => i.RepoTags ?? []).map((t) => t.replace(/^(docker\.io\/library|localhost)\//, "")));
+    const rootImages = [...(await tags())].filter((t) => current.some((e) => t === `kiln-runtime:${e.entry}`));
+    try {
+      const r = spawnSync(BUN, [KILN, "runtimes", "prune", "--json", "--docker-host", engineAddress], { cwd: ROOT, encoding: "utf8", timeout: 60_000, env: { ...process.env, KILN_CACHE_DIR: cache } });
+      expect(r.status, r.stderr).toBe(0);
+      const out = JSON.parse(r.stdout);
+      expect(out.removed).toEqual([]);
+      expect(out.images.removed.map((t: string) => t.replace(/^(docker\.io\/library|localhost)\//, ""))).toEqual([`kiln-runtime:${stale}`]);
+      expect(out.images.kept).toEqual([{ image: expect.stringContaining(`kiln-runtime:${inUse}`), reason: expect.stringMatching(/container|in use/i) }]);
+      const after = await tags();
+      expect(after.has(`kiln-runtime:${stale}`)).toBe(false);
+      expect(after.has(`kiln-runtime:${inUse}`)).toBe(true);
+      expect(after.has("kiln-runtime:base")).toBe(true);
+      for (const t of rootImages) expect(after.has(t), t).toBe(true);
+      // Nothing left to do: a second run removes nothing.
+      const again = JSON.parse(spawnSync(BUN, [KILN, "runtimes", "prune", "--json", "--docker-host", engineAddress], { cwd: ROOT, encoding: "utf8", timeout: 60_000, env: { ...process.env, KILN_CACHE_DIR: cache } }).stdout);
+      expect(again.images.removed).toEqual([]);
+    } finally {
+      await holder.remove({ force: true });
+      await docker.getImage(`kiln-runtime:${inUse}`).remove().catch(() => {});
+      await docker.getImage(`kiln-runtime:${stale}`).remove().catch(() => {});
+      rmSync(cache, { recursive: true, force: true });
+    }
   });
 
   test("the CLI: kiln doctor --docker-host reports the engine and its image; kiln functions base-image writes the root filesystem tar", () => {

@@ -38,12 +38,12 @@ export async function deploy(k: TestKiln, projectId: string, fields: Record<stri
 }
 
 /** The function once no deployment of it is provisioning or queued. */
-export async function settled(k: TestKiln, projectId: string, fnId: string) {
+export async function settled(k: TestKiln, projectId: string, fnId: string, timeoutMs = 60_000) {
   return (
     await eventually(
       () => k.api("GET", `/projects/${projectId}/functions/${fnId}`),
       (r) => r.body.status !== "provisioning" && !r.body.pending_deployment_id,
-      60_000,
+      timeoutMs,
     )
   ).body;
 }
