@@ -47,17 +47,23 @@ async function deployDurable(kk: TestKiln, projectId: string, name: string, code
 const ECHO = { "index.js": `exports.handler = async (event) => { console.log("INVOKED " + event.mark); return { mark: event.mark }; };` };
 const FLOW = { "index.js": `exports.handler = async (event, step) => { await step.sleep("nap", "1h"); return await step.run("done", () => "woke"); };` };
 
+/** A project with a service key, its anon key and a database holding `items` = (1, 'before'). */
+async function projectWithItems() {
+  const p = await createProject(k);
+  const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "backend" } })).body.key as string;
+  const anon = (await k.api("GET", `/projects/${p.id}/anon-keys`)).body.data[0].key as string;
+  const db = await activeDatabase(k, p.id);
+  const c = connect(db.connection_string);
+  await c`create table items (id int primary key, name text not null)`;
+  await c`insert into items values (1, 'before')`;
+  await c.end({ timeout: 1 });
+  return { p, sk, anon, db };
+}
+
 describe.runIf(STORE === "embedded")("snapshots of the whole platform", () => {
   test("a restore brings back each kind of state: projects, rows, objects, end users, functions and their invocations, schedulers, durable executions, locks, log lines, the clock", async () => {
     // The state before the snapshot.
-    const p = await createProject(k);
-    const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "backend" } })).body.key as string;
-    const anon = (await k.api("GET", `/projects/${p.id}/anon-keys`)).body.data[0].key as string;
-    const db = await activeDatabase(k, p.id);
-    const c = connect(db.connection_string);
-    await c`create table items (id int primary key, name text not null)`;
-    await c`insert into items values (1, 'before')`;
-    await c.end({ timeout: 1 });
+    const { p, sk, anon, db } = await projectWithItems();
     expect((await k.api("POST", `/projects/${p.id}/storage/buckets`, { body: { name: "docs" } })).status).toBe(201);
     await upload(k, sk, "docs", "a.txt", "version one");
     expect((await k.api("POST", "/auth/signup", { token: anon, body: { email: "alice@example.com", password: "correct horse" } })).status).toBe(201);
@@ -290,14 +296,7 @@ describe.runIf(STORE === "embedded")("reset in place (the areas' reset hooks)", 
   const lockHeaders = (t?: string) => ({ "X-Service-Request-Id": crypto.randomUUID(), ...(t ? { "X-Service-Lock-Token": t } : {}) });
 
   test("projects, keys, end users, locks and a database's rows changed after the snapshot are put back in place; the database's open connections are closed, its connection string works", async () => {
-    const p = await createProject(k);
-    const sk = (await k.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "backend" } })).body.key as string;
-    const anon = (await k.api("GET", `/projects/${p.id}/anon-keys`)).body.data[0].key as string;
-    const db = await activeDatabase(k, p.id);
-    const c = connect(db.connection_string);
-    await c`create table items (id int primary key, name text not null)`;
-    await c`insert into items values (1, 'before')`;
-    await c.end({ timeout: 1 });
+    const { p, sk, anon, db } = await projectWithItems();
     expect((await k.api("POST", "/locks/kept/lease", { token: sk, body: { ttl_seconds: 3600 }, headers: lockHeaders(crypto.randomUUID()) })).status).toBe(200);
     expect((await save("in-place")).status).toBe(201);
 
