@@ -172,8 +172,13 @@ export function functionsPage(projectId: string, params: URLSearchParams = new U
       const logs = logTable(projectId, DEFAULT_KEEP, `log lines of ${f.name}`);
       const refreshLogs = async () => {
         logProblem.replaceChildren();
+        // Stored lines replace the table: a tail over it would mix in new ones (as on the logs page).
+        live.stop();
+        const tailsBefore = live.starts();
         try {
-          logs.set((await api("POST", `/projects/${projectId}/logs/search`, { body: { resource: { type: "function", ids: [f.id] }, limit: 200 } })).data);
+          const found = await api("POST", `/projects/${projectId}/logs/search`, { body: { resource: { type: "function", ids: [f.id] }, limit: 200 } });
+          // Follow live was clicked while the search was on its way (the page's first load): the tail's lines stay.
+          if (live.starts() === tailsBefore) logs.set(found.data);
         } catch (err) {
           logProblem.replaceChildren(errorBox(err));
         }

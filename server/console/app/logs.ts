@@ -29,8 +29,10 @@ export function logTable(projectId: string, cap: number, label = "log lines"): V
  * A live tail's controls over a log table: follow (backlog first, then new lines at the top), pause
  * (lines that arrive meanwhile are held, within the same cap) and resume, stop. Closed when the page is left.
  */
-export function liveControls(projectId: string, lines: VirtualTable<LogEntry>, filter: () => Record<string, string | undefined>, onError: (err: unknown) => void): { el: HTMLElement; stop(): void } {
+export function liveControls(projectId: string, lines: VirtualTable<LogEntry>, filter: () => Record<string, string | undefined>, onError: (err: unknown) => void): { el: HTMLElement; stop(): void; starts(): number } {
   let tail: { stop(): void } | null = null;
+  /** Tails started so far: a search that was sent before the latest start must not overwrite its lines. */
+  let starts = 0;
   let paused = false;
   let held: LogEntry[] = [];
   let heldDropped = 0;
@@ -72,6 +74,7 @@ export function liveControls(projectId: string, lines: VirtualTable<LogEntry>, f
     show();
   };
   const start = () => {
+    starts++;
     serverDropped = heldDropped = 0;
     lines.set([]);
     tail = followLogs(projectId, { ...filter(), backlog: "100" }, {
@@ -100,7 +103,7 @@ export function liveControls(projectId: string, lines: VirtualTable<LogEntry>, f
     if (hadFocus) pause.focus();
   };
   whileHere(() => tail?.stop());
-  return { el: h("div", { class: "live-controls" }, dot, state, " ", follow, " ", pause, " ", stop), stop: () => tail && end("Stopped.") };
+  return { el: h("div", { class: "live-controls" }, dot, state, " ", follow, " ", pause, " ", stop), stop: () => tail && end("Stopped."), starts: () => starts };
 }
 
 export function logsPage(projectId: string, params: URLSearchParams): HTMLElement {
@@ -116,12 +119,15 @@ export function logsPage(projectId: string, params: URLSearchParams): HTMLElemen
     problem.replaceChildren();
     // A search shows stored lines: a tail over the table would mix in new ones.
     if (!more) live.stop();
+    const tailsBefore = live.starts();
     const body: Record<string, unknown> = { resource: { type: d.type || "function" }, limit: 200 };
     if (d.q) body.q = d.q;
     if (more && cursor) body.cursor = cursor;
     problem.replaceChildren(h("p", { class: "muted" }, "Loading…"));
     try {
       const r = await api("POST", `/projects/${projectId}/logs/search`, { body });
+      // Follow live was clicked while the search was on its way: the tail's lines stay.
+      if (live.starts() !== tailsBefore) return problem.replaceChildren();
       cursor = r.has_more ? r.next_cursor : null;
       problem.replaceChildren();
       if (more) lines.append(r.data);
