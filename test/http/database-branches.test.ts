@@ -323,8 +323,10 @@ describe("delete", () => {
   });
 });
 
-describe("teardown in the background (a build held by a fault until the clock moves)", () => {
-  const kh = useKiln({ args: ["--controllable-clock"], env: { KILN_FAULTS: "branch-build-delay:1" } });
+describe("builds held by a fault until the clock moves: teardown in the background, the query API's 409", () => {
+  // Each test's first branch build is held (one fault each); the query API's test shares this Kiln
+  // rather than starting its own with the same fault.
+  const kh = useKiln({ args: ["--controllable-clock"], env: { KILN_FAULTS: "branch-build-delay:2" } });
 
   test("delete while provisioning is allowed; delete is repeatable during teardown; the branch shows deleting until it is gone", async () => {
     const { project } = await setup(kh);
@@ -348,6 +350,18 @@ describe("teardown in the background (a build held by a fault until the clock mo
     await advance(kh, 61);
     await eventually(() => kh.api("GET", branchPath(project.id, "app", "held")), (x) => x.status === 404);
     expect((await kh.api("DELETE", branchPath(project.id, "app", "held"))).status).toBe(404);
+  });
+
+  test("a branch that is not active answers 409", async () => {
+    const { project, sk } = await setup(kh);
+    expect((await kh.api("POST", branchPath(project.id), { body: { name: "slow" } })).status).toBe(202);
+    const r = await kh.api("POST", "/databases/app/branches/slow/query/select", { token: sk, body: { table: "items" } });
+    expect(r.status).toBe(409);
+    expect(r.body.error).toMatch(/provisioning/);
+    await advance(kh, 61);
+    await waitActive(kh, project.id, "slow");
+    const ok = await kh.api("POST", "/databases/app/branches/slow/query/select", { token: sk, body: { table: "items" } });
+    expect(ok.status).toBe(200);
   });
 });
 
@@ -469,24 +483,6 @@ describe("the branch query API", () => {
     // The wire endpoint of a branch runs RLS as a user too.
     const asUser = connect(withApp(b.connection_string, `service_user_access:${userId}`));
     expect((await asUser`select name from items`).map((r) => r.name)).toEqual(["parent-1"]);
-  });
-
-  test("a branch that is not active answers 409", async () => {
-    const kb = await startKiln({ args: ["--controllable-clock"], env: { KILN_FAULTS: "branch-build-delay:1" } });
-    try {
-      const { project, sk } = await setup(kb);
-      expect((await kb.api("POST", branchPath(project.id), { body: { name: "slow" } })).status).toBe(202);
-      const r = await kb.api("POST", "/databases/app/branches/slow/query/select", { token: sk, body: { table: "items" } });
-      expect(r.status).toBe(409);
-      expect(r.body.error).toMatch(/provisioning/);
-      await advance(kb, 61);
-      await waitActive(kb, project.id, "slow");
-      const ok = await kb.api("POST", "/databases/app/branches/slow/query/select", { token: sk, body: { table: "items" } });
-      expect(ok.status).toBe(200);
-    } finally {
-      await kb.stop();
-      removeDir(kb.dataDir);
-    }
   });
 });
 
