@@ -5,7 +5,7 @@ import { chmodSync, mkdtempSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import postgres from "postgres";
-import { describe, expect, test } from "vitest";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { itemNames as names } from "../support/databases";
 import { connect, withApp } from "../support/database-clients";
 import { findPgBin } from "../support/postgres-server";
@@ -323,8 +323,10 @@ describe("delete", () => {
   });
 });
 
-describe("teardown in the background (a build held by a fault until the clock moves)", () => {
-  const kh = useKiln({ args: ["--controllable-clock"], env: { KILN_FAULTS: "branch-build-delay:1" } });
+describe("builds held by a fault until the clock moves: teardown in the background, the query API's 409", () => {
+  // Each test's first branch build is held (one fault each); the query API's test shares this Kiln
+  // rather than starting its own with the same fault.
+  const kh = useKiln({ args: ["--controllable-clock"], env: { KILN_FAULTS: "branch-build-delay:2" } });
 
   test("delete while provisioning is allowed; delete is repeatable during teardown; the branch shows deleting until it is gone", async () => {
     const { project } = await setup(kh);
@@ -348,6 +350,18 @@ describe("teardown in the background (a build held by a fault until the clock mo
     await advance(kh, 61);
     await eventually(() => kh.api("GET", branchPath(project.id, "app", "held")), (x) => x.status === 404);
     expect((await kh.api("DELETE", branchPath(project.id, "app", "held"))).status).toBe(404);
+  });
+
+  test("a branch that is not active answers 409", async () => {
+    const { project, sk } = await setup(kh);
+    expect((await kh.api("POST", branchPath(project.id), { body: { name: "slow" } })).status).toBe(202);
+    const r = await kh.api("POST", "/databases/app/branches/slow/query/select", { token: sk, body: { table: "items" } });
+    expect(r.status).toBe(409);
+    expect(r.body.error).toMatch(/provisioning/);
+    await advance(kh, 61);
+    await waitActive(kh, project.id, "slow");
+    const ok = await kh.api("POST", "/databases/app/branches/slow/query/select", { token: sk, body: { table: "items" } });
+    expect(ok.status).toBe(200);
   });
 });
 
@@ -470,72 +484,52 @@ describe("the branch query API", () => {
     const asUser = connect(withApp(b.connection_string, `service_user_access:${userId}`));
     expect((await asUser`select name from items`).map((r) => r.name)).toEqual(["parent-1"]);
   });
-
-  test("a branch that is not active answers 409", async () => {
-    const kb = await startKiln({ args: ["--controllable-clock"], env: { KILN_FAULTS: "branch-build-delay:1" } });
-    try {
-      const { project, sk } = await setup(kb);
-      expect((await kb.api("POST", branchPath(project.id), { body: { name: "slow" } })).status).toBe(202);
-      const r = await kb.api("POST", "/databases/app/branches/slow/query/select", { token: sk, body: { table: "items" } });
-      expect(r.status).toBe(409);
-      expect(r.body.error).toMatch(/provisioning/);
-      await advance(kb, 61);
-      await waitActive(kb, project.id, "slow");
-      const ok = await kb.api("POST", "/databases/app/branches/slow/query/select", { token: sk, body: { table: "items" } });
-      expect(ok.status).toBe(200);
-    } finally {
-      await kb.stop();
-      removeDir(kb.dataDir);
-    }
-  });
 });
 
-describe("branching unavailable", () => {
-  // The production engine copies with pg_dump and pg_restore; KILN_PG_BIN names the only folder it looks in.
-  test.skipIf(STORE !== "postgres")("503 on the production engine without pg_dump; backups and restores too", async () => {
-    const kb = await startKiln({ env: { KILN_PG_BIN: "/nonexistent" } });
-    try {
-      const { project } = await setup(kb);
-      const r = await kb.api("POST", branchPath(project.id), { body: { name: "b" } });
-      expect(r.status).toBe(503);
-      expect(r.body.error).toMatch(/branching is unavailable: .*pg_dump/);
-      expect((await kb.api("GET", branchPath(project.id))).body.data).toEqual([]);
-      const b = await kb.api("POST", `/projects/${project.id}/databases/app/backups`, { body: { name: "x" } });
-      expect(b.status).toBe(503);
-      // Restores (rule 6's 503): the database stays as it is.
-      const r2 = await kb.api("POST", `/projects/${project.id}/databases/app/restores`, { body: { backup_name: "x" } });
-      expect(r2.status).toBe(503);
-      expect(r2.body).toEqual({ error: expect.stringMatching(/restores are unavailable: .*pg_dump/) });
-      expect((await kb.api("GET", `/projects/${project.id}/databases/app`)).body.status).toBe("active");
-    } finally {
-      await kb.stop();
-      removeDir(kb.dataDir);
-    }
+// The production engine copies with pg_dump and pg_restore; KILN_PG_BIN names the only folder it looks in.
+// One Kiln for both tests (was one each): its folder is empty for the first, and the second puts a
+// pg_dump that fails into it (a failed look-up is not kept: the next copy looks again).
+describe.skipIf(STORE !== "postgres")("production engine: the copy's tools", () => {
+  let tools = "";
+  let kb: TestKiln;
+  beforeAll(async () => {
+    tools = mkdtempSync(join(tmpdir(), "kiln-pgbin-"));
+    kb = await startKiln({ env: { KILN_PG_BIN: tools } });
   });
-});
+  afterAll(async () => {
+    await kb?.stop();
+    if (kb) removeDir(kb.dataDir);
+    if (tools) removeDir(tools);
+  });
 
-describe.skipIf(STORE !== "postgres")("production engine: the copy's pipe", () => {
+  test("503 on the production engine without pg_dump; backups and restores too", async () => {
+    const { project } = await setup(kb);
+    const r = await kb.api("POST", branchPath(project.id), { body: { name: "b" } });
+    expect(r.status).toBe(503);
+    expect(r.body.error).toMatch(/branching is unavailable: .*pg_dump/);
+    expect((await kb.api("GET", branchPath(project.id))).body.data).toEqual([]);
+    const b = await kb.api("POST", `/projects/${project.id}/databases/app/backups`, { body: { name: "x" } });
+    expect(b.status).toBe(503);
+    // Restores (rule 6's 503): the database stays as it is.
+    const r2 = await kb.api("POST", `/projects/${project.id}/databases/app/restores`, { body: { backup_name: "x" } });
+    expect(r2.status).toBe(503);
+    expect(r2.body).toEqual({ error: expect.stringMatching(/restores are unavailable: .*pg_dump/) });
+    expect((await kb.api("GET", `/projects/${project.id}/databases/app`)).body.status).toBe("active");
+  });
+
   test("a pg_dump that fails after writing the whole dump fails the branch (the pipe's status is pg_dump's too); the parent is untouched", async () => {
     const bin = (await findPgBin())!;
-    const tools = mkdtempSync(join(tmpdir(), "kiln-pgbin-"));
     symlinkSync(join(bin, "pg_restore"), join(tools, "pg_restore"));
     // The real dump, complete (pg_restore alone would take it), then a failure.
     writeFileSync(join(tools, "pg_dump"), `#!/bin/sh\n"${join(bin, "pg_dump")}" "$@" || exit $?\necho "pg_dump: error: injected failure" >&2\nexit 3\n`);
     chmodSync(join(tools, "pg_dump"), 0o755);
-    const kf = await startKiln({ env: { KILN_PG_BIN: tools } });
-    try {
-      const { project, db } = await setup(kf);
-      expect((await kf.api("POST", branchPath(project.id), { body: { name: "piped" } })).status).toBe(202);
-      const b = await eventually(() => kf.api("GET", branchPath(project.id, "app", "piped")), (x) => x.body.status !== "provisioning", 30_000);
-      expect(b.body.status).toBe("failed");
-      expect(b.body.connection_string).toBeUndefined();
-      expect(kf.stderr).toMatch(/pg_dump \| pg_restore failed \(3\): .*injected failure/s);
-      expect(await names(db.connection_string)).toEqual(["parent-1", "parent-2"]);
-    } finally {
-      await kf.stop();
-      removeDir(kf.dataDir);
-      removeDir(tools);
-    }
+    const { project, db } = await setup(kb);
+    expect((await kb.api("POST", branchPath(project.id), { body: { name: "piped" } })).status).toBe(202);
+    const b = await eventually(() => kb.api("GET", branchPath(project.id, "app", "piped")), (x) => x.body.status !== "provisioning", 30_000);
+    expect(b.body.status).toBe("failed");
+    expect(b.body.connection_string).toBeUndefined();
+    expect(kb.stderr).toMatch(/pg_dump \| pg_restore failed \(3\): .*injected failure/s);
+    expect(await names(db.connection_string)).toEqual(["parent-1", "parent-2"]);
   });
 });
 

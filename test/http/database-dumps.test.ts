@@ -91,6 +91,26 @@ async function emptyDatabase(name = "copy") {
   return { project: p, db: await activeDatabase(k, p.id, name) };
 }
 
+/**
+ * One filled database for the route and round-trip tests, made once, with what it held then, and its
+ * first plain and custom dumps, taken once: a database and a dump cost seconds each on the embedded
+ * engine (a snapshot opened on a thread of its own and pg_dump in WebAssembly), and these tests only
+ * read them. Tests that write to it do so after the dumps are taken (sharedDump first), so a round
+ * trip compares its copy with `before`, what that dump holds. The CLI test has a database of its own.
+ */
+let shared: Promise<{ project: { id: string }; db: { id: string; connection_string: string }; before: Awaited<ReturnType<typeof contents>> }> | undefined;
+const sharedFilled = () =>
+  (shared ??= (async () => {
+    const { project, db } = await filledDatabase();
+    return { project, db, before: await contents(db.connection_string) };
+  })());
+const sharedDumps = new Map<string, Promise<Awaited<ReturnType<typeof download>>>>();
+async function sharedDump(format: "plain" | "custom") {
+  const { project } = await sharedFilled();
+  if (!sharedDumps.has(format)) sharedDumps.set(format, download(project.id, format === "custom" ? undefined : format));
+  return sharedDumps.get(format)!;
+}
+
 function run(cmd: string, args: string[]) {
   const r = spawnSync(cmd, args, { encoding: "utf8", timeout: 60_000 });
   return { code: r.status, out: r.stdout, err: r.stderr };
@@ -121,7 +141,7 @@ describe("pg_version is the version that runs", () => {
 
 describe("GET .../databases/{name}/dump", () => {
   test("platform or full-scope token; read-only token, end-user token and anon key 403, no token 401, in the error shape; 404 unknown database; 400 bad format", async () => {
-    const { project } = await filledDatabase();
+    const { project } = await sharedFilled();
     const ro = await createToken(k, project.id, { scope: "read_only" });
     const full = await createToken(k, project.id, { scope: "full" });
     const denied = await download(project.id, "plain", ro.token);
@@ -151,8 +171,9 @@ describe("GET .../databases/{name}/dump", () => {
   });
 
   test("custom (the default) and plain: streamed with their length and type; sizes grow with the data; what the plain one holds", async () => {
-    const { project } = await filledDatabase();
-    const custom = await download(project.id);
+    const { project } = await sharedFilled();
+    // The default format is custom: asked for without ?format (as sharedDump("custom") does).
+    const custom = await sharedDump("custom");
     expect(custom.res.status).toBe(200);
     expect(custom.res.headers.get("content-type")).toBe("application/octet-stream");
     expect(custom.res.headers.get("content-disposition")).toBe('attachment; filename="app.dump"');
@@ -161,7 +182,7 @@ describe("GET .../databases/{name}/dump", () => {
     expect(custom.bytes.length).toBeGreaterThan(2_000);
     expect(custom.bytes.length).toBeLessThan(200_000);
 
-    const plain = await download(project.id, "plain");
+    const plain = await sharedDump("plain");
     expect(plain.res.status).toBe(200);
     expect(plain.res.headers.get("content-type")).toBe("application/sql; charset=utf-8");
     expect(Number(plain.res.headers.get("x-kiln-dump-bytes"))).toBe(plain.bytes.length);
@@ -186,7 +207,9 @@ describe("GET .../databases/{name}/dump", () => {
   });
 
   test("the database serves its clients while a dump is taken", async () => {
-    const { project, db } = await filledDatabase();
+    await sharedDump("plain");
+    await sharedDump("custom"); // taken before this test writes to the database
+    const { project, db } = await sharedFilled();
     const c = connect(db.connection_string);
     const dumping = download(project.id, "custom");
     const answered: number[] = [];
@@ -206,9 +229,8 @@ describe("GET .../databases/{name}/dump", () => {
 
 describe("round trip: dump, then load into a new Kiln database with PostgreSQL 15's tools", () => {
   test("plain: psql 15 loads it; rows, columns, function, view, index, policy and the identity's sequence are the same", async () => {
-    const { project, db } = await filledDatabase();
-    const before = await contents(db.connection_string);
-    const { bytes } = await download(project.id, "plain");
+    const { project, before } = await sharedFilled();
+    const { bytes } = await sharedDump("plain");
     const file = join(dir, `plain-${project.id}.sql`);
     writeFileSync(file, bytes);
     const target = await emptyDatabase();
@@ -219,8 +241,8 @@ describe("round trip: dump, then load into a new Kiln database with PostgreSQL 1
   });
 
   test("custom: pg_restore of the dumping server's version restores it", async () => {
-    const { project, db } = await filledDatabase();
-    const { bytes } = await download(project.id, "custom");
+    const { project, before } = await sharedFilled();
+    const { bytes } = await sharedDump("custom");
     const file = join(dir, `custom-${project.id}.dump`);
     writeFileSync(file, bytes);
     const list = run(join(PG15, "pg_restore"), ["--list", file]);
@@ -231,7 +253,6 @@ describe("round trip: dump, then load into a new Kiln database with PostgreSQL 1
       return;
     }
     expect(list.code).toBe(0);
-    const before = await contents(db.connection_string);
     const target = await emptyDatabase();
     const r = run(join(PG15, "pg_restore"), ["--no-owner", "--exit-on-error", "--single-transaction", "--dbname", target.db.connection_string, file]);
     expect(r.err).toBe("");

@@ -23,8 +23,12 @@ async function restore(kiln: TestKiln, projectId: string, body: Record<string, u
 const preRestore = async (kiln: TestKiln, projectId: string) =>
   ((await kiln.api("GET", `${dbPath(projectId)}/backups`)).body.data as any[]).filter((b) => b.name.startsWith("service-pre-restore-"));
 
+// One Kiln for the pre-restore states and rule 8 (was one each). Its faults make the next two database
+// deletes or password resets answer 503 (rule 8's first test takes both); nothing in the pre-restore
+// tests deletes a database or resets a password, and the 1 s timeout is of that same check.
+const k = useKiln({ args: ["--controllable-clock"], env: { KILN_FAULTS: "restore-state-unavailable:2", KILN_RESTORE_STATE_TIMEOUT_MS: "1000" } });
+
 describe("pre-restore states (rule 6)", () => {
-  const k = useKiln({ args: ["--controllable-clock"] });
 
   test("each restore keeps the data it replaced as a backup; a fourth while three are held is 409; deleting one or their expiry frees a place", async () => {
     const { project, db, c } = await setup(k);
@@ -79,7 +83,6 @@ describe("pre-restore states (rule 6)", () => {
 });
 
 describe("rule 8: delete and reset-password answer 503 when whether a restore runs cannot be determined", () => {
-  const k = useKiln({ args: ["--controllable-clock"], env: { KILN_FAULTS: "restore-state-unavailable:2", KILN_RESTORE_STATE_TIMEOUT_MS: "1000" } });
 
   test("a failed read of the restore state: 503 in the spec's error shape, nothing changed; then as usual", async () => {
     const { project, db } = await setup(k);
@@ -220,8 +223,13 @@ describe.skipIf(STORE !== "postgres")("production engine: point in time unavaila
     }
   });
 
+  // One server for the next two tests: its pg_hba.conf admits no replication connection, and a role
+  // without REPLICATION is refused before that matters (Kiln checks the role first). (Was a server each.)
+  let pg: PgServer;
+  beforeAll(async () => void (pg = await startPgServer({ noReplication: true })), 120_000);
+  afterAll(async () => void (await pg?.stop()));
+
   test("a server whose pg_hba.conf admits no replication connection: restore_to is a 503 quoting its refusal", async () => {
-    const pg = await startPgServer({ noReplication: true });
     const k = await startKiln({ args: ["--controllable-clock", "--postgres-url", pg.url], env: { KILN_POSTGRES_PITR: "on" } });
     try {
       const project = await createProject(k);
@@ -237,12 +245,10 @@ describe.skipIf(STORE !== "postgres")("production engine: point in time unavaila
       expect((await k.api("GET", `${dbPath(project.id)}/backups`)).body.restore_window).toBeUndefined();
     } finally {
       await k.stop();
-      await pg.stop();
     }
   }, 120_000);
 
   test("a role without REPLICATION: restore_to is a 503 saying so", async () => {
-    const pg = await startPgServer();
     const admin = postgres(pg.url, { max: 1, onnotice: () => {} });
     await admin.unsafe(`create role plain login createdb createrole password 'plain-pass'`);
     await admin.end();
@@ -258,7 +264,6 @@ describe.skipIf(STORE !== "postgres")("production engine: point in time unavaila
       expect(r.body.error).toMatch(/lacks REPLICATION/);
     } finally {
       await k.stop();
-      await pg.stop();
     }
   }, 120_000);
 });

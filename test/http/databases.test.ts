@@ -275,6 +275,51 @@ describe("the wire endpoint", () => {
   });
 });
 
+// Was database-user-access.test.ts, a file with a Kiln of its own for this one test.
+async function endUser(kiln: TestKiln, projectId: string, email: string): Promise<string> {
+  const r = await kiln.api("POST", `/projects/${projectId}/users`, { body: { email, password: "long enough" } });
+  if (r.status !== 201) throw new Error(`create user: ${r.status} ${r.text}`);
+  return r.body.id as string;
+}
+
+describe("service_user_access", () => {
+  test("an id that is no end user of the database's project (made up, or another project's user) is refused with 28000; the project's own user connects", async () => {
+    const p = await createProject(k);
+    const db = await activeDatabase(k, p.id, "app");
+    const own = await endUser(k, p.id, "own@example.com");
+    const other = await createProject(k);
+    const foreign = await endUser(k, other.id, "foreign@example.com");
+    const madeUp = crypto.randomUUID();
+
+    for (const id of [madeUp, foreign]) {
+      const c = connect(withApp(db.connection_string, `service_user_access:${id}`));
+      const err = (await c`select auth.uid()`.then(
+        () => null,
+        (e) => e,
+      )) as { code?: string; severity?: string; message?: string } | null;
+      expect(err, `service_user_access:${id} was let in`).not.toBeNull();
+      expect(err).toMatchObject({ code: "28000", severity: "FATAL" });
+      expect(err!.message).toBe(`no end user ${id} in project ${p.id} (application_name service_user_access:<user id>)`);
+    }
+    const viaPsql = psql(withApp(db.connection_string, `service_user_access:${madeUp}`), "select auth.uid()");
+    expect(viaPsql.code).not.toBe(0);
+    expect(viaPsql.err).toContain(`no end user ${madeUp} in project ${p.id}`);
+
+    // The project's own end user: a session as that user (auth.uid(), auth.email(), role authenticated).
+    const asOwn = connect(withApp(db.connection_string, `service_user_access:${own}`));
+    expect(await asOwn`select auth.uid()::text as uid, auth.email() as email, current_user as cu`).toEqual([{ uid: own, email: "own@example.com", cu: "authenticated" }]);
+    expect(psql(withApp(db.connection_string, `service_user_access:${own}`), "select auth.uid()").out).toBe(own);
+
+    // Deleting the user closes the door for new connections.
+    expect((await k.api("DELETE", `/projects/${p.id}/users/${own}`)).status).toBe(204);
+    const after = await connect(withApp(db.connection_string, `service_user_access:${own}`))`select 1`.then(
+      () => null,
+      (e) => e,
+    );
+    expect(after).toMatchObject({ code: "28000" });
+  });
+});
+
 describe("query API", () => {
   async function seeded() {
     const s = await setup();
