@@ -78,7 +78,7 @@ class Frames {
       out.push(b.subarray(at, at + len));
       at += len;
     }
-    this.buf = b.slice(at);
+    this.buf = Uint8Array.prototype.slice.call(b, at); // a copy (a Buffer's slice() is a view of memory Bun reuses)
     return out;
   }
   rest(): Uint8Array {
