@@ -22,7 +22,7 @@ import postgres from "postgres";
 import pg from "pg";
 import { loadavg } from "node:os";
 import { startPgServer } from "../test/support/postgres-server";
-import { MessageBuilder, concatBytes } from "../server/backends/databases/wire/protocol";
+import { inProcessPointSelect, inProcessTpcb } from "./pglite-in-process";
 import { pct, startKiln, TOKEN, wrkRps } from "./support";
 
 const N = Number(process.env.QUERIES ?? 3000);
@@ -224,45 +224,6 @@ function pgbench(cs: string, args: string[], sslmode = "disable"): { tps: number
   return { tps: Number(tps[1]), failed: Number(/number of failed transactions: (\d+)/.exec(out)?.[1] ?? 0), transactions, clientCpuMs };
 }
 
-/**
- * The prepared point select of pgbench -S in-process on PGlite, the engine's own limit (one
- * WebAssembly session): through PGlite's query API, and as raw protocol (Bind/Execute/Sync of a
- * named statement, what a prepared-mode client sends), on pgbench's table at scale 1.
- */
-async function inProcessPointSelect(): Promise<{ api: number; raw: number }> {
-  const db = await PGlite.create();
-  await db.exec(`create table pgbench_accounts (aid int primary key, bid int, abalance int, filler char(84));
-    insert into pgbench_accounts select g, 1, 0, '' from generate_series(1, 100000) g;`);
-  const aid = () => 1 + Math.floor(Math.random() * 100000);
-  const rate = async (fn: () => Promise<unknown>) => {
-    for (let i = 0; i < 500; i++) await fn();
-    let n = 0;
-    const t0 = performance.now();
-    while (performance.now() - t0 < PGBENCH_SECONDS * 1000) {
-      await fn();
-      n++;
-    }
-    return n / ((performance.now() - t0) / 1000);
-  };
-  const sql = "SELECT abalance FROM pgbench_accounts WHERE aid = $1";
-  const api = await rate(() => db.query(sql, [aid()]));
-  const m = () => new MessageBuilder();
-  await db.execProtocolRaw(concatBytes([m().cstring("s").cstring(sql).int16(0).build(0x50), m().build(0x53)]));
-  const tail = concatBytes([m().cstring("").int32(0).build(0x45), m().build(0x53)]);
-  const raw = await rate(() => {
-    const v = Buffer.from(String(aid()));
-    const bind = m().cstring("").cstring("s").int16(0).int16(1).int32(v.length).bytes(v).int16(0).build(0x42);
-    return db.execProtocolRaw(concatBytes([bind, tail]), { syncToFs: false });
-  });
-  await db.close();
-  return { api, raw };
-}
-
-/**
- * pgbench's TPC-B transaction in-process on PGlite (scale 1), single session: its seven statements
- * (BEGIN, three UPDATEs, the SELECT, the INSERT, END) prepared once and each sent as Bind/Execute/Sync,
- * one call per statement, as pgbench -M prepared sends one round trip per statement. Transactions/s.
- */
 /** CPU ms of a PostgreSQL server: the postmaster, its live children and the children it has reaped (a finished backend). */
 function serverCpuMs(postmaster: number): number {
   const fields = (pid: number | string) => {
@@ -281,60 +242,6 @@ function serverCpuMs(postmaster: number): number {
     if (f && Number(f[1]) === postmaster) ticks += Number(f[11]) + Number(f[12]);
   }
   return ticks * 10; // USER_HZ 100
-}
-
-async function inProcessTpcb(seconds = PGBENCH_SECONDS): Promise<{ tps: number; cpuUsPerTransaction: number }> {
-  const db = await PGlite.create();
-  await db.exec(`create table pgbench_branches (bid int primary key, bbalance int, filler char(88));
-    create table pgbench_tellers (tid int primary key, bid int, tbalance int, filler char(84));
-    create table pgbench_accounts (aid int primary key, bid int, abalance int, filler char(84));
-    create table pgbench_history (tid int, bid int, aid int, delta int, mtime timestamp, filler char(22));
-    insert into pgbench_branches values (1, 0, '');
-    insert into pgbench_tellers select g, 1, 0, '' from generate_series(1, 10) g;
-    insert into pgbench_accounts select g, 1, 0, '' from generate_series(1, 100000) g;`);
-  const m = () => new MessageBuilder();
-  const statements = [
-    "BEGIN",
-    "UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2",
-    "SELECT abalance FROM pgbench_accounts WHERE aid = $1",
-    "UPDATE pgbench_tellers SET tbalance = tbalance + $1 WHERE tid = $2",
-    "UPDATE pgbench_branches SET bbalance = bbalance + $1 WHERE bid = $2",
-    "INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES ($1, $2, $3, $4, CURRENT_TIMESTAMP)",
-    "END",
-  ];
-  await db.execProtocolRaw(concatBytes([...statements.map((sql, i) => m().cstring(`t${i}`).cstring(sql).int16(0).build(0x50)), m().build(0x53)]));
-  const tail = concatBytes([m().cstring("").int32(0).build(0x45), m().build(0x53)]);
-  const call = (i: number, params: number[]) => {
-    const b = m().cstring("").cstring(`t${i}`).int16(0).int16(params.length);
-    for (const p of params) {
-      const v = Buffer.from(String(p));
-      b.int32(v.length).bytes(v);
-    }
-    return db.execProtocolRaw(concatBytes([b.int16(0).build(0x42), tail]), { syncToFs: false });
-  };
-  const rand = (n: number) => 1 + Math.floor(Math.random() * n);
-  const tx = async () => {
-    const aid = rand(100000), tid = rand(10), bid = 1, delta = Math.floor(Math.random() * 10001) - 5000;
-    await call(0, []);
-    await call(1, [delta, aid]);
-    await call(2, [aid]);
-    await call(3, [delta, tid]);
-    await call(4, [delta, bid]);
-    await call(5, [tid, bid, aid, delta]);
-    await call(6, []);
-  };
-  for (let i = 0; i < 200; i++) await tx();
-  let n = 0;
-  const cpu0 = process.cpuUsage();
-  const t0 = performance.now();
-  while (performance.now() - t0 < seconds * 1000) {
-    await tx();
-    n++;
-  }
-  const tps = n / ((performance.now() - t0) / 1000);
-  const cpu = process.cpuUsage(cpu0);
-  await db.close();
-  return { tps, cpuUsPerTransaction: (cpu.user + cpu.system) / Math.max(1, n) };
 }
 
 /**
@@ -390,8 +297,8 @@ async function pgbenchSection(url: string, api: (m: string, p: string, b?: unkno
   const real = server ? run(server.url) : null;
   const realPool = server ? await poolOfTwenty(server.url) : null;
   await server?.stop();
-  const local = await inProcessPointSelect();
-  const localTpcb = (await inProcessTpcb()).tps;
+  const local = await inProcessPointSelect(PGBENCH_SECONDS);
+  const localTpcb = (await inProcessTpcb(PGBENCH_SECONDS)).tps;
   const ms = (x: number | null) => (x === null ? "failed" : `${x.toFixed(0)} ms`);
   out.push(`  pg.Pool of 20, pg_sleep(0.05) each, at once (median of 5 rounds): embedded ${ms(kilnPool)}, PostgreSQL 15 ${ms(realPool)}`);
   const r = (x: { tps: number; failed: number } | null | undefined) => (x ? `${x.tps.toFixed(0)} tps${x.failed ? ` (${x.failed} failed)` : ""}` : "failed");
