@@ -54,17 +54,6 @@ describe("deploy and invoke", () => {
     expect(deps.body.data[0].build_log.lines).toBeGreaterThan(0);
   });
 
-  test("deployed_regions names the region that serves it, not every configured one", async () => {
-    await withKiln({ args: ["--regions", "eu,us"] }, async (kk) => {
-      const p = await createProject(kk);
-      const sk = (await kk.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
-      const fn = await settled(kk, p.id, (await deploy(kk, p.id, { name: "where", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).body.id);
-      expect(fn.deployed_regions).toEqual(["eu"]);
-      const r = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: {} } });
-      expect(r.headers.get("x-service-region")).toBe("eu");
-    });
-  });
-
   test("{statusCode, headers, body} sets the response; platform-owned headers from the function are dropped", async () => {
     const { p, sk } = await setup();
     const code = tgz({
@@ -285,19 +274,6 @@ describe.skipIf(BEFORE_THE_WORKER)("delete", () => {
     await eventually(() => k.api("GET", `/projects/${p.id}/functions/${d.body.id}`), (r) => r.status === 404);
   });
 
-  test("the per-project cap answers 403; archives over the size setting are 400", async () => {
-    await withKiln({ env: { KILN_FUNCTION_LIMIT: "1", KILN_SOURCE_ARCHIVE_LIMIT_MB: "1" } }, async (kk) => {
-      const p = await createProject(kk);
-      expect((await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).status).toBe(201);
-      const two = await deploy(kk, p.id, { name: "two", runtime: "nodejs22.x" }, tgz(NODE_HELLO));
-      expect(two.status).toBe(403);
-      expect((await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).status).toBe(200);
-      const random = Buffer.from(crypto.getRandomValues(new Uint8Array(65_536))).toString("base64").repeat(24); // ~2 MB, incompressible
-      const big = await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz({ "index.js": `// ${random}` }));
-      expect(big.status).toBe(400);
-      expect(big.body.error).toMatch(/1 MB/);
-    });
-  });
 });
 
 describe("the function's own address (invoke_url)", () => {
@@ -573,47 +549,75 @@ exports.handler = async (e) => {
       expect((await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: {} } })).body).toBe("idle");
     });
   });
+});
+
+// One Kiln for the limits a Kiln is started with (each test used to start its own): two regions, a cap of
+// one function per project, 1 MB source archives, and short time limits. The limit runs from when the
+// handler gets the event; a cold start (a second or more for a container on a busy machine) has its own
+// budget, which the time-limit test waits out once: both are as short as a loaded machine allows.
+describe("limits set when Kiln starts", () => {
+  const kk = useKiln({ args: ["--regions", "eu,us"], env: { KILN_FUNCTION_LIMIT: "1", KILN_SOURCE_ARCHIVE_LIMIT_MB: "1", KILN_FUNCTION_TIMEOUT_MS: "1500", KILN_FUNCTION_INIT_TIMEOUT_MS: "6000" } });
+
+  test("deployed_regions names the region that serves it, not every configured one", async () => {
+    const p = await createProject(kk);
+    const sk = (await kk.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
+    const fn = await settled(kk, p.id, (await deploy(kk, p.id, { name: "where", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).body.id);
+    expect(fn.deployed_regions).toEqual(["eu"]);
+    const r = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: {} } });
+    expect(r.headers.get("x-service-region")).toBe("eu");
+  });
+
+  test("the per-project cap answers 403; archives over the size setting are 400", async () => {
+    const p = await createProject(kk);
+    expect((await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).status).toBe(201);
+    const two = await deploy(kk, p.id, { name: "two", runtime: "nodejs22.x" }, tgz(NODE_HELLO));
+    expect(two.status).toBe(403);
+    expect((await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).status).toBe(200);
+    const random = Buffer.from(crypto.getRandomValues(new Uint8Array(65_536))).toString("base64").repeat(24); // ~2 MB, incompressible
+    const big = await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz({ "index.js": `// ${random}` }));
+    expect(big.status).toBe(400);
+    expect(big.body.error).toMatch(/1 MB/);
+  });
 
   test("an invocation over the time limit is a 504; every invocation leaves log lines with level, invocation id and region", async () => {
-    // The limit runs from when the handler gets the event; a cold start (a second or more for a container
-    // on a busy machine) has its own budget.
-    await withKiln({ env: { KILN_FUNCTION_TIMEOUT_MS: "2500", KILN_FUNCTION_INIT_TIMEOUT_MS: "8000" } }, async (kk) => {
-      const p = await createProject(kk);
-      const key = (await kk.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
-      // A NUL in a log line (PostgreSQL text refuses it) must not cost the other rows.
-      const code = tgz({ "index.js": `exports.handler = async (e) => { console.log("working on", e.ms); if (e.nul) console.log("nul:\\u0000:end"); await new Promise((r) => setTimeout(r, e.ms)); return "done"; };` });
-      const fn = await settled(kk, p.id, (await deploy(kk, p.id, { name: "sleepy", runtime: "nodejs22.x" }, code)).body.id);
-      const quick = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 10, nul: true } } });
-      expect(quick.status).toBe(200);
-      const slow = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 5000 } } });
-      expect(slow.status).toBe(504);
-      expect(slow.body.error).toMatch(/timed out/);
-      expect((await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 10 } } })).status).toBe(200);
-      // On that warm worker, an answer just after the limit does not count either, though a
-      // container's kill (an engine call) lands later than that.
-      const justLate = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 2505 } } });
-      expect(justLate.status).toBe(504);
-      // A cold start has its own budget (KILN_FUNCTION_INIT_TIMEOUT_MS): code that never finishes loading
-      // (blocked, using no CPU) is a 504 naming that budget, not the time limit. It blocks only with a
-      // project variable set, which the deploy's load check runs without (else the deploy fails).
-      const stuck = await settled(kk, p.id, (await deploy(kk, p.id, { name: "stuck", runtime: "nodejs22.x" }, tgz({ "index.js": "if (process.env.STALL) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0); exports.handler = async () => 'never';" }))).body.id);
-      expect(stuck.status).toBe("active");
-      await kk.api("POST", `/projects/${p.id}/variables`, { body: { name: "STALL", value: "1" } });
-      const never = await kk.api("POST", `/functions/${stuck.id}/invoke`, { token: key, body: { payload: {} } });
-      expect(never.status).toBe(504);
-      expect(never.body.error).toMatch(/did not start within 8000 ms/);
-      // Every invocation's lines, found by log search (which sees every line recorded before it).
-      const search = await kk.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function", ids: [fn.id] }, limit: 1000 } });
-      expect(search.status).toBe(200);
-      const rows = search.body.data as Array<{ invocation_id: string; region: string; level: string; body: string }>;
-      const slowId = slow.headers.get("x-service-invocation-id");
-      const mine = rows.filter((r) => r.invocation_id === slowId);
-      expect(mine.map((r) => r.body)).toEqual(expect.arrayContaining([expect.stringContaining("working on 5000"), expect.stringMatching(/timed out/)]));
-      expect(mine.every((r) => r.region === "local")).toBe(true);
-      expect(mine.some((r) => r.level === "error")).toBe(true);
-      expect(new Set(rows.map((r) => r.invocation_id)).size).toBe(4);
-      // A NUL (which PostgreSQL text refuses) is kept as U+FFFD and costs no other line.
-      expect(rows.map((r) => r.body)).toContain("nul:\uFFFD:end");
-    });
+    const p = await createProject(kk);
+    const key = (await kk.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
+    // A NUL in a log line (PostgreSQL text refuses it) must not cost the other rows.
+    const code = tgz({ "index.js": `exports.handler = async (e) => { console.log("working on", e.ms); if (e.nul) console.log("nul:\\u0000:end"); await new Promise((r) => setTimeout(r, e.ms)); return "done"; };` });
+    const fn = await settled(kk, p.id, (await deploy(kk, p.id, { name: "sleepy", runtime: "nodejs22.x" }, code)).body.id);
+    const quick = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 10, nul: true } } });
+    expect(quick.status).toBe(200);
+    const slow = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 5000 } } });
+    expect(slow.status).toBe(504);
+    expect(slow.body.error).toMatch(/timed out/);
+    expect((await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 10 } } })).status).toBe(200);
+    // On that warm worker, an answer just after the limit does not count either, though a
+    // container's kill (an engine call) lands later than that.
+    const justLate = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 1505 } } });
+    expect(justLate.status).toBe(504);
+    // A cold start has its own budget (KILN_FUNCTION_INIT_TIMEOUT_MS): code that never finishes loading
+    // (blocked, using no CPU) is a 504 naming that budget, not the time limit. It blocks only with a
+    // project variable set, which the deploy's load check runs without (else the deploy fails). In a
+    // project of its own: this Kiln allows one function per project.
+    const p2 = await createProject(kk);
+    const key2 = (await kk.api("POST", `/projects/${p2.id}/service-keys`, { body: { name: "b" } })).body.key;
+    const stuck = await settled(kk, p2.id, (await deploy(kk, p2.id, { name: "stuck", runtime: "nodejs22.x" }, tgz({ "index.js": "if (process.env.STALL) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0); exports.handler = async () => 'never';" }))).body.id);
+    expect(stuck.status).toBe("active");
+    await kk.api("POST", `/projects/${p2.id}/variables`, { body: { name: "STALL", value: "1" } });
+    const never = await kk.api("POST", `/functions/${stuck.id}/invoke`, { token: key2, body: { payload: {} } });
+    expect(never.status).toBe(504);
+    expect(never.body.error).toMatch(/did not start within 6000 ms/);
+    // Every invocation's lines, found by log search (which sees every line recorded before it).
+    const search = await kk.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function", ids: [fn.id] }, limit: 1000 } });
+    expect(search.status).toBe(200);
+    const rows = search.body.data as Array<{ invocation_id: string; region: string; level: string; body: string }>;
+    const slowId = slow.headers.get("x-service-invocation-id");
+    const mine = rows.filter((r) => r.invocation_id === slowId);
+    expect(mine.map((r) => r.body)).toEqual(expect.arrayContaining([expect.stringContaining("working on 5000"), expect.stringMatching(/timed out/)]));
+    expect(mine.every((r) => r.region === "eu")).toBe(true);
+    expect(mine.some((r) => r.level === "error")).toBe(true);
+    expect(new Set(rows.map((r) => r.invocation_id)).size).toBe(4);
+    // A NUL (which PostgreSQL text refuses) is kept as U+FFFD and costs no other line.
+    expect(rows.map((r) => r.body)).toContain("nul:\uFFFD:end");
   });
 });
