@@ -558,7 +558,9 @@ exports.handler = async (e) => {
 describe("limits set when Kiln starts", () => {
   const kk = useKiln({ args: ["--regions", "eu,us"], env: { KILN_FUNCTION_LIMIT: "1", KILN_SOURCE_ARCHIVE_LIMIT_MB: "1", KILN_FUNCTION_TIMEOUT_MS: "1500", KILN_FUNCTION_INIT_TIMEOUT_MS: "6000" } });
 
-  test("deployed_regions names the region that serves it, not every configured one", async () => {
+  // Which region serves, the cap and the archive limit are the same code whatever runs the worker: not
+  // in the containers projects (as the blocks of BEFORE_THE_WORKER); the time limits are the engine's too.
+  test.skipIf(BEFORE_THE_WORKER)("deployed_regions names the region that serves it, not every configured one", async () => {
     const p = await createProject(kk);
     const sk = (await kk.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
     const fn = await settled(kk, p.id, (await deploy(kk, p.id, { name: "where", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).body.id);
@@ -567,7 +569,7 @@ describe("limits set when Kiln starts", () => {
     expect(r.headers.get("x-service-region")).toBe("eu");
   });
 
-  test("the per-project cap answers 403; archives over the size setting are 400", async () => {
+  test.skipIf(BEFORE_THE_WORKER)("the per-project cap answers 403; archives over the size setting are 400", async () => {
     const p = await createProject(kk);
     expect((await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).status).toBe(201);
     const two = await deploy(kk, p.id, { name: "two", runtime: "nodejs22.x" }, tgz(NODE_HELLO));
