@@ -378,13 +378,15 @@ exports.handler = async (e) => {
     const doctor = spawnSync(BUN, [KILN, "doctor", "--docker-host", engineAddress], { cwd: ROOT, encoding: "utf8", timeout: 60_000 });
     expect(doctor.status).toBe(0);
     expect(doctor.stdout).toMatch(/containers: .*(Engine|Podman).* at unix:\/\/.*, image kiln-runtime:base/);
-    const broken = spawnSync(BUN, [KILN, "doctor", "--docker-host", "unix:///nonexistent/docker.sock"], { cwd: ROOT, encoding: "utf8", timeout: 60_000 });
-    expect(broken.status).toBe(1);
-    expect(broken.stdout).toMatch(/containers: no container engine answered/);
     // doctor only looks: a missing image is reported, never imported.
     const absent = spawnSync(BUN, [KILN, "doctor", "--docker-host", engineAddress], { cwd: ROOT, encoding: "utf8", timeout: 60_000, env: { ...process.env, KILN_FUNCTION_IMAGE: "kiln-runtime:absent" } });
     expect(absent.status).toBe(1);
     expect(absent.stdout).toMatch(/the engine has no image kiln-runtime:absent .*docker import - kiln-runtime:absent/);
+    // What needs no engine (none answering; the base image's tar), on one engine's project only.
+    if (ENGINE !== "docker") return;
+    const broken = spawnSync(BUN, [KILN, "doctor", "--docker-host", "unix:///nonexistent/docker.sock"], { cwd: ROOT, encoding: "utf8", timeout: 60_000 });
+    expect(broken.status).toBe(1);
+    expect(broken.stdout).toMatch(/containers: no container engine answered/);
     const image = spawnSync(BUN, [KILN, "functions", "base-image"], { cwd: ROOT, timeout: 60_000, maxBuffer: 16 << 20 });
     expect(image.status).toBe(0);
     const listing = spawnSync("tar", ["-tvf", "-"], { input: image.stdout, encoding: "utf8" }).stdout;
@@ -393,7 +395,8 @@ exports.handler = async (e) => {
     expect(listing).toMatch(/\.\/lib -> usr\/lib/); // this host's merged /usr
   });
 
-  test("an engine that does not answer fails the start with a message naming the flag", async () => {
+  // No engine takes part: on the Docker project only.
+  test.skipIf(ENGINE !== "docker")("an engine that does not answer fails the start with a message naming the flag", async () => {
     await expect(startKiln({ args: ["--docker-host", "unix:///nonexistent/docker.sock"] })).rejects.toThrow(/no container engine answered.*--docker-host/s);
   });
 });
