@@ -396,28 +396,40 @@ describe.skipIf(BEFORE_THE_WORKER)("the deployment queue", () => {
     await eventually(() => k.api("GET", `/projects/${p.id}/functions/${first.body.id}`), (r) => r.status === 404, 60_000);
   });
 
-  test("a build cut short by a crash is failed at the next start, never left provisioning", async () => {
-    const first = await startKiln({ env: { KILN_BUILD_ALLOW_HOSTS: `127.0.0.1:${registry.port}` } });
-    const p = await createProject(first);
-    registry.hold();
-    const d = await deploy(first, p.id, { name: "cut", runtime: "nodejs22.x" }, slow("a"));
-    await eventually(() => first.api("GET", `/projects/${p.id}/functions/${d.body.id}/deployments`), (r) => r.body.data[0]?.status === "building");
-    first.proc.kill("SIGKILL");
-    await new Promise((r) => first.proc.once("exit", r));
-    // Processes whose command line names this function's build folder (the installer, its sandbox).
-    // (A killed Kiln can leave an installer behind; the next start kills it.)
-    const buildDir = join(first.dataDir, "functions", d.body.id);
-    const installers = () =>
-      readdirSync("/proc")
-        .filter((e) => /^\d+$/.test(e))
-        .filter((pid) => {
-          try {
-            return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(buildDir);
-          } catch {
-            return false;
-          }
-        });
-    await withKiln({ dataDir: first.dataDir, databaseUrl: first.databaseUrl, env: { KILN_PLATFORM_TOKEN: first.token } }, async (again) => {
+  // A Kiln's life per event (the two tests had two starts each): killed during one build, started
+  // again (which fails that build), stopped during another, started again (which fails that one).
+  test("a build cut short by a crash is failed at the next start, never left provisioning; a stop kills the running installer: it does not wait for it, and the deployment is failed as interrupted", async () => {
+    // A registry that accepts connections and never answers: npm would wait minutes for it.
+    const seen: Socket[] = [];
+    const hang = createServer((s) => seen.push(s));
+    await new Promise<void>((r) => hang.listen(0, "127.0.0.1", r));
+    const hangPort = (hang.address() as AddressInfo).port;
+    // A registry on the host's loopback is only reachable from a build when allowed by name.
+    const env = { KILN_BUILD_ALLOW_HOSTS: `127.0.0.1:${registry.port},127.0.0.1:${hangPort}` };
+    let second: TestKiln | undefined;
+    try {
+      const first = await startKiln({ env });
+      const p = await createProject(first);
+      registry.hold();
+      const d = await deploy(first, p.id, { name: "cut", runtime: "nodejs22.x" }, slow("a"));
+      await eventually(() => first.api("GET", `/projects/${p.id}/functions/${d.body.id}/deployments`), (r) => r.body.data[0]?.status === "building");
+      first.proc.kill("SIGKILL");
+      await new Promise((r) => first.proc.once("exit", r));
+      // Processes whose command line names this function's build folder (the installer, its sandbox).
+      // (A killed Kiln can leave an installer behind; the next start kills it.)
+      const buildDir = join(first.dataDir, "functions", d.body.id);
+      const installers = () =>
+        readdirSync("/proc")
+          .filter((e) => /^\d+$/.test(e))
+          .filter((pid) => {
+            try {
+              return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(buildDir);
+            } catch {
+              return false;
+            }
+          });
+      second = await startKiln({ dataDir: first.dataDir, databaseUrl: first.databaseUrl, env: { ...env, KILN_PLATFORM_TOKEN: first.token } });
+      const again = second;
       const fn = await again.api("GET", `/projects/${p.id}/functions/${d.body.id}`);
       expect(fn.body.status).toBe("failed");
       const deps = (await again.api("GET", `/projects/${p.id}/functions/${d.body.id}/deployments`)).body.data;
@@ -434,33 +446,19 @@ describe.skipIf(BEFORE_THE_WORKER)("the deployment queue", () => {
         }
       };
       await eventually(async () => installers().map(describeProcess), (list) => list.length === 0);
-    });
-  });
-});
 
-describe.skipIf(BEFORE_THE_WORKER)("stopping during a build", () => {
-  test("a stop kills the running installer: it does not wait for it, and the deployment is failed as interrupted", async () => {
-    // A registry that accepts connections and never answers: npm would wait minutes for it.
-    const seen: Socket[] = [];
-    const hang = createServer((s) => seen.push(s));
-    await new Promise<void>((r) => hang.listen(0, "127.0.0.1", r));
-    const port = (hang.address() as AddressInfo).port;
-    let first: TestKiln | undefined;
-    try {
-      // A registry on the host's loopback is only reachable from a build when allowed by name.
-      first = await startKiln({ env: { KILN_BUILD_ALLOW_HOSTS: `127.0.0.1:${port}` } });
-      const p = await createProject(first);
-      const code = tgz({ "index.js": "exports.handler = async () => 1", "package.json": `{"dependencies":{"stuck":"http://127.0.0.1:${port}/stuck.tgz"}}` });
-      const d = await deploy(first, p.id, { name: "stuck", runtime: "nodejs22.x" }, code);
+      // A stop while npm waits on the registry that never answers.
+      const code = tgz({ "index.js": "exports.handler = async () => 1", "package.json": `{"dependencies":{"stuck":"http://127.0.0.1:${hangPort}/stuck.tgz"}}` });
+      const stuck = await deploy(again, p.id, { name: "stuck", runtime: "nodejs22.x" }, code);
       await eventually(async () => seen.length, (n) => n > 0, 30_000); // npm is waiting on the registry
-      expect(await first.stop()).toBe(0);
-      await withKiln({ dataDir: first.dataDir, databaseUrl: first.databaseUrl, env: { KILN_PLATFORM_TOKEN: first.token } }, async (again) => {
-        const deps = (await again.api("GET", `/projects/${p.id}/functions/${d.body.id}/deployments`)).body.data;
+      expect(await again.stop()).toBe(0);
+      await withKiln({ dataDir: first.dataDir, databaseUrl: first.databaseUrl, env: { KILN_PLATFORM_TOKEN: first.token } }, async (third) => {
+        const deps = (await third.api("GET", `/projects/${p.id}/functions/${stuck.body.id}/deployments`)).body.data;
         expect(deps[0]).toMatchObject({ status: "failed", error: expect.stringMatching(/interrupted/) });
-        expect((await again.api("GET", `/projects/${p.id}/functions/${d.body.id}`)).body.status).toBe("failed");
+        expect((await third.api("GET", `/projects/${p.id}/functions/${stuck.body.id}`)).body.status).toBe("failed");
       });
     } finally {
-      first?.proc.kill("SIGKILL"); // only matters when the stop above hung
+      second?.proc.kill("SIGKILL"); // only matters when the stop above hung
       for (const s of seen) s.destroy();
       hang.close();
     }
