@@ -10,8 +10,12 @@ import JSC_OPTIONS from "../../cmd/jsc-options.json";
 import { KILN_VERSION } from "../../server/version";
 import { BUN, KILN, ROOT, STORE, eventually, secret, useCli, useKiln, withKiln } from "../support/kiln";
 
+// One Kiln for the file's clients (each describe block had its own: four starts more). Each block's
+// calls go through a CLI config folder of its own, and each test works in projects of its own. The
+// grammar tests try every command with a wrong token: far more than the per-address limit of them.
+const k = useKiln({ env: { KILN_AUTH_FAILURE_LIMIT: "100000" } });
+
 describe("kiln CLI", () => {
-  const k = useKiln();
   const { run: kiln, json, configDir } = useCli(k);
 
   test("login saves the token; later commands use it", () => {
@@ -93,7 +97,6 @@ describe("kiln CLI", () => {
 });
 
 describe("kiln CLI: end users, auth settings, mail", () => {
-  const k = useKiln();
   const { run: kiln, json } = useCli(k, { passToken: true });
 
   test("users create/list/delete", () => {
@@ -141,7 +144,6 @@ describe("kiln CLI: end users, auth settings, mail", () => {
 });
 
 describe("kiln CLI: databases", () => {
-  const k = useKiln();
   const { run: kiln, json } = useCli(k, { passToken: true });
 
   test("db create --wait, list, get, query, psql, reset-password, delete", () => {
@@ -172,7 +174,6 @@ describe("kiln CLI: databases", () => {
 });
 
 describe("kiln CLI: functions", () => {
-  const k = useKiln();
   const { run: kiln, json } = useCli(k, { passToken: true });
 
   test("deploy a folder --wait, list, get, invoke, deployments, delete; doctor", () => {
@@ -276,8 +277,6 @@ describe("the kiln bin (cmd/kiln.mjs)", () => {
 // human output, and errors that say what to do next. The command tree is walked, so a command added
 // later is covered without touching this file.
 describe("kiln CLI: one grammar", () => {
-  // Each command is tried once with a wrong token: far more than the per-address limit of them.
-  const k = useKiln({ env: { KILN_AUTH_FAILURE_LIMIT: "100000" } });
   const { json } = useCli(k, { passToken: true });
   const WRONG = "pk-wrongwrongwrongwrongwrong";
 

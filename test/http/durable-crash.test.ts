@@ -20,7 +20,7 @@ const CODE = {
     "main.py": `import random, time
 
 def slow():
-    time.sleep(3)
+    time.sleep(6)
     return "slow done"
 
 def handler(event, step):
@@ -37,7 +37,7 @@ const OPTS = { args: ["--controllable-clock"], env: { KILN_DURABLE_LEASE_MS: "20
 
 async function deploy(k: TestKiln, projectId: string, lang: "node" | "python") {
   const form = new FormData();
-  form.set("name", "survivor");
+  form.set("name", `survivor-${lang}`);
   form.set("runtime", lang === "node" ? "nodejs22.x" : "python3.11");
   form.set("code", new Blob([new Uint8Array(CODE[lang])]), "code.tgz");
   const res = await fetch(`${k.url}/projects/${projectId}/durable-functions`, { method: "POST", headers: { authorization: `Bearer ${k.token}` }, body: form });
@@ -46,52 +46,71 @@ async function deploy(k: TestKiln, projectId: string, lang: "node" | "python") {
   return id;
 }
 
-test.each(["node", "python"] as const)("%s: kill -9 mid-step and mid-sleep: both executions continue from their checkpoints after a restart; completed steps never run again", { timeout: 180_000 }, async (lang) => {
+// Both languages on one Kiln, killed once (a kill and a restart cost two Kiln starts): Python's
+// execution enters its slow step (6 s) first, Node's (3 s) second, and each is checked to be inside
+// it just before the kill (a step that already finished would prove nothing about the checkpoint).
+test("node and python: kill -9 mid-step and mid-sleep: both executions continue from their checkpoints after a restart; completed steps never run again", { timeout: 180_000 }, async () => {
   const a = await startKiln(OPTS);
   let b: TestKiln | null = null;
   try {
     const p = await createProject(a);
-    const fnId = await deploy(a, p.id, lang);
-    const exec = (id: string, k: TestKiln) => k.api("GET", `/projects/${p.id}/durable-functions/${fnId}/executions/${id}`);
-    const start = async () => (await a.api("POST", `/projects/${p.id}/durable-functions/${fnId}/executions`, { body: { input: {} } })).body.id as string;
+    const langs = ["python", "node"] as const;
+    const fnIds = Object.fromEntries(await Promise.all(langs.map(async (lang) => [lang, await deploy(a, p.id, lang)] as const))) as Record<(typeof langs)[number], string>;
+    const exec = (lang: (typeof langs)[number], id: string, k: TestKiln) => k.api("GET", `/projects/${p.id}/durable-functions/${fnIds[lang]}/executions/${id}`);
+    const start = async (lang: (typeof langs)[number]) => (await a.api("POST", `/projects/${p.id}/durable-functions/${fnIds[lang]}/executions`, { body: { input: {} } })).body.id as string;
 
-    // One execution reaches its sleep; the other is killed inside its 3-second step.
-    const sleeper = await start();
-    const asleep = (await eventually(() => exec(sleeper, a), (r) => r.body.status === "sleeping", 30_000)).body;
-    const midStep = await start();
-    const before = (await eventually(() => exec(midStep, a), (r) => r.body.steps?.[0]?.status === "completed", 30_000)).body;
-    expect(before.status).toBe("running");
-    expect(before.steps.map((s: any) => s.name)).toEqual(["first"]);
+    // Per language, one execution reaches its sleep; the other is killed inside its slow step.
+    const runs = await Promise.all(
+      langs.map(async (lang) => {
+        const sleeper = await start(lang);
+        const asleep = (await eventually(() => exec(lang, sleeper, a), (r) => r.body.status === "sleeping", 30_000)).body;
+        return { lang, sleeper, asleep };
+      }),
+    );
+    const midSteps: Record<string, string> = {};
+    for (const lang of langs) {
+      midSteps[lang] = await start(lang);
+      await eventually(() => exec(lang, midSteps[lang]!, a), (r) => r.body.steps?.[0]?.status === "completed", 30_000);
+    }
+    const before: Record<string, any> = {};
+    for (const lang of langs) {
+      before[lang] = (await exec(lang, midSteps[lang]!, a)).body;
+      expect(before[lang].status, lang).toBe("running");
+      expect(before[lang].steps.map((s: any) => s.name), lang).toEqual(["first"]);
+    }
     a.proc.kill("SIGKILL");
     await new Promise((r) => a.proc.once("exit", r));
 
     b = await startKiln({ ...OPTS, dataDir: a.dataDir, databaseUrl: a.databaseUrl, env: { ...OPTS.env, KILN_PLATFORM_TOKEN: a.token } });
-    // The interrupted one runs its unfinished step again (at least once), then sleeps like the other.
-    const resumed = (await eventually(() => exec(midStep, b!), (r) => r.body.status === "sleeping", 60_000)).body;
-    expect(resumed.steps.map((s: any) => [s.name, s.status, s.attempts])).toEqual([
-      ["first", "completed", 1],
-      ["slow", "completed", 1],
-      ["rest", "sleeping", 0],
-    ]);
-    expect(resumed.steps[0].output).toEqual(before.steps[0].output);
-    expect((await exec(sleeper, b)).body.status).toBe("sleeping");
-
-    // An hour of platform time later both finish, with the first step's value from before the crash.
-    expect((await b.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds: 3601 } })).status).toBe(200);
-    for (const [id, first] of [
-      [midStep, before.steps[0].output],
-      [sleeper, asleep.steps[0].output],
-    ] as const) {
-      const done = (await eventually(() => exec(id, b!), (r) => ["completed", "failed"].includes(r.body.status), 60_000)).body;
-      expect(done.status).toBe("completed");
-      expect(done.output).toEqual({ first, slow: "slow done", last: "last" });
-      expect(done.steps.map((s: any) => [s.name, s.attempts])).toEqual([
-        ["first", 1],
-        ["slow", 1],
-        ["rest", 0],
-        ["last", 1],
+    // The interrupted ones run their unfinished step again (at least once), then sleep like the others.
+    for (const { lang, sleeper } of runs) {
+      const resumed = (await eventually(() => exec(lang, midSteps[lang]!, b!), (r) => r.body.status === "sleeping", 60_000)).body;
+      expect(resumed.steps.map((s: any) => [s.name, s.status, s.attempts]), lang).toEqual([
+        ["first", "completed", 1],
+        ["slow", "completed", 1],
+        ["rest", "sleeping", 0],
       ]);
+      expect(resumed.steps[0].output, lang).toEqual(before[lang].steps[0].output);
+      expect((await exec(lang, sleeper, b)).body.status, lang).toBe("sleeping");
     }
+
+    // An hour of platform time later all finish, with the first step's value from before the crash.
+    expect((await b.api("POST", "/_kiln/clock/advance", { token: null, body: { seconds: 3601 } })).status).toBe(200);
+    for (const { lang, sleeper, asleep } of runs)
+      for (const [id, first] of [
+        [midSteps[lang]!, before[lang].steps[0].output],
+        [sleeper, asleep.steps[0].output],
+      ] as const) {
+        const done = (await eventually(() => exec(lang, id, b!), (r) => ["completed", "failed"].includes(r.body.status), 60_000)).body;
+        expect(done.status, lang).toBe("completed");
+        expect(done.output, lang).toEqual({ first, slow: "slow done", last: "last" });
+        expect(done.steps.map((s: any) => [s.name, s.attempts]), lang).toEqual([
+          ["first", 1],
+          ["slow", 1],
+          ["rest", 0],
+          ["last", 1],
+        ]);
+      }
   } finally {
     if (a.proc.exitCode === null && a.proc.signalCode === null) a.proc.kill("SIGKILL");
     await b?.stop();

@@ -3,9 +3,15 @@
 // re-run from a step, schedulers, usage and logs. Node, Python and Ruby; both control stores.
 import { beforeAll, describe, expect, test } from "vitest";
 import { tgz } from "../support/functions";
-import { createProject, createToken, eventually, useKiln, type TestKiln } from "../support/kiln";
+import { createProject, createToken, eventually, FUNCTION_RUNTIME, useKiln, type TestKiln } from "../support/kiln";
 
 const k = useKiln({ args: ["--controllable-clock"] });
+// The containers project runs this file to prove durable executions on a container engine: each
+// language's journaled steps, sleeps and replays in fresh segments, a stop, lines streamed from a
+// running segment, schedulers and usage. What the engine and the language's step library decide
+// (parallel steps, retries and their backoff, a replay's order check, credentials, re-runs, retention)
+// is the same code whatever runs the worker: those tests run on the process runtime only (suite time).
+const NOT_THE_WORKER = FUNCTION_RUNTIME !== "process";
 
 async function deployDurable(kiln: TestKiln, projectId: string, fields: Record<string, string>, code: Buffer, collection = "durable-functions") {
   const form = new FormData();
@@ -122,7 +128,7 @@ describe("durable functions", () => {
     });
   }
 
-  test("parallel steps, sleepUntil, an unreadable duration (Node); an async Python handler with sleep_until and a coroutine step", async () => {
+  test.skipIf(NOT_THE_WORKER)("parallel steps, sleepUntil, an unreadable duration (Node); an async Python handler with sleep_until and a coroutine step", async () => {
     const node = await active(
       k,
       p.id,
@@ -200,7 +206,7 @@ async def handler(event, step):
     ]);
   });
 
-  test("the collections are separate: a durable id is 404 under /functions and a standard id 404 under /durable-functions; names are per collection", async () => {
+  test.skipIf(NOT_THE_WORKER)("the collections are separate: a durable id is 404 under /functions and a standard id 404 under /durable-functions; names are per collection", async () => {
     const std = await deployDurable(k, p.id, { name: "same-name", runtime: "nodejs22.x" }, tgz({ "index.js": "exports.handler = async () => 1;" }), "functions");
     expect(std.status).toBe(201);
     const dur = await deployDurable(k, p.id, { name: "same-name", runtime: "nodejs22.x" }, tgz({ "index.js": "exports.handler = async () => 1;" }));
@@ -229,7 +235,7 @@ async def handler(event, step):
     await eventually(() => k.api("GET", `/projects/${p.id}/durable-functions/${dur.body.id}`), (r) => r.status === 404, 30_000);
   });
 
-  test("who may start: service key and end-user token (identity in __service_auth) on the application route; platform or full project token on the project route; others refused", async () => {
+  test.skipIf(NOT_THE_WORKER)("who may start: service key and end-user token (identity in __service_auth) on the application route; platform or full project token on the project route; others refused", async () => {
     const fn = await active(k, p.id, (await deployDurable(k, p.id, { name: "who", runtime: "nodejs22.x" }, tgz({ "index.js": `exports.handler = async (event) => ({ user: event?.__service_auth ?? null, x: event?.x ?? null });` }))).body.id);
     const anon = (await k.api("GET", `/projects/${p.id}/anon-keys`)).body.data[0].key;
     const user = (await k.api("POST", "/auth/signup", { token: anon, body: { email: `durable-${Date.now()}@example.com`, password: "long enough" } })).body;
@@ -298,7 +304,7 @@ end
   };
 
   for (const lang of ["node", "python", "ruby"] as const) {
-    test(`${lang}: a failing step retries with backoff on the platform clock, then its error reaches the handler; uncaught it fails the execution`, async () => {
+    test.skipIf(NOT_THE_WORKER)(`${lang}: a failing step retries with backoff on the platform clock, then its error reaches the handler; uncaught it fails the execution`, async () => {
       const fn = await active(k, p.id, (await deployDurable(k, p.id, { name: `flaky-${lang}`, runtime: RUNTIME[lang] }, FLAKY[lang])).body.id);
       const caught = await k.api("POST", `/durable-functions/${fn.id}/executions`, { token: sk, body: { input: { catch: true } } });
       const c = await settledExecution(p.id, fn.id, caught.body.id);
@@ -353,7 +359,7 @@ end
     ],
   };
   for (const lang of ["node", "python", "ruby"] as const) {
-    test(`${lang}: a replay that asks for steps in another order fails the execution with a clear error`, async () => {
+    test.skipIf(NOT_THE_WORKER)(`${lang}: a replay that asks for steps in another order fails the execution with a clear error`, async () => {
       const file = FILE[lang];
       const runtime = RUNTIME[lang];
       const id = (await deployDurable(k, p.id, { name: `drift-${lang}`, runtime }, tgz({ [file]: DRIFT[lang][0]! }))).body.id;
@@ -453,7 +459,7 @@ def handler(event, step):
     expect((await k.api("POST", `/projects/${p.id}/durable-functions/${id}/executions/${ex}/stop`)).status).toBe(200);
   });
 
-  test("re-run from a step: a new execution reuses the journal before it and runs the rest again", async () => {
+  test.skipIf(NOT_THE_WORKER)("re-run from a step: a new execution reuses the journal before it and runs the rest again", async () => {
     const id = (
       await deployDurable(
         k,
@@ -479,7 +485,7 @@ def handler(event, step):
     expect((await k.api("POST", `/projects/${p.id}/durable-functions/${id}/executions/${ex.body.id}/rerun`, { body: {} })).status).toBe(400);
   });
 
-  test("finished executions are kept 30 days (KILN_DURABLE_RETENTION_DAYS), then removed with their journals; unfinished ones stay", async () => {
+  test.skipIf(NOT_THE_WORKER)("finished executions are kept 30 days (KILN_DURABLE_RETENTION_DAYS), then removed with their journals; unfinished ones stay", async () => {
     const id = (await deployDurable(k, p.id, { name: "kept", runtime: "nodejs22.x" }, tgz({ "index.js": `exports.handler = async (e, step) => { await step.run("a", () => 1); if (e.nap) await step.sleep("nap", "40d"); return "done"; };` }))).body.id;
     await active(k, p.id, id);
     const done = (await k.api("POST", `/durable-functions/${id}/executions`, { token: sk, body: { input: {} } })).body.id;

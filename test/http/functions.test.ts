@@ -54,18 +54,9 @@ describe("deploy and invoke", () => {
     expect(deps.body.data[0].build_log.lines).toBeGreaterThan(0);
   });
 
-  test("deployed_regions names the region that serves it, not every configured one", async () => {
-    await withKiln({ args: ["--regions", "eu,us"] }, async (kk) => {
-      const p = await createProject(kk);
-      const sk = (await kk.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
-      const fn = await settled(kk, p.id, (await deploy(kk, p.id, { name: "where", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).body.id);
-      expect(fn.deployed_regions).toEqual(["eu"]);
-      const r = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: {} } });
-      expect(r.headers.get("x-service-region")).toBe("eu");
-    });
-  });
-
-  test("{statusCode, headers, body} sets the response; platform-owned headers from the function are dropped", async () => {
+  // (The response mapping, the HTTP event and its credentials are Kiln's code and the same bootstrap
+  // whatever runs the worker: on the process runtime only, as the BEFORE_THE_WORKER blocks.)
+  test.skipIf(BEFORE_THE_WORKER)("{statusCode, headers, body} sets the response; platform-owned headers from the function are dropped", async () => {
     const { p, sk } = await setup();
     const code = tgz({
       "index.mjs": `export const handler = async () => ({ statusCode: 418, headers: { "X-Teapot": "yes", "X-Service-Region": "forged", "content-type": "text/plain" }, body: "short and stout" });`,
@@ -285,19 +276,6 @@ describe.skipIf(BEFORE_THE_WORKER)("delete", () => {
     await eventually(() => k.api("GET", `/projects/${p.id}/functions/${d.body.id}`), (r) => r.status === 404);
   });
 
-  test("the per-project cap answers 403; archives over the size setting are 400", async () => {
-    await withKiln({ env: { KILN_FUNCTION_LIMIT: "1", KILN_SOURCE_ARCHIVE_LIMIT_MB: "1" } }, async (kk) => {
-      const p = await createProject(kk);
-      expect((await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).status).toBe(201);
-      const two = await deploy(kk, p.id, { name: "two", runtime: "nodejs22.x" }, tgz(NODE_HELLO));
-      expect(two.status).toBe(403);
-      expect((await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).status).toBe(200);
-      const random = Buffer.from(crypto.getRandomValues(new Uint8Array(65_536))).toString("base64").repeat(24); // ~2 MB, incompressible
-      const big = await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz({ "index.js": `// ${random}` }));
-      expect(big.status).toBe(400);
-      expect(big.body.error).toMatch(/1 MB/);
-    });
-  });
 });
 
 describe("the function's own address (invoke_url)", () => {
@@ -315,7 +293,7 @@ describe("the function's own address (invoke_url)", () => {
     return { status: res.status, headers: res.headers, body, text };
   }
 
-  test("HTTP mode: any method and nested path arrive as a request event; none auth needs no token there but the RPC route stays authenticated", async () => {
+  test.skipIf(BEFORE_THE_WORKER)("HTTP mode: any method and nested path arrive as a request event; none auth needs no token there but the RPC route stays authenticated", async () => {
     const { p, sk } = await setup();
     const code = tgz({ "index.js": `exports.handler = async (req) => ({ statusCode: 200, headers: { "content-type": "application/json" }, body: JSON.stringify({ method: req.method, path: req.path, query: req.query, body: req.body, b64: req.isBase64Encoded, ua: req.headers?.["x-test"] }) });` });
     const d = await deploy(k, p.id, { name: "web", runtime: "nodejs22.x", invocation_mode: "http", is_public: "true", http_auth_mode: "none" }, code);
@@ -338,7 +316,7 @@ describe("the function's own address (invoke_url)", () => {
     expect((await invoke(fn.id, sk, {})).status).toBe(200);
   });
 
-  test("HTTP mode with service auth needs a credential on the address; RPC functions take POST {payload} there", async () => {
+  test.skipIf(BEFORE_THE_WORKER)("HTTP mode with service auth needs a credential on the address; RPC functions take POST {payload} there", async () => {
     const { p, sk } = await setup();
     const svc = await settled(k, p.id, (await deploy(k, p.id, { name: "svc", runtime: "nodejs22.x", invocation_mode: "http" }, tgz({ "index.js": "exports.handler = async (r) => r.method" }))).body.id);
     const fn = { ...svc, invoke_url: hostForm("svc", p.id) };
@@ -418,28 +396,40 @@ describe.skipIf(BEFORE_THE_WORKER)("the deployment queue", () => {
     await eventually(() => k.api("GET", `/projects/${p.id}/functions/${first.body.id}`), (r) => r.status === 404, 60_000);
   });
 
-  test("a build cut short by a crash is failed at the next start, never left provisioning", async () => {
-    const first = await startKiln({ env: { KILN_BUILD_ALLOW_HOSTS: `127.0.0.1:${registry.port}` } });
-    const p = await createProject(first);
-    registry.hold();
-    const d = await deploy(first, p.id, { name: "cut", runtime: "nodejs22.x" }, slow("a"));
-    await eventually(() => first.api("GET", `/projects/${p.id}/functions/${d.body.id}/deployments`), (r) => r.body.data[0]?.status === "building");
-    first.proc.kill("SIGKILL");
-    await new Promise((r) => first.proc.once("exit", r));
-    // Processes whose command line names this function's build folder (the installer, its sandbox).
-    // (A killed Kiln can leave an installer behind; the next start kills it.)
-    const buildDir = join(first.dataDir, "functions", d.body.id);
-    const installers = () =>
-      readdirSync("/proc")
-        .filter((e) => /^\d+$/.test(e))
-        .filter((pid) => {
-          try {
-            return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(buildDir);
-          } catch {
-            return false;
-          }
-        });
-    await withKiln({ dataDir: first.dataDir, databaseUrl: first.databaseUrl, env: { KILN_PLATFORM_TOKEN: first.token } }, async (again) => {
+  // A Kiln's life per event (the two tests had two starts each): killed during one build, started
+  // again (which fails that build), stopped during another, started again (which fails that one).
+  test("a build cut short by a crash is failed at the next start, never left provisioning; a stop kills the running installer: it does not wait for it, and the deployment is failed as interrupted", async () => {
+    // A registry that accepts connections and never answers: npm would wait minutes for it.
+    const seen: Socket[] = [];
+    const hang = createServer((s) => seen.push(s));
+    await new Promise<void>((r) => hang.listen(0, "127.0.0.1", r));
+    const hangPort = (hang.address() as AddressInfo).port;
+    // A registry on the host's loopback is only reachable from a build when allowed by name.
+    const env = { KILN_BUILD_ALLOW_HOSTS: `127.0.0.1:${registry.port},127.0.0.1:${hangPort}` };
+    let second: TestKiln | undefined;
+    try {
+      const first = await startKiln({ env });
+      const p = await createProject(first);
+      registry.hold();
+      const d = await deploy(first, p.id, { name: "cut", runtime: "nodejs22.x" }, slow("a"));
+      await eventually(() => first.api("GET", `/projects/${p.id}/functions/${d.body.id}/deployments`), (r) => r.body.data[0]?.status === "building");
+      first.proc.kill("SIGKILL");
+      await new Promise((r) => first.proc.once("exit", r));
+      // Processes whose command line names this function's build folder (the installer, its sandbox).
+      // (A killed Kiln can leave an installer behind; the next start kills it.)
+      const buildDir = join(first.dataDir, "functions", d.body.id);
+      const installers = () =>
+        readdirSync("/proc")
+          .filter((e) => /^\d+$/.test(e))
+          .filter((pid) => {
+            try {
+              return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(buildDir);
+            } catch {
+              return false;
+            }
+          });
+      second = await startKiln({ dataDir: first.dataDir, databaseUrl: first.databaseUrl, env: { ...env, KILN_PLATFORM_TOKEN: first.token } });
+      const again = second;
       const fn = await again.api("GET", `/projects/${p.id}/functions/${d.body.id}`);
       expect(fn.body.status).toBe("failed");
       const deps = (await again.api("GET", `/projects/${p.id}/functions/${d.body.id}/deployments`)).body.data;
@@ -456,33 +446,19 @@ describe.skipIf(BEFORE_THE_WORKER)("the deployment queue", () => {
         }
       };
       await eventually(async () => installers().map(describeProcess), (list) => list.length === 0);
-    });
-  });
-});
 
-describe.skipIf(BEFORE_THE_WORKER)("stopping during a build", () => {
-  test("a stop kills the running installer: it does not wait for it, and the deployment is failed as interrupted", async () => {
-    // A registry that accepts connections and never answers: npm would wait minutes for it.
-    const seen: Socket[] = [];
-    const hang = createServer((s) => seen.push(s));
-    await new Promise<void>((r) => hang.listen(0, "127.0.0.1", r));
-    const port = (hang.address() as AddressInfo).port;
-    let first: TestKiln | undefined;
-    try {
-      // A registry on the host's loopback is only reachable from a build when allowed by name.
-      first = await startKiln({ env: { KILN_BUILD_ALLOW_HOSTS: `127.0.0.1:${port}` } });
-      const p = await createProject(first);
-      const code = tgz({ "index.js": "exports.handler = async () => 1", "package.json": `{"dependencies":{"stuck":"http://127.0.0.1:${port}/stuck.tgz"}}` });
-      const d = await deploy(first, p.id, { name: "stuck", runtime: "nodejs22.x" }, code);
+      // A stop while npm waits on the registry that never answers.
+      const code = tgz({ "index.js": "exports.handler = async () => 1", "package.json": `{"dependencies":{"stuck":"http://127.0.0.1:${hangPort}/stuck.tgz"}}` });
+      const stuck = await deploy(again, p.id, { name: "stuck", runtime: "nodejs22.x" }, code);
       await eventually(async () => seen.length, (n) => n > 0, 30_000); // npm is waiting on the registry
-      expect(await first.stop()).toBe(0);
-      await withKiln({ dataDir: first.dataDir, databaseUrl: first.databaseUrl, env: { KILN_PLATFORM_TOKEN: first.token } }, async (again) => {
-        const deps = (await again.api("GET", `/projects/${p.id}/functions/${d.body.id}/deployments`)).body.data;
+      expect(await again.stop()).toBe(0);
+      await withKiln({ dataDir: first.dataDir, databaseUrl: first.databaseUrl, env: { KILN_PLATFORM_TOKEN: first.token } }, async (third) => {
+        const deps = (await third.api("GET", `/projects/${p.id}/functions/${stuck.body.id}/deployments`)).body.data;
         expect(deps[0]).toMatchObject({ status: "failed", error: expect.stringMatching(/interrupted/) });
-        expect((await again.api("GET", `/projects/${p.id}/functions/${d.body.id}`)).body.status).toBe("failed");
+        expect((await third.api("GET", `/projects/${p.id}/functions/${stuck.body.id}`)).body.status).toBe("failed");
       });
     } finally {
-      first?.proc.kill("SIGKILL"); // only matters when the stop above hung
+      second?.proc.kill("SIGKILL"); // only matters when the stop above hung
       for (const s of seen) s.destroy();
       hang.close();
     }
@@ -573,47 +549,77 @@ exports.handler = async (e) => {
       expect((await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: {} } })).body).toBe("idle");
     });
   });
+});
+
+// One Kiln for the limits a Kiln is started with (each test used to start its own): two regions, a cap of
+// one function per project, 1 MB source archives, and short time limits. The limit runs from when the
+// handler gets the event; a cold start (a second or more for a container on a busy machine) has its own
+// budget, which the time-limit test waits out once: both are as short as a loaded machine allows.
+describe("limits set when Kiln starts", () => {
+  const kk = useKiln({ args: ["--regions", "eu,us"], env: { KILN_FUNCTION_LIMIT: "1", KILN_SOURCE_ARCHIVE_LIMIT_MB: "1", KILN_FUNCTION_TIMEOUT_MS: "1500", KILN_FUNCTION_INIT_TIMEOUT_MS: "6000" } });
+
+  // Which region serves, the cap and the archive limit are the same code whatever runs the worker: not
+  // in the containers projects (as the blocks of BEFORE_THE_WORKER); the time limits are the engine's too.
+  test.skipIf(BEFORE_THE_WORKER)("deployed_regions names the region that serves it, not every configured one", async () => {
+    const p = await createProject(kk);
+    const sk = (await kk.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
+    const fn = await settled(kk, p.id, (await deploy(kk, p.id, { name: "where", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).body.id);
+    expect(fn.deployed_regions).toEqual(["eu"]);
+    const r = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: sk, body: { payload: {} } });
+    expect(r.headers.get("x-service-region")).toBe("eu");
+  });
+
+  test.skipIf(BEFORE_THE_WORKER)("the per-project cap answers 403; archives over the size setting are 400", async () => {
+    const p = await createProject(kk);
+    expect((await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).status).toBe(201);
+    const two = await deploy(kk, p.id, { name: "two", runtime: "nodejs22.x" }, tgz(NODE_HELLO));
+    expect(two.status).toBe(403);
+    expect((await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz(NODE_HELLO))).status).toBe(200);
+    const random = Buffer.from(crypto.getRandomValues(new Uint8Array(65_536))).toString("base64").repeat(24); // ~2 MB, incompressible
+    const big = await deploy(kk, p.id, { name: "one", runtime: "nodejs22.x" }, tgz({ "index.js": `// ${random}` }));
+    expect(big.status).toBe(400);
+    expect(big.body.error).toMatch(/1 MB/);
+  });
 
   test("an invocation over the time limit is a 504; every invocation leaves log lines with level, invocation id and region", async () => {
-    // The limit runs from when the handler gets the event; a cold start (a second or more for a container
-    // on a busy machine) has its own budget.
-    await withKiln({ env: { KILN_FUNCTION_TIMEOUT_MS: "2500", KILN_FUNCTION_INIT_TIMEOUT_MS: "8000" } }, async (kk) => {
-      const p = await createProject(kk);
-      const key = (await kk.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
-      // A NUL in a log line (PostgreSQL text refuses it) must not cost the other rows.
-      const code = tgz({ "index.js": `exports.handler = async (e) => { console.log("working on", e.ms); if (e.nul) console.log("nul:\\u0000:end"); await new Promise((r) => setTimeout(r, e.ms)); return "done"; };` });
-      const fn = await settled(kk, p.id, (await deploy(kk, p.id, { name: "sleepy", runtime: "nodejs22.x" }, code)).body.id);
-      const quick = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 10, nul: true } } });
-      expect(quick.status).toBe(200);
-      const slow = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 5000 } } });
-      expect(slow.status).toBe(504);
-      expect(slow.body.error).toMatch(/timed out/);
-      expect((await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 10 } } })).status).toBe(200);
-      // On that warm worker, an answer just after the limit does not count either, though a
-      // container's kill (an engine call) lands later than that.
-      const justLate = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 2505 } } });
-      expect(justLate.status).toBe(504);
-      // A cold start has its own budget (KILN_FUNCTION_INIT_TIMEOUT_MS): code that never finishes loading
-      // (blocked, using no CPU) is a 504 naming that budget, not the time limit. It blocks only with a
-      // project variable set, which the deploy's load check runs without (else the deploy fails).
-      const stuck = await settled(kk, p.id, (await deploy(kk, p.id, { name: "stuck", runtime: "nodejs22.x" }, tgz({ "index.js": "if (process.env.STALL) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0); exports.handler = async () => 'never';" }))).body.id);
-      expect(stuck.status).toBe("active");
-      await kk.api("POST", `/projects/${p.id}/variables`, { body: { name: "STALL", value: "1" } });
-      const never = await kk.api("POST", `/functions/${stuck.id}/invoke`, { token: key, body: { payload: {} } });
-      expect(never.status).toBe(504);
-      expect(never.body.error).toMatch(/did not start within 8000 ms/);
-      // Every invocation's lines, found by log search (which sees every line recorded before it).
-      const search = await kk.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function", ids: [fn.id] }, limit: 1000 } });
-      expect(search.status).toBe(200);
-      const rows = search.body.data as Array<{ invocation_id: string; region: string; level: string; body: string }>;
-      const slowId = slow.headers.get("x-service-invocation-id");
-      const mine = rows.filter((r) => r.invocation_id === slowId);
-      expect(mine.map((r) => r.body)).toEqual(expect.arrayContaining([expect.stringContaining("working on 5000"), expect.stringMatching(/timed out/)]));
-      expect(mine.every((r) => r.region === "local")).toBe(true);
-      expect(mine.some((r) => r.level === "error")).toBe(true);
-      expect(new Set(rows.map((r) => r.invocation_id)).size).toBe(4);
-      // A NUL (which PostgreSQL text refuses) is kept as U+FFFD and costs no other line.
-      expect(rows.map((r) => r.body)).toContain("nul:\uFFFD:end");
-    });
+    const p = await createProject(kk);
+    const key = (await kk.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "b" } })).body.key;
+    // A NUL in a log line (PostgreSQL text refuses it) must not cost the other rows.
+    const code = tgz({ "index.js": `exports.handler = async (e) => { console.log("working on", e.ms); if (e.nul) console.log("nul:\\u0000:end"); await new Promise((r) => setTimeout(r, e.ms)); return "done"; };` });
+    const fn = await settled(kk, p.id, (await deploy(kk, p.id, { name: "sleepy", runtime: "nodejs22.x" }, code)).body.id);
+    const quick = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 10, nul: true } } });
+    expect(quick.status).toBe(200);
+    const slow = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 5000 } } });
+    expect(slow.status).toBe(504);
+    expect(slow.body.error).toMatch(/timed out/);
+    expect((await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 10 } } })).status).toBe(200);
+    // On that warm worker, an answer just after the limit does not count either, though a
+    // container's kill (an engine call) lands later than that.
+    const justLate = await kk.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { ms: 1505 } } });
+    expect(justLate.status).toBe(504);
+    // A cold start has its own budget (KILN_FUNCTION_INIT_TIMEOUT_MS): code that never finishes loading
+    // (blocked, using no CPU) is a 504 naming that budget, not the time limit. It blocks only with a
+    // project variable set, which the deploy's load check runs without (else the deploy fails). In a
+    // project of its own: this Kiln allows one function per project.
+    const p2 = await createProject(kk);
+    const key2 = (await kk.api("POST", `/projects/${p2.id}/service-keys`, { body: { name: "b" } })).body.key;
+    const stuck = await settled(kk, p2.id, (await deploy(kk, p2.id, { name: "stuck", runtime: "nodejs22.x" }, tgz({ "index.js": "if (process.env.STALL) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0); exports.handler = async () => 'never';" }))).body.id);
+    expect(stuck.status).toBe("active");
+    await kk.api("POST", `/projects/${p2.id}/variables`, { body: { name: "STALL", value: "1" } });
+    const never = await kk.api("POST", `/functions/${stuck.id}/invoke`, { token: key2, body: { payload: {} } });
+    expect(never.status).toBe(504);
+    expect(never.body.error).toMatch(/did not start within 6000 ms/);
+    // Every invocation's lines, found by log search (which sees every line recorded before it).
+    const search = await kk.api("POST", `/projects/${p.id}/logs/search`, { body: { resource: { type: "function", ids: [fn.id] }, limit: 1000 } });
+    expect(search.status).toBe(200);
+    const rows = search.body.data as Array<{ invocation_id: string; region: string; level: string; body: string }>;
+    const slowId = slow.headers.get("x-service-invocation-id");
+    const mine = rows.filter((r) => r.invocation_id === slowId);
+    expect(mine.map((r) => r.body)).toEqual(expect.arrayContaining([expect.stringContaining("working on 5000"), expect.stringMatching(/timed out/)]));
+    expect(mine.every((r) => r.region === "eu")).toBe(true);
+    expect(mine.some((r) => r.level === "error")).toBe(true);
+    expect(new Set(rows.map((r) => r.invocation_id)).size).toBe(4);
+    // A NUL (which PostgreSQL text refuses) is kept as U+FFFD and costs no other line.
+    expect(rows.map((r) => r.body)).toContain("nul:\uFFFD:end");
   });
 });

@@ -387,7 +387,8 @@ describe("live tail", () => {
 
 describe.skipIf(STORE !== "postgres")("live tail across instances", () => {
   test("a tail on one instance gets the lines of invocations another instance on the same PostgreSQL serves, each once", async () => {
-    const a = await startKiln();
+    // The file's Kiln is one instance (a Kiln start fewer); a second joins its store.
+    const a = k;
     const b = await startKiln({ databaseUrl: a.databaseUrl, env: { KILN_PLATFORM_TOKEN: a.token } });
     try {
       // A function built on each instance (function code lives in an instance's data dir).
@@ -418,8 +419,6 @@ describe.skipIf(STORE !== "postgres")("live tail across instances", () => {
       await onB.close();
     } finally {
       await b.stop();
-      await a.stop();
-      removeDir(a.dataDir);
       removeDir(b.dataDir);
     }
   }, 120_000);
@@ -486,68 +485,12 @@ async function storedRows(kk: TestKiln, projectId: string): Promise<{ log_lines:
 }
 
 describe("the log store", () => {
-  test("deleting a project removes its log lines, metrics and usage; its search, tail and metrics then 404, its open tails end; other projects keep theirs", async () => {
-    const kk = await startKiln({ args: ["--controllable-clock"] });
-    const ids = { doomed: "", kept: "" };
-    try {
-      const doomed = await setup(kk, "doomed");
-      const kept = await setup(kk, "kept");
-      ids.doomed = doomed.p.id;
-      ids.kept = kept.p.id;
-      await doomed.invoke({ lines: [{ out: "log", text: "doomed line" }] });
-      await kept.invoke({ lines: [{ out: "log", text: "kept line" }] });
-      // And one request to a static site of each (usage per frontend).
-      for (const p of [doomed.p, kept.p]) {
-        const form = new FormData();
-        form.set("name", "site");
-        form.set("archive", new Blob([new Uint8Array(tgz({ "dist/index.html": "<h1>site</h1>" }))]), "site.tgz");
-        const created = (await (await fetch(`${kk.url}/projects/${p.id}/frontends`, { method: "POST", headers: { authorization: `Bearer ${kk.token}` }, body: form })).json()) as any;
-        const f = (await eventually(() => kk.api("GET", `/projects/${p.id}/frontends/${created.id}`), (r) => r.body.status === "active", 60_000)).body;
-        const u = new URL(f.site_url);
-        expect((await fetch(`http://127.0.0.1:${u.port}/`, { headers: { host: u.host } })).status).toBe(200);
-      }
-      // An hour on: both projects' minutes are complete, and the hourly metrics sweep wrote them to the store.
-      await advance(kk, 3600);
-      expect(bodies(await doomed.search({ q: "line" }))).toEqual(["doomed line"]);
-      const metrics = (id: string) => kk.api("POST", `/projects/${id}/metrics/query`, { body: { time_range: { window: "24h" }, queries: [{ id: "n", metric: "request_count" }] } });
-      expect((await metrics(doomed.p.id)).body.results[0].values).toEqual([{ dimensions: {}, value: 2 }]);
-      const tail = await openTail(kk, doomed.p.id, {});
-      expect(tail.res.status).toBe(200);
+  // One Kiln for these two (a start each before): the retention test moves its clock 45 h, and the
+  // deletion test, which reads the stores once Kiln has stopped, stops it.
+  describe("retention, then a project's deletion", () => {
+    const kk = useKiln({ args: ["--controllable-clock"], env: { KILN_LOG_RETENTION_DAYS: "1" } });
 
-      expect((await kk.api("DELETE", `/projects/${doomed.p.id}`)).status).toBe(202);
-      await eventually(() => kk.api("GET", `/projects/${doomed.p.id}`), (r) => r.status === 404);
-      // Its open tail ended with the project.
-      await Promise.race([tail.ended, new Promise((_, fail) => setTimeout(() => fail(new Error("the deleted project's tail is still open")), 5000))]);
-      expect((await doomed.search({})).status).toBe(404);
-      expect((await metrics(doomed.p.id)).status).toBe(404);
-      expect((await kk.api("GET", `/projects/${doomed.p.id}/usage`)).status).toBe(404);
-      const t = await fetch(`${kk.url}/projects/${doomed.p.id}/logs/tail`, { headers: { authorization: `Bearer ${kk.token}` }, signal: AbortSignal.timeout(5000) });
-      expect(t.status).toBe(404);
-      await t.body?.cancel();
-      // The other project is untouched.
-      expect(bodies(await kept.search({ q: "line" }))).toEqual(["kept line"]);
-      expect((await metrics(kept.p.id)).body.results[0].values).toEqual([{ dimensions: {}, value: 2 }]);
-      await tail.close();
-    } finally {
-      expect(await kk.stop()).toBe(0);
-    }
-    try {
-      // Nothing of the deleted project is left in the stores; the other project's rows are there.
-      expect(await storedRows(kk, ids.doomed)).toEqual({ log_lines: 0, metric_minutes: 0, usage_hours: 0, usage_frontend_hours: 0 });
-      const other = await storedRows(kk, ids.kept);
-      expect(other.log_lines).toBeGreaterThanOrEqual(2);
-      // A function's minute and a frontend's; Function Invocations and Frontend Requests.
-      expect(other.metric_minutes).toBe(2);
-      expect(other.usage_hours).toBe(2);
-      expect(other.usage_frontend_hours).toBe(1);
-    } finally {
-      removeDir(kk.dataDir);
-    }
-  }, 120_000);
-
-  test("retention: lines older than KILN_LOG_RETENTION_DAYS are deleted by an hourly cleanup on the platform clock", async () => {
-    const kk = await startKiln({ args: ["--controllable-clock"], env: { KILN_LOG_RETENTION_DAYS: "1" } });
-    try {
+    test("retention: lines older than KILN_LOG_RETENTION_DAYS are deleted by an hourly cleanup on the platform clock", async () => {
       const { invoke, search } = await setup(kk);
       await invoke({ lines: [{ out: "log", text: "old line" }] });
       await advance(kk, 20 * 3600);
@@ -561,10 +504,65 @@ describe("the log store", () => {
       expect(bodies(await search({ q: "line" }))).toEqual(["new line"]);
       await advance(kk, 20 * 3600);
       expect(bodies(await search({ q: "line" }))).toEqual([]);
-    } finally {
-      await kk.stop();
-      removeDir(kk.dataDir);
-    }
+    });
+
+    test("deleting a project removes its log lines, metrics and usage; its search, tail and metrics then 404, its open tails end; other projects keep theirs", async () => {
+      const ids = { doomed: "", kept: "" };
+      try {
+        const doomed = await setup(kk, "doomed");
+        const kept = await setup(kk, "kept");
+        ids.doomed = doomed.p.id;
+        ids.kept = kept.p.id;
+        await doomed.invoke({ lines: [{ out: "log", text: "doomed line" }] });
+        await kept.invoke({ lines: [{ out: "log", text: "kept line" }] });
+        // And one request to a static site of each (usage per frontend).
+        for (const p of [doomed.p, kept.p]) {
+          const form = new FormData();
+          form.set("name", "site");
+          form.set("archive", new Blob([new Uint8Array(tgz({ "dist/index.html": "<h1>site</h1>" }))]), "site.tgz");
+          const created = (await (await fetch(`${kk.url}/projects/${p.id}/frontends`, { method: "POST", headers: { authorization: `Bearer ${kk.token}` }, body: form })).json()) as any;
+          const f = (await eventually(() => kk.api("GET", `/projects/${p.id}/frontends/${created.id}`), (r) => r.body.status === "active", 60_000)).body;
+          const u = new URL(f.site_url);
+          expect((await fetch(`http://127.0.0.1:${u.port}/`, { headers: { host: u.host } })).status).toBe(200);
+        }
+        // An hour on: both projects' minutes are complete, and the hourly metrics sweep wrote them to the store.
+        await advance(kk, 3600);
+        expect(bodies(await doomed.search({ q: "line" }))).toEqual(["doomed line"]);
+        const metrics = (id: string) => kk.api("POST", `/projects/${id}/metrics/query`, { body: { time_range: { window: "24h" }, queries: [{ id: "n", metric: "request_count" }] } });
+        expect((await metrics(doomed.p.id)).body.results[0].values).toEqual([{ dimensions: {}, value: 2 }]);
+        const tail = await openTail(kk, doomed.p.id, {});
+        expect(tail.res.status).toBe(200);
+
+        expect((await kk.api("DELETE", `/projects/${doomed.p.id}`)).status).toBe(202);
+        await eventually(() => kk.api("GET", `/projects/${doomed.p.id}`), (r) => r.status === 404);
+        // Its open tail ended with the project.
+        await Promise.race([tail.ended, new Promise((_, fail) => setTimeout(() => fail(new Error("the deleted project's tail is still open")), 5000))]);
+        expect((await doomed.search({})).status).toBe(404);
+        expect((await metrics(doomed.p.id)).status).toBe(404);
+        expect((await kk.api("GET", `/projects/${doomed.p.id}/usage`)).status).toBe(404);
+        const t = await fetch(`${kk.url}/projects/${doomed.p.id}/logs/tail`, { headers: { authorization: `Bearer ${kk.token}` }, signal: AbortSignal.timeout(5000) });
+        expect(t.status).toBe(404);
+        await t.body?.cancel();
+        // The other project is untouched.
+        expect(bodies(await kept.search({ q: "line" }))).toEqual(["kept line"]);
+        expect((await metrics(kept.p.id)).body.results[0].values).toEqual([{ dimensions: {}, value: 2 }]);
+        await tail.close();
+      } finally {
+        expect(await kk.stop()).toBe(0);
+      }
+      try {
+        // Nothing of the deleted project is left in the stores; the other project's rows are there.
+        expect(await storedRows(kk, ids.doomed)).toEqual({ log_lines: 0, metric_minutes: 0, usage_hours: 0, usage_frontend_hours: 0 });
+        const other = await storedRows(kk, ids.kept);
+        expect(other.log_lines).toBeGreaterThanOrEqual(2);
+        // A function's minute and a frontend's; Function Invocations and Frontend Requests.
+        expect(other.metric_minutes).toBe(2);
+        expect(other.usage_hours).toBe(2);
+        expect(other.usage_frontend_hours).toBe(1);
+      } finally {
+        removeDir(kk.dataDir);
+      }
+    }, 120_000);
   });
 
   test("a log store made before segments (one row per line, a trigram index) is upgraded in place: its lines stay searchable with every filter, count in build summaries, and go by retention and with their project", async () => {
@@ -670,6 +668,9 @@ describe("the log store", () => {
     }
   }, 180_000);
 
+  /** The Kiln the kill -9 test leaves running for the next one. */
+  let carried: TestKiln | undefined;
+
   test("kill -9 while lines are being written: the next start reads the store, keeps every line searched before, and new lines are searchable", async () => {
     const kk = await startKiln();
     let again: TestKiln | undefined;
@@ -707,14 +708,21 @@ describe("the log store", () => {
       const key = (await a.api("POST", `/projects/${p.id}/service-keys`, { body: { name: "after" } })).body.key;
       expect((await a.api("POST", `/functions/${fn.id}/invoke`, { token: key, body: { payload: { lines: [{ out: "log", text: "after the crash" }] } } })).status).toBe(200);
       expect(bodies(await find({ q: '"after the crash"' }))).toEqual(["after the crash"]);
+      // The next test goes on with this Kiln (a start fewer).
+      carried = again;
+      again = undefined;
     } finally {
-      await again?.stop();
-      removeDir(kk.dataDir);
+      if (again || !carried) {
+        await again?.stop();
+        removeDir(kk.dataDir);
+      }
     }
   }, 180_000);
 
   test("lines survive a restart; logs kept by the previous version (function_logs, function_build_logs) are moved in and stay searchable", async () => {
-    const kk = await startKiln();
+    // The Kiln the kill -9 test restarted, on a project of its own (or a new one, had that test failed).
+    const kk = carried ?? (await startKiln());
+    carried = undefined;
     const { p, fn, invoke, search } = await setup(kk, "legacy");
     const inv = await invoke({ lines: [{ out: "log", text: "before the restart" }] });
     const dep = (await kk.api("GET", `/projects/${p.id}/functions/${fn.id}/deployments`)).body.data[0];

@@ -13,7 +13,9 @@ const CODE = {
   "index.js": `exports.handler = async (e) => { if (e && e.ms) await new Promise((r) => setTimeout(r, e.ms)); if (e && e.fail) throw new Error("failing on purpose"); return "ok"; };`,
 };
 
-const k = useKiln({ args: ["--controllable-clock"] });
+// The metrics backend of this Kiln fails its first read (KILN_FAULTS): the file's first test is the one
+// that reads it first and sees the 503.
+const k = useKiln({ args: ["--controllable-clock"], env: { KILN_FAULTS: "metrics-backend:1" } });
 
 /** The function once its deployments settled, read with `token` (an account's own platform token). */
 async function settledAs(kk: TestKiln, projectId: string, fnId: string, token?: string) {
@@ -51,6 +53,20 @@ const all = (window = "1h", group_by?: string) => ({
 const valueOf = (r: any, id: string) => r.body.results.find((x: any) => x.id === id);
 
 describe("metrics query", () => {
+  // First in the file: the file's Kiln fails its first metrics read. (Figures written at a stop and
+  // counted after the restart: the retention test, which restarts its Kiln anyway.)
+  test("503 when the metrics backend cannot serve; the next read works", async () => {
+    const { query, invoke } = await setup();
+    await startOfMinute(k);
+    await invoke();
+    await invoke();
+    await advance(k, 60);
+    const down = await query(all());
+    expect(down.status).toBe(503);
+    expect(down.body.error).toMatch(/metrics backend is unavailable/);
+    expect(valueOf(await query(all()), "request_count").values[0].value).toBe(2);
+  });
+
   test("counts, server errors, availability and p95 over a window ending at the most recent completed UTC minute", async () => {
     const { invoke, query } = await setup();
     const minute = await startOfMinute(k);
@@ -127,37 +143,6 @@ describe("metrics query", () => {
     expect((await query(ten, key)).status).toBe(403);
   });
 
-  test("503 when the metrics backend cannot serve; figures survive a restart", async () => {
-    const kk = await startKiln({ args: ["--controllable-clock"], env: { KILN_FAULTS: "metrics-backend:1" } });
-    try {
-      const { p, invoke, query } = await setup(kk);
-      await startOfMinute(kk);
-      await invoke();
-      await invoke();
-      await advance(kk, 60);
-      const down = await query(all());
-      expect(down.status).toBe(503);
-      expect(down.body.error).toMatch(/metrics backend is unavailable/);
-      expect(valueOf(await query(all()), "request_count").values[0].value).toBe(2);
-      // A third invocation in the current minute: written at stop, counted after the restart.
-      await invoke();
-      const t = await now(kk);
-      expect(await kk.stop()).toBe(0);
-      const again = await startKiln({ dataDir: kk.dataDir, databaseUrl: kk.databaseUrl, args: ["--clock-start", new Date(t + 120_000).toISOString()] });
-      try {
-        const r = await again.api("POST", `/projects/${p.id}/metrics/query`, { body: all() });
-        expect(valueOf(r, "request_count")).toMatchObject({ data_status: "complete", values: [{ dimensions: {}, value: 3 }] });
-        const usage = await again.api("GET", `/projects/${p.id}/usage`);
-        expect(usage.body.metrics[0]).toMatchObject({ metric: "Function Invocations", all_time: 3 });
-      } finally {
-        await again.stop();
-      }
-    } finally {
-      await kk.stop();
-      removeDir(kk.dataDir);
-    }
-  });
-
   test.skipIf(STORE !== "postgres")("several instances: partial while another instance's newest minutes may be missing, with fresh_through saying how far", async () => {
     const a = await startKiln({ args: ["--controllable-clock"] });
     const b = await startKiln({ databaseUrl: a.databaseUrl, env: { KILN_PLATFORM_TOKEN: a.token }, args: ["--controllable-clock"] });
@@ -221,7 +206,7 @@ async function stored(kk: TestKiln, projectId: string): Promise<{ minutes: strin
 }
 
 describe("metrics retention", () => {
-  test("per-minute rows older than KILN_METRICS_RETENTION_DAYS are deleted by an hourly sweep on the platform clock; usage counters stay", async () => {
+  test("per-minute rows older than KILN_METRICS_RETENTION_DAYS are deleted by an hourly sweep on the platform clock; usage counters stay; the current minute's figures are written at a stop and counted after the restart", async () => {
     const DAY = 86_400;
     const env = { KILN_METRICS_RETENTION_DAYS: "8" };
     const kk = await startKiln({ args: ["--clock-start", "2030-03-01T00:00:00Z"], env });
@@ -237,17 +222,23 @@ describe("metrics retention", () => {
       await advance(kk, (first + 8 * DAY * 1000 - 30 * 60_000 - (await now(kk))) / 1000);
       const week = await kk.api("POST", `/projects/${p.id}/metrics/query`, { body: all("7d") });
       expect(valueOf(week, "request_count").values).toEqual([{ dimensions: {}, value: 1 }]);
+      // A third invocation in the current minute (and hour): held in memory, written at the stop.
+      const third = await startOfMinute(kk);
+      expect((await invoke()).status).toBe(200);
       const t = await now(kk);
       expect(await kk.stop()).toBe(0);
-      expect(await stored(kk, p.id)).toEqual({ minutes: [new Date(first).toISOString(), new Date(second).toISOString()], usage_hours: 2 });
+      expect(await stored(kk, p.id)).toEqual({ minutes: [first, second, third].map((m) => new Date(m).toISOString()), usage_hours: 3 });
 
-      // An hour on (the next sweep), the first minute is older than 8 days: gone; the second stays.
+      // An hour on (the next sweep), the first minute is older than 8 days: gone; the others stay, and
+      // the minute written at the stop is counted as complete.
       again = await startKiln({ dataDir: kk.dataDir, databaseUrl: kk.databaseUrl, args: ["--clock-start", new Date(t).toISOString()], env });
       await advance(again, 3600);
+      const day = await again.api("POST", `/projects/${p.id}/metrics/query`, { body: all("24h") });
+      expect(valueOf(day, "request_count")).toMatchObject({ data_status: "complete", values: [{ dimensions: {}, value: 1 }] });
       const usage = await again.api("GET", `/projects/${p.id}/usage?month=2030-03`);
-      expect(usage.body.metrics[0]).toMatchObject({ metric: "Function Invocations", total: 2, all_time: 2 });
+      expect(usage.body.metrics[0]).toMatchObject({ metric: "Function Invocations", total: 3, all_time: 3 });
       expect(await again.stop()).toBe(0);
-      expect(await stored(kk, p.id)).toEqual({ minutes: [new Date(second).toISOString()], usage_hours: 2 });
+      expect(await stored(kk, p.id)).toEqual({ minutes: [second, third].map((m) => new Date(m).toISOString()), usage_hours: 3 });
     } finally {
       await again?.stop();
       await kk.stop();

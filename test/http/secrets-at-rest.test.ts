@@ -68,8 +68,9 @@ function restart(base: { dataDir: string; databaseUrl?: string }, env: KilnOptio
 }
 
 describe("secrets at rest", () => {
-  // One store through its lives: written under key A, restarted, refused a wrong key, rotated to B,
-  // then given plaintext rows as a Kiln before encryption wrote them.
+  // One store through its lives: written under key A, refused a wrong key, restarted with A, rotated
+  // to B, then given plaintext rows as a Kiln before encryption wrote them. (Each start costs seconds:
+  // the restart with A after the refused start is the one that proves the same key reads them.)
   let base: { dataDir: string; databaseUrl?: string };
   let project: { id: string };
   let anon: string;
@@ -104,7 +105,7 @@ describe("secrets at rest", () => {
     expect((await k.api("GET", `/projects/${project.id}/oauth/configs/google`)).body.client_secret).toBe(masked);
   }
 
-  test("variable values, database and branch passwords and signing keys are stored encrypted; the API returns what it did; a restart with the same key reads them", async () => {
+  test("variable values, database and branch passwords and signing keys are stored encrypted; the API returns what it did", async () => {
     const k = await startKiln({ env: { KILN_SECRET_KEY: KEY_A } });
     dirs.push(k.dataDir);
     base = { dataDir: k.dataDir, databaseUrl: k.databaseUrl };
@@ -143,16 +144,10 @@ describe("secrets at rest", () => {
     // Nowhere in the store: the value, the passwords, a private key's "d".
     for (const secret of [value, passwordOf(dbUrl), passwordOf(branchUrl), oauthSecret]) expect(everything).not.toContain(secret);
     expect(everything).not.toMatch(/"d": ?"/);
-
-    const again = await restart(base, { KILN_SECRET_KEY: KEY_A });
-    try {
-      await expectApiUnchanged(again);
-    } finally {
-      expect(await again.stop()).toBe(0);
-    }
+    // (The restart with the same key that reads them all: the next test's, after a refused start.)
   });
 
-  test("a start with another key is refused with a message that names the fix, and changes nothing", async () => {
+  test("a start with another key is refused with a message that names the fix, and changes nothing: a restart with the same key reads every secret as before", async () => {
     await expect(restart(base, { KILN_SECRET_KEY: KEY_B })).rejects.toThrow(/this data was written with another KILN_SECRET_KEY.*give the old key as KILN_SECRET_KEY_PREVIOUS/);
     const again = await restart(base, { KILN_SECRET_KEY: KEY_A });
     try {
