@@ -4,7 +4,7 @@
 //   8 clients at once, 3,000 statements each (batches of idle clients may share one hand-over).
 // Prints Kiln's CPU by thread too: the main thread ("bun": listener, mux, accounting, its side of the
 // hand-over), the database threads ("Worker": PGlite and its side), the rest (JSC's GC and JIT threads).
-// Run: bun bench/database-wire-cpu.ts   (QUERIES=3000 by default)
+// Run: bun bench/database-wire-cpu.ts   (QUERIES=3000 measured and WARMUP=3000 before, per client)
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -12,6 +12,8 @@ import pg from "pg";
 import { startKiln, TOKEN } from "./support";
 
 const N = Number(process.env.QUERIES ?? 3000);
+/** Statements per client run unmeasured first: JSC compiles the path meanwhile (its JIT threads cost ~100 µs a statement in the first ~10k). */
+const WARMUP = Number(process.env.WARMUP ?? 3000);
 const TICK_MS = 10; // USER_HZ 100
 
 /** CPU ms of a process (all its threads), from /proc. */
@@ -53,8 +55,8 @@ async function main() {
   await setup.query("create table t (id int primary key, v text); insert into t select g, md5(g::text) from generate_series(1, 1000) g");
   await setup.end();
   const pid = proc.pid!;
-  const loop = async (c: pg.Client) => {
-    for (let i = 0; i < N; i++) await c.query({ name: "point", text: "select v from t where id = $1", values: [(i % 1000) + 1] });
+  const loop = async (c: pg.Client, n = N) => {
+    for (let i = 0; i < n; i++) await c.query({ name: "point", text: "select v from t where id = $1", values: [(i % 1000) + 1] });
   };
   for (const clients of [1, 8]) {
     const cs = await Promise.all(Array.from({ length: clients }, async () => {
@@ -63,10 +65,11 @@ async function main() {
       await c.query({ name: "point", text: "select v from t where id = $1", values: [1] });
       return c;
     }));
+    await Promise.all(cs.map((c) => loop(c, WARMUP)));
     const cpu0 = cpuMs(pid);
     const threads0 = cpuByThread(pid);
     const t0 = performance.now();
-    await Promise.all(cs.map(loop));
+    await Promise.all(cs.map((c) => loop(c)));
     const wall = performance.now() - t0;
     const cpu = cpuMs(pid) - cpu0;
     const threads1 = cpuByThread(pid);
