@@ -2,20 +2,40 @@
 // clients running prepared point selects, Kiln's process CPU read from /proc around the loop.
 //   one client, 3,000 statements one after another (every hand-over pays full price);
 //   8 clients at once, 3,000 statements each (batches of idle clients may share one hand-over).
-// Run: bun bench/database-wire-cpu.ts   (QUERIES=3000 by default)
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+// Prints Kiln's CPU by thread too: the main thread ("bun": listener, mux, accounting, its side of the
+// hand-over), the database threads ("Worker": PGlite and its side), the rest (JSC's GC and JIT threads).
+// Run: bun bench/database-wire-cpu.ts   (QUERIES=3000 measured and WARMUP=3000 before, per client)
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
 import { startKiln, TOKEN } from "./support";
 
 const N = Number(process.env.QUERIES ?? 3000);
+/** Statements per client run unmeasured first: JSC compiles the path meanwhile (its JIT threads cost ~100 µs a statement in the first ~10k). */
+const WARMUP = Number(process.env.WARMUP ?? 3000);
 const TICK_MS = 10; // USER_HZ 100
 
 /** CPU ms of a process (all its threads), from /proc. */
 function cpuMs(pid: number): number {
   const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
   return (Number(f[11]) + Number(f[12])) * TICK_MS;
+}
+
+/** CPU ms of a process's threads by role: the main thread ("bun"), database threads ("Worker"), the rest (JSC's GC helpers, ...). */
+function cpuByThread(pid: number): Record<"main" | "database" | "other", number> {
+  const out = { main: 0, database: 0, other: 0 };
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
+      const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+      const f = stat.slice(stat.lastIndexOf(") ") + 2).split(" ");
+      out[name === "bun" ? "main" : name === "Worker" ? "database" : "other"] += (Number(f[11]) + Number(f[12])) * TICK_MS;
+    } catch {
+      // the thread ended meanwhile
+    }
+  }
+  return out;
 }
 
 async function main() {
@@ -35,8 +55,8 @@ async function main() {
   await setup.query("create table t (id int primary key, v text); insert into t select g, md5(g::text) from generate_series(1, 1000) g");
   await setup.end();
   const pid = proc.pid!;
-  const loop = async (c: pg.Client) => {
-    for (let i = 0; i < N; i++) await c.query({ name: "point", text: "select v from t where id = $1", values: [(i % 1000) + 1] });
+  const loop = async (c: pg.Client, n = N) => {
+    for (let i = 0; i < n; i++) await c.query({ name: "point", text: "select v from t where id = $1", values: [(i % 1000) + 1] });
   };
   for (const clients of [1, 8]) {
     const cs = await Promise.all(Array.from({ length: clients }, async () => {
@@ -45,13 +65,17 @@ async function main() {
       await c.query({ name: "point", text: "select v from t where id = $1", values: [1] });
       return c;
     }));
+    await Promise.all(cs.map((c) => loop(c, WARMUP)));
     const cpu0 = cpuMs(pid);
+    const threads0 = cpuByThread(pid);
     const t0 = performance.now();
-    await Promise.all(cs.map(loop));
+    await Promise.all(cs.map((c) => loop(c)));
     const wall = performance.now() - t0;
     const cpu = cpuMs(pid) - cpu0;
+    const threads1 = cpuByThread(pid);
     const n = N * clients;
-    console.log(`${clients} client(s) x ${N} prepared point selects: Kiln CPU ${((cpu * 1000) / n).toFixed(0)} µs/statement, wall ${((wall * 1000) / n).toFixed(0)} µs/statement (${((n / wall) * 1000).toFixed(0)}/s)`);
+    const per = (k: keyof typeof threads1) => (((threads1[k] - threads0[k]) * 1000) / n).toFixed(0);
+    console.log(`${clients} client(s) x ${N} prepared point selects: Kiln CPU ${((cpu * 1000) / n).toFixed(0)} µs/statement, wall ${((wall * 1000) / n).toFixed(0)} µs/statement (${((n / wall) * 1000).toFixed(0)}/s); by thread: main ${per("main")}, database ${per("database")}, other ${per("other")} µs`);
     await Promise.all(cs.map((c) => c.end()));
   }
   console.log(`load average at end: ${loadavg().map((x) => x.toFixed(2)).join(" ")}`);

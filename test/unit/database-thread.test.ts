@@ -277,6 +277,21 @@ describe("COPY", () => {
 });
 
 describe("database threads", () => {
+  test("answers smaller than, just around and larger than the shared channel come back whole and in order", async () => {
+    // The thread writes PGlite's answer straight into the channel while it fits and sends the whole
+    // answer as a message once it does not (chunks written before the overflow included).
+    const c = new Client(mux, "big");
+    for (const rows of [1, 200, 2_000, 20_000]) {
+      const r = await c.run(`select g, repeat('x', 100) || g from generate_series(1, ${rows}) g`);
+      expect(r.code).toBeUndefined();
+      expect(r.rows.length).toBe(rows);
+      expect(r.rows[rows - 1]).toEqual([String(rows), "x".repeat(100) + rows]);
+      expect(r.rows.every((row, i) => row[0] === String(i + 1))).toBe(true);
+    }
+    expect((await c.run("select 'after'")).rows).toEqual([["after"]]);
+    await c.backend.close();
+  }, 30_000);
+
   test("closing a database does not wait for a statement that is still running", async () => {
     const db = await database();
     const busy = new Client(db, "busy");

@@ -963,7 +963,8 @@ function splitAtReadyForQuery(out: Uint8Array, count: number): Uint8Array[] | nu
   while (at + 5 <= out.length && parts.length < count) {
     const end = at + 1 + readInt32(out, at + 1);
     if (out[at] === B.readyForQuery) {
-      parts.push(out.subarray(start, end));
+      // The whole answer as it is when it is one batch's (a view made of a fresh buffer costs JSC an ArrayBuffer).
+      parts.push(start === 0 && end === out.length ? out : out.subarray(start, end));
       start = end;
     }
     at = end;
@@ -1138,7 +1139,7 @@ class MuxSession implements WireBackend {
     const next = (): void | Promise<void> => {
       while (at < run.length) {
         const end = at + 1 + readInt32(run, at + 1);
-        const message = run.subarray(at, end);
+        const message = at === 0 && end === run.length ? run : run.subarray(at, end);
         at = end;
         if (!this.buffered(message)) return this.handle(message, sendRaw).then(next);
       }
