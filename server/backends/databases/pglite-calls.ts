@@ -19,25 +19,6 @@ export async function execRaw(db: PGlite, bytes: Uint8Array): Promise<Uint8Array
   return chunks.length === 0 ? new Uint8Array(0) : concatBytes(chunks, total);
 }
 
-/**
- * `execRaw` writing PGlite's answer straight into `into` (the database thread's shared channel), with
- * no copy per chunk and no joined buffer: its length, or the whole answer as a buffer of its own when
- * it does not fit. `bytes` must not share memory with `into` (PGlite reads it while answering).
- */
-export async function execRawInto(db: PGlite, bytes: Uint8Array, into: Uint8Array): Promise<number | Uint8Array> {
-  let total = 0;
-  let chunks: Uint8Array[] | null = null;
-  await db.execProtocolRawStream(bytes, {
-    syncToFs: false,
-    onRawData: (d) => {
-      if (chunks === null && total + d.length <= into.length) into.set(d, total);
-      else (chunks ??= [into.slice(0, total)]).push(d.slice());
-      total += d.length;
-    },
-  });
-  return chunks === null ? total : concatBytes(chunks, total);
-}
-
 /** PostgreSQL's SQLSTATE on an error PGlite raised, if it carries one. */
 export function sqlState(err: unknown): string | undefined {
   const code = (err as { code?: unknown } | null)?.code;

@@ -3,7 +3,7 @@
 // It runs off Kiln's main thread so that a long statement stalls only its own database.
 import { pgliteFileOptions } from "../../store/pglite-wasm";
 import { PGlite } from "@electric-sql/pglite";
-import { execRaw, execRawInto, sqlState } from "./pglite-calls";
+import { execRaw, sqlState } from "./pglite-calls";
 import { mountExtensions } from "./extension-mount";
 import { CHANNEL_CAPACITY, CHANNEL_HEADER, SLOT, type ThreadReply, type ThreadRequest } from "./pglite-thread";
 
@@ -77,37 +77,31 @@ async function serveChannel(channel: SharedArrayBuffer): Promise<void> {
     if (Atomics.load(slots, SLOT.request) === seen) continue;
     seen = Atomics.load(slots, SLOT.request);
     const id = slots[SLOT.callId]!;
-    // A copy: the answer is written into the same area while PGlite still reads the request.
     const bytes = area.slice(0, slots[SLOT.requestLength]);
-    const answer = async (): Promise<void> => {
-      let out: number | Uint8Array | null = null;
+    await enqueue(async () => {
+      let out: Uint8Array | null = null;
       try {
-        out = await execRawInto(db!, bytes, area);
+        out = await execRaw(db!, bytes);
       } catch (err) {
         reply({ id, ok: false, message: (err as Error)?.message ?? String(err), code: sqlState(err) });
       }
-      if (typeof out === "number") slots[SLOT.answerLength] = out;
-      else {
+      if (out && out.length <= CHANNEL_CAPACITY) {
+        area.set(out);
+        slots[SLOT.answerLength] = out.length;
+      } else {
         slots[SLOT.answerLength] = -1;
         if (out) reply({ id, ok: true, bytes: out }, [out.buffer as ArrayBuffer]);
       }
       Atomics.store(slots, SLOT.answered, seen);
       Atomics.notify(slots, SLOT.answered);
-    };
-    // Nothing queued by message (the usual case): straight away, without a turn of the chain.
-    if (queued === 0) await answer();
-    else await enqueue(answer);
+    });
   }
 }
 
 // One call at a time, in order: PGlite has one session (the main side never overlaps calls anyway).
 let chain: Promise<void> = Promise.resolve();
-/** Calls waiting in or running on `chain`. */
-let queued = 0;
 function enqueue(fn: () => Promise<void>): Promise<void> {
-  queued++;
-  const run = () => fn().finally(() => queued--);
-  chain = chain.then(run, run);
+  chain = chain.then(fn, fn);
   return chain;
 }
 self.onmessage = (e: MessageEvent<ThreadRequest>) => void enqueue(() => handle(e.data));
