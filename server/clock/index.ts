@@ -89,7 +89,7 @@ export class PlatformClock {
   /**
    * Runs the sweep `run` every `ms` of platform time, the next run counted from the due instant of
    * the last. A move of the clock past several due instants runs it once, at the last of them (an
-   * advance of 31 days ran an hourly retention sweep 744 times, ~7 s of an idle Kiln's time): only
+   * advance of 31 days ran each hourly sweep 744 times, 7-18 s of an idle Kiln's time): only
    * for work whose outcome depends on the instant it runs at, not on how often it ran.
    */
   every(ms: number, run: () => unknown, label = "interval"): TimerHandle {
