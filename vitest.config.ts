@@ -1,7 +1,7 @@
 import { defineConfig } from "vitest/config";
 import JSC_OPTIONS from "./cmd/jsc-options.json";
 
-// Kiln's JavaScriptCore options (cmd/jsc-options.json, as the `kiln` bin sets them) for every test
+// The test fixture's JavaScriptCore options (cmd/jsc-options.json, as kiln/testing sets them) for every test
 // process and every Kiln they start: the workers are forked after this runs, with this environment.
 for (const [k, v] of Object.entries(JSC_OPTIONS)) process.env[k] ??= v;
 // Bun's allocator (mimalloc) never hands freed pages back to the kernel in the suite's processes.

@@ -49,6 +49,7 @@ async function startStop(path: string, dataDir: string): Promise<Run> {
   const t0 = performance.now();
   const proc = Bun.spawn([...command(path), "start", "--port", String(port), "--pg-port", "0", "--smtp-port", "0", "--data-dir", dataDir], {
     cwd: path === "binary" ? tmpdir() : ROOT,
+    // The test fixture's JavaScriptCore settings (kiln/testing sets them): issue 31's start targets are Kiln's as a test fixture.
     env: { ...JSC_OPTIONS, ...process.env, KILN_PLATFORM_TOKEN: TOKEN, KILN_LOG: "quiet", KILN_TRACE_STARTUP: process.env.KILN_TRACE_STARTUP ?? "" },
     stdio: ["ignore", "ignore", process.env.KILN_TRACE_STARTUP ? "inherit" : "ignore"],
   });

@@ -3,6 +3,7 @@
 // (bun test) and vitest; it starts `kiln start` as a child process and speaks its HTTP API.
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -31,7 +32,10 @@ export async function startKiln(options = {}) {
   args.push(...(options.args ?? []));
   // Under Bun, Kiln's TypeScript entry runs directly; under Node, the bin starts Kiln's own Bun.
   const entry = process.versions.bun ? join(ROOT, "cmd/kiln.ts") : join(ROOT, "cmd/kiln.mjs");
-  const env = { ...process.env, KILN_LOG: process.env.KILN_LOG ?? "quiet", ...options.env, KILN_PLATFORM_TOKEN: token };
+  // A test file's Kiln lives seconds: JavaScriptCore's optimizing tier at raised thresholds costs less
+  // CPU than it saves there (cmd/jsc-options.json; the caller's own BUN_JSC_* settings win).
+  const jsc = JSON.parse(readFileSync(join(ROOT, "cmd/jsc-options.json"), "utf8"));
+  const env = { ...jsc, ...process.env, KILN_LOG: process.env.KILN_LOG ?? "quiet", ...options.env, KILN_PLATFORM_TOKEN: token };
   const child = spawn(process.execPath, [entry, ...args], { env, stdio: ["ignore", "pipe", "pipe"] });
   let stdout = "";
   let stderr = "";
