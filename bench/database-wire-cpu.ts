@@ -5,38 +5,16 @@
 // Prints Kiln's CPU by thread too: the main thread ("bun": listener, mux, accounting, its side of the
 // hand-over), the database threads ("Worker": PGlite and its side), the rest (JSC's GC and JIT threads).
 // Run: bun bench/database-wire-cpu.ts   (QUERIES=3000 measured and WARMUP=3000 before, per client)
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
 import { startKiln, TOKEN } from "./support";
+import { cpuByRole, cpuMs } from "./thread-cpu";
 
 const N = Number(process.env.QUERIES ?? 3000);
 /** Statements per client run unmeasured first: JSC compiles the path meanwhile (its JIT threads cost ~100 µs a statement in the first ~10k). */
 const WARMUP = Number(process.env.WARMUP ?? 3000);
-const TICK_MS = 10; // USER_HZ 100
-
-/** CPU ms of a process (all its threads), from /proc. */
-function cpuMs(pid: number): number {
-  const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-  return (Number(f[11]) + Number(f[12])) * TICK_MS;
-}
-
-/** CPU ms of a process's threads by role: the main thread ("bun"), database threads ("Worker"), the rest (JSC's GC helpers, ...). */
-function cpuByThread(pid: number): Record<"main" | "database" | "other", number> {
-  const out = { main: 0, database: 0, other: 0 };
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
-      const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
-      const f = stat.slice(stat.lastIndexOf(") ") + 2).split(" ");
-      out[name === "bun" ? "main" : name === "Worker" ? "database" : "other"] += (Number(f[11]) + Number(f[12])) * TICK_MS;
-    } catch {
-      // the thread ended meanwhile
-    }
-  }
-  return out;
-}
 
 async function main() {
   const dir = mkdtempSync(join(tmpdir(), "kiln-bench-wirecpu-"));
@@ -67,12 +45,12 @@ async function main() {
     }));
     await Promise.all(cs.map((c) => loop(c, WARMUP)));
     const cpu0 = cpuMs(pid);
-    const threads0 = cpuByThread(pid);
+    const threads0 = cpuByRole(pid);
     const t0 = performance.now();
     await Promise.all(cs.map((c) => loop(c)));
     const wall = performance.now() - t0;
     const cpu = cpuMs(pid) - cpu0;
-    const threads1 = cpuByThread(pid);
+    const threads1 = cpuByRole(pid);
     const n = N * clients;
     const per = (k: keyof typeof threads1) => (((threads1[k] - threads0[k]) * 1000) / n).toFixed(0);
     console.log(`${clients} client(s) x ${N} prepared point selects: Kiln CPU ${((cpu * 1000) / n).toFixed(0)} µs/statement, wall ${((wall * 1000) / n).toFixed(0)} µs/statement (${((n / wall) * 1000).toFixed(0)}/s); by thread: main ${per("main")}, database ${per("database")}, other ${per("other")} µs`);

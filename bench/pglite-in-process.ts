@@ -1,7 +1,21 @@
 // issue 26's in-process baselines: pgbench's workloads run on PGlite in the calling thread, with no
 // wire, no thread and no mux (the engine's own limit), for the benches' "Kiln / in process" ratios.
 import { PGlite } from "@electric-sql/pglite";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { concatBytes, MessageBuilder } from "../server/backends/databases/wire/protocol";
+import { createFromTemplate, type TemplateSpec } from "../server/store/template";
+
+const EMPTY_CLUSTER: TemplateSpec = { kind: "test-empty-cluster", fingerprint: "1", prepare: async () => {}, drop: [] };
+
+/** A fresh PGlite data dir (an empty cluster, copied from the template cache) under a new temporary folder. */
+export async function emptyClusterDir(prefix: string): Promise<string> {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  rmSync(dir, { recursive: true });
+  await createFromTemplate(EMPTY_CLUSTER, dir);
+  return dir;
+}
 
 /**
  * The prepared point select of pgbench -S in-process on PGlite, the engine's own limit (one

@@ -4,33 +4,18 @@
 // thread "Worker", the rest: JSC's GC helpers and JIT), next to the same calls on PGlite in process.
 // Run: bun bench/pglite-thread-call.ts   (CALLS=20000, ROUNDS=3)
 import { PGlite } from "@electric-sql/pglite";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { loadavg, tmpdir } from "node:os";
-import { join } from "node:path";
+import { rmSync } from "node:fs";
+import { loadavg } from "node:os";
 import { InProcessSession, PgliteThread, type PgliteSession } from "../server/backends/databases/pglite-thread";
 import { concatBytes, simpleQuery, sync, utf8 } from "../server/backends/databases/wire/protocol";
 import { PGLITE_CONF } from "../server/store/pglite-store";
 import { pgliteFileOptions } from "../server/store/pglite-wasm";
-import { createFromTemplate, type TemplateSpec } from "../server/store/template";
+import { emptyClusterDir } from "./pglite-in-process";
+import { cpuByRole } from "./thread-cpu";
 
 const CALLS = Number(process.env.CALLS ?? 20000);
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
-const EMPTY_CLUSTER: TemplateSpec = { kind: "test-empty-cluster", fingerprint: "1", prepare: async () => {}, drop: [] };
 
-function cpuByThread(): Record<"main" | "database" | "other", number> {
-  const out = { main: 0, database: 0, other: 0 };
-  for (const tid of readdirSync("/proc/self/task")) {
-    try {
-      const stat = readFileSync(`/proc/self/task/${tid}/stat`, "utf8");
-      const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
-      const f = stat.slice(stat.lastIndexOf(") ") + 2).split(" ");
-      out[name === "bun" ? "main" : name === "Worker" ? "database" : "other"] += (Number(f[11]) + Number(f[12])) * 10;
-    } catch {
-      // the thread ended meanwhile
-    }
-  }
-  return out;
-}
 
 /** A frontend message: type, int32 length, payload. */
 function message(type: string, payload: Uint8Array): Uint8Array {
@@ -51,15 +36,9 @@ function pointSelect(id: number): Uint8Array {
   return concatBytes([bind, message("E", concatBytes([cstr(""), int32(0)])), sync()]);
 }
 
-async function dataDir(): Promise<string> {
-  const dir = mkdtempSync(join(tmpdir(), "kiln-bench-threadcall-"));
-  rmSync(dir, { recursive: true });
-  await createFromTemplate(EMPTY_CLUSTER, dir);
-  return dir;
-}
 
 async function main() {
-  const dirs = [await dataDir(), await dataDir()];
+  const dirs = [await emptyClusterDir("kiln-bench-threadcall-"), await emptyClusterDir("kiln-bench-threadcall-")];
   const sessions: Record<string, PgliteSession> = {
     thread: await PgliteThread.open(dirs[0]!, PGLITE_CONF),
     "in process": new InProcessSession(new PGlite(dirs[1]!, { ...pgliteFileOptions(), postgresqlconf: PGLITE_CONF } as ConstructorParameters<typeof PGlite>[0])),
@@ -74,11 +53,11 @@ async function main() {
   console.log(`load average at start: ${loadavg().map((x) => x.toFixed(2)).join(" ")}`);
   for (let r = 1; r <= ROUNDS; r++)
     for (const [name, s] of Object.entries(sessions)) {
-      const c0 = cpuByThread();
+      const c0 = cpuByRole();
       const t0 = performance.now();
       for (let i = 0; i < CALLS; i++) await s.exec(calls[i % 1000]!);
       const wall = performance.now() - t0;
-      const c1 = cpuByThread();
+      const c1 = cpuByRole();
       const per = (k: keyof typeof c1) => (((c1[k] - c0[k]) * 1000) / CALLS).toFixed(1);
       console.log(`round ${r} ${name}: wall ${((wall * 1000) / CALLS).toFixed(1)} µs/call; CPU main ${per("main")}, database thread ${per("database")}, other ${per("other")} µs/call`);
     }

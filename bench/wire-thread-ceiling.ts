@@ -14,44 +14,22 @@
 // Run: bun bench/wire-thread-ceiling.ts   (PGBENCH_SECONDS=5, ROUNDS=2; needs pgbench)
 //      profile one path: VARIANT=inline BASELINE=off WORKLOADS="TPC-B -c 1" bun --cpu-prof-md --cpu-prof-dir=/tmp/prof bench/wire-thread-ceiling.ts
 import { PGlite } from "@electric-sql/pglite";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { loadavg, tmpdir } from "node:os";
-import { join } from "node:path";
+import { rmSync } from "node:fs";
+import { loadavg } from "node:os";
 import { InProcessSession, PgliteThread, type PgliteSession } from "../server/backends/databases/pglite-thread";
 import { startWireListener, type WireRouter } from "../server/backends/databases/wire/listener";
 import { PgliteSessionMux } from "../server/backends/databases/wire/pglite-mux";
 import { PGLITE_CONF } from "../server/store/pglite-store";
 import { pgliteFileOptions } from "../server/store/pglite-wasm";
-import { createFromTemplate, type TemplateSpec } from "../server/store/template";
-import { inProcessPointSelect, inProcessTpcb } from "./pglite-in-process";
+import { emptyClusterDir, inProcessPointSelect, inProcessTpcb } from "./pglite-in-process";
+import { cpuByThreadName, cpuMs } from "./thread-cpu";
 
 const SECONDS = Number(process.env.PGBENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.ROUNDS ?? 2);
 const PASSWORD = "bench-Pa55word";
-const EMPTY_CLUSTER: TemplateSpec = { kind: "test-empty-cluster", fingerprint: "1", prepare: async () => {}, drop: [] };
 const load = () => loadavg().map((l) => l.toFixed(1)).join(" ");
 
-/** This process's CPU ms (all threads), from /proc. */
-function cpuMs(): number {
-  const f = readFileSync("/proc/self/stat", "utf8").split(") ")[1]!.split(" ");
-  return (Number(f[11]) + Number(f[12])) * 10;
-}
 
-/** CPU ms of this process's threads, summed by thread name (main "bun", the database thread "Worker", JSC's GC helpers, ...). */
-function cpuByThread(): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const tid of readdirSync("/proc/self/task")) {
-    try {
-      const stat = readFileSync(`/proc/self/task/${tid}/stat`, "utf8");
-      const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
-      const f = stat.slice(stat.lastIndexOf(") ") + 2).split(" ");
-      out.set(name, (out.get(name) ?? 0) + (Number(f[11]) + Number(f[12])) * 10);
-    } catch {
-      // the thread ended meanwhile
-    }
-  }
-  return out;
-}
 
 async function pgbench(cs: string, args: string[]): Promise<{ tps: number; transactions: number }> {
   const p = Bun.spawn(["pgbench", ...args, cs], { stdout: "pipe", stderr: "pipe", env: { ...process.env, PGSSLMODE: "disable", PGPASSWORD: PASSWORD } });
@@ -62,16 +40,10 @@ async function pgbench(cs: string, args: string[]): Promise<{ tps: number; trans
   return { tps, transactions };
 }
 
-async function dataDir(): Promise<string> {
-  const dir = mkdtempSync(join(tmpdir(), "kiln-bench-ceiling-"));
-  rmSync(dir, { recursive: true });
-  await createFromTemplate(EMPTY_CLUSTER, dir);
-  return dir;
-}
 
 async function main() {
   if (!Bun.which("pgbench")) throw new Error("pgbench not installed");
-  const dirs = [await dataDir(), await dataDir()];
+  const dirs = [await emptyClusterDir("kiln-bench-ceiling-"), await emptyClusterDir("kiln-bench-ceiling-")];
   const sessions: Record<"thread" | "inline", PgliteSession> = {
     thread: await PgliteThread.open(dirs[0]!, PGLITE_CONF),
     inline: new InProcessSession(new PGlite(dirs[1]!, { ...pgliteFileOptions(), postgresqlconf: PGLITE_CONF } as ConstructorParameters<typeof PGlite>[0])),
@@ -125,9 +97,9 @@ async function main() {
       for (const db of (r % 2 ? ["inline", "thread"] : ["thread", "inline"]).filter((d) => !process.env.VARIANT || d === process.env.VARIANT)) {
         const c0 = cpuMs();
         const n0 = calls[db as "thread" | "inline"];
-        const t0 = cpuByThread();
+        const t0 = cpuByThreadName();
         const { tps, transactions } = await pgbench(cs(db), [...args, "-T", String(SECONDS)]);
-        const perThread = [...cpuByThread()]
+        const perThread = [...cpuByThreadName()]
           .map(([thread, ms]) => [thread, ((ms - (t0.get(thread) ?? 0)) * 1000) / transactions] as const)
           .filter(([, us]) => us >= 1)
           .sort((a, b) => b[1] - a[1]);

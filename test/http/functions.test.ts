@@ -2,11 +2,11 @@
 // the credential rules, the sandbox as users meet it.
 import { execFileSync, spawnSync } from "node:child_process";
 import { isMissing, resolveRuntime } from "../../runtime-sandbox/runtimes";
-import { mkdirSync, readdirSync, readFileSync, symlinkSync } from "node:fs";
+import { mkdirSync, readFileSync, symlinkSync } from "node:fs";
 import { createServer, type AddressInfo, type Socket } from "node:net";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, test } from "vitest";
-import { deploy, localServer, npmTarball, settled, tgz } from "../support/functions";
+import { deploy, localServer, npmTarball, processesTagged, settled, tgz } from "../support/functions";
 import { createProject, eventually, FUNCTION_RUNTIME, startKiln, STORE, useKiln, withKiln, type TestKiln } from "../support/kiln";
 
 const NODE_HELLO = {
@@ -418,16 +418,7 @@ describe.skipIf(BEFORE_THE_WORKER)("the deployment queue", () => {
       // Processes whose command line names this function's build folder (the installer, its sandbox).
       // (A killed Kiln can leave an installer behind; the next start kills it.)
       const buildDir = join(first.dataDir, "functions", d.body.id);
-      const installers = () =>
-        readdirSync("/proc")
-          .filter((e) => /^\d+$/.test(e))
-          .filter((pid) => {
-            try {
-              return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(buildDir);
-            } catch {
-              return false;
-            }
-          });
+      const installers = () => processesTagged(buildDir);
       second = await startKiln({ dataDir: first.dataDir, databaseUrl: first.databaseUrl, env: { ...env, KILN_PLATFORM_TOKEN: first.token } });
       const again = second;
       const fn = await again.api("GET", `/projects/${p.id}/functions/${d.body.id}`);
