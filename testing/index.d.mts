@@ -21,6 +21,8 @@ export interface Snapshot {
 export interface RunningKiln {
   url: string;
   platformToken: string;
+  /** The Kiln process's id. */
+  pid: number;
   /** A service key of the project (by id or name), made once per project. */
   serviceKey(project: string): Promise<string>;
   anonKey(project: string): Promise<string>;

@@ -84,6 +84,7 @@ export async function startKiln(options = {}) {
   return {
     url,
     platformToken: token,
+    pid: child.pid,
     async serviceKey(project) {
       const id = await projectId(project);
       if (!keys.has(id)) keys.set(id, (await api("POST", `/projects/${id}/service-keys`, { name: `kiln-testing-${randomBytes(3).toString("hex")}` })).key);

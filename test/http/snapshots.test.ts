@@ -6,9 +6,10 @@ import { describe, expect, test } from "vitest";
 import { connect } from "../support/database-clients";
 import { activeDatabase, itemNames } from "../support/databases";
 import { deploy, settled, tgz } from "../support/functions";
-import { existsSync, mkdtempSync, readdirSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import JSC_OPTIONS from "../../cmd/jsc-options.json";
 import { startKiln as startWithSeed } from "../../testing/index.mjs";
 import { createProject, eventually, removeDir, ROOT, startKiln, STORE, TEST_SECRET_KEY, useCli, useKiln, type TestKiln } from "../support/kiln";
 
@@ -435,9 +436,21 @@ describe.runIf(STORE === "embedded")("seeds", () => {
   test("kiln start --seed applies projects, their manifest, SQL, end users, objects and functions; reset puts the seed back", async () => {
     // Through kiln/testing's startKiln (its seed option), which waits longer for a start than
     // test/support's 30 s: a seeded start builds a function and keeps the seed snapshot.
-    const seeded = await startWithSeed({ seed: join(FIXTURES, "seed/kiln.seed.yaml"), startTimeoutMs: 120_000, env: { KILN_SECRET_KEY: TEST_SECRET_KEY } });
+    // kiln/testing gives its Kiln the fixture's JavaScriptCore thresholds (cmd/jsc-options.json) when the
+    // caller set none: this process has them (vitest.config.ts), so one is taken away for the start.
+    const [jscKey, jscValue] = Object.entries(JSC_OPTIONS)[0]!;
+    const had = process.env[jscKey];
+    delete process.env[jscKey];
+    let seeded: Awaited<ReturnType<typeof startWithSeed>>;
+    try {
+      seeded = await startWithSeed({ seed: join(FIXTURES, "seed/kiln.seed.yaml"), startTimeoutMs: 120_000, env: { KILN_SECRET_KEY: TEST_SECRET_KEY } });
+    } finally {
+      if (had !== undefined) process.env[jscKey] = had;
+    }
     const s = { url: seeded.url, api: (method: string, path: string, o: { token?: string; body?: unknown } = {}) => callApi(seeded.url, o.token ?? seeded.platformToken, method, path, o.body) } as unknown as TestKiln;
     try {
+      // Kiln hides its /proc entries from its own uid (hideOwnProcEntries); root (the CI runner) reads them.
+      if (process.getuid?.() === 0) expect(readFileSync(`/proc/${seeded.pid}/environ`, "utf8").split("\0")).toContain(`${jscKey}=${jscValue}`);
       const projects = (await s.api("GET", "/projects")).body.data;
       expect(projects.map((p: any) => p.name)).toEqual(["shop"]);
       const id = projects[0].id;
